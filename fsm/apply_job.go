@@ -1,0 +1,135 @@
+package fsm
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+)
+
+// MaxWorkers bounds the worker table.
+const MaxWorkers = 100000
+
+func applyRegisterWorker(s *state, cmd Command) (any, error) {
+	c := cmd.(*RegisterWorker)
+	old := s.workers[c.WorkerID]
+	if held := len(s.workerLeases[c.WorkerID]); old != nil && int(c.Capacity) < held {
+		return nil, fmt.Errorf("%w: worker %s holds %d leases, more than capacity %d", ErrConflict, c.WorkerID, held, c.Capacity)
+	}
+	if old == nil && len(s.workers) >= MaxWorkers {
+		return nil, fmt.Errorf("%w: %d workers registered", ErrTooLarge, len(s.workers))
+	}
+	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime}
+	if old != nil {
+		w.RegisteredAt = old.RegisteredAt
+	}
+	s.workers[w.ID] = w
+	if old == nil || old.Capacity != w.Capacity {
+		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: fmt.Sprintf("capacity %d", w.Capacity)})
+	}
+	return *w, nil
+}
+
+func applyDeregisterWorker(s *state, cmd Command) (any, error) {
+	c := cmd.(*DeregisterWorker)
+	if s.workers[c.WorkerID] == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
+	}
+	var res DeregisterResult
+	for _, tok := range sortedTokens(s.workerLeases[c.WorkerID]) {
+		j := s.editJob(s.tokens[tok])
+		s.releaseLease(j, "worker deregistered")
+		res.Released = append(res.Released, LeaseRef{JobID: j.ID, Token: tok})
+	}
+	delete(s.workers, c.WorkerID)
+	s.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
+	return res, nil
+}
+
+func sortedTokens(set map[uint64]uint64) []uint64 {
+	out := make([]uint64, 0, len(set))
+	for t := range set {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func applySubmitJob(s *state, cmd Command) (any, error) {
+	spec := &cmd.(*SubmitJob).Spec
+	if old := s.jobByID(spec.ID); old != nil {
+		if sameSpec(&old.JobSpec, spec) {
+			return SubmitResult{Job: *old.clone()}, nil
+		}
+		s.emit(Event{Type: EventSubmitConflict, JobID: spec.ID, Detail: "same job id, another spec"})
+		return nil, fmt.Errorf("%w: job %s exists with another spec", ErrConflict, spec.ID)
+	}
+	s.jobSeq++
+	j := &Job{
+		JobSpec:     *spec,
+		Seq:         s.jobSeq,
+		SubmittedAt: s.lastTime,
+		UpdatedAt:   s.lastTime,
+		CreateIndex: s.lastIndex,
+		ModifyIndex: s.lastIndex,
+	}
+	j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
+	s.insertJob(j)
+	s.setState(j, JobQueued)
+	s.emit(Event{Type: EventJobSubmitted, JobID: j.ID, Detail: j.Queue + "/" + j.Kind})
+	return SubmitResult{Job: *j.clone(), Created: true}, nil
+}
+
+func sameSpec(a, b *JobSpec) bool {
+	return a.ID == b.ID && a.Queue == b.Queue && a.Kind == b.Kind && bytes.Equal(a.Payload, b.Payload) &&
+		a.Priority == b.Priority && a.Submitter == b.Submitter && a.MaxAttempts == b.MaxAttempts &&
+		a.OnWorkerLost == b.OnWorkerLost && a.MaxWorkerLosses == b.MaxWorkerLosses
+}
+
+func applyCompact(s *state, cmd Command) (any, error) {
+	c := cmd.(*Compact)
+	var res CompactResult
+	// Terminal jobs leave in finish order, the same on every replica.
+	for len(s.finished) > 0 {
+		j := s.job(s.finished[0])
+		if j.FinishedAt >= c.JobsBefore {
+			break
+		}
+		if res.Jobs == int(c.Limit) {
+			res.More = true
+			break
+		}
+		s.removeJob(j)
+		s.finished = s.finished[1:]
+		res.Jobs++
+	}
+	// Event times never decrease (see ApplyEnvelope), so old ones are a prefix.
+	n, _ := slices.BinarySearchFunc(s.events, c.EventsBefore, func(e Event, t int64) int {
+		if e.Time < t {
+			return -1
+		}
+		return 1
+	})
+	if n > 0 {
+		s.dropEvents(n)
+		res.Events = n
+	}
+	if res.Jobs > 0 {
+		s.emit(Event{Type: EventJobsCompacted, Detail: fmt.Sprintf("%d jobs", res.Jobs)})
+	}
+	return res, nil
+}
+
+func applyRaiseTokenFloor(s *state, cmd Command) (any, error) {
+	c := cmd.(*RaiseTokenFloor)
+	if c.Floor > s.lastToken {
+		s.emit(Event{Type: EventTokenFloorRaised, Detail: fmt.Sprintf("from %d to %d", s.lastToken, c.Floor)})
+		s.lastToken = c.Floor
+	}
+	return FloorResult{Next: s.lastToken + 1}, nil
+}
+
+func applyRecordEvent(s *state, cmd Command) (any, error) {
+	c := cmd.(*RecordEvent)
+	s.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})
+	return s.events[len(s.events)-1], nil
+}

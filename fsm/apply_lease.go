@@ -1,0 +1,337 @@
+package fsm
+
+import (
+	"fmt"
+	"math"
+	"slices"
+)
+
+// Handlers for the commands that grant, advance and end leases. Each one
+// checks everything before it changes anything, so a refusal leaves the
+// state as it was (save the event some refusals record).
+
+func applyAcquire(s *state, cmd Command) (any, error) {
+	c := cmd.(*Acquire)
+	w := s.workers[c.WorkerID]
+	if w == nil {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
+	}
+	if toks := s.requests[requestKey(c.WorkerID, c.RequestID)]; len(toks) > 0 {
+		res := AcquireResult{Replayed: true}
+		for _, tok := range toks {
+			j := s.job(s.tokens[tok])
+			res.Grants = append(res.Grants, Grant{Job: *j.clone(), Lease: *findLease(j, tok)})
+		}
+		return res, nil
+	}
+	held := uint32(len(s.workerLeases[c.WorkerID]))
+	if held >= w.Capacity {
+		return AcquireResult{}, nil
+	}
+	n := min(c.Max, w.Capacity-held)
+	if s.lastToken > math.MaxUint64-uint64(n) {
+		return nil, ErrTokensExhausted
+	}
+	heaps := s.candidateHeaps(c.Queues, c.Kinds)
+	var res AcquireResult
+	for range n {
+		seq, ok := s.pickReady(heaps)
+		if !ok {
+			break
+		}
+		j := s.editJob(seq)
+		s.lastToken++
+		l := Lease{
+			Token: s.lastToken, JobID: j.ID, WorkerID: w.ID, RequestID: c.RequestID,
+			State: LeaseActive, GrantedAt: s.lastTime,
+		}
+		to := JobAcquired
+		if c.Start {
+			to, l.StartedAt = JobRunning, s.lastTime
+		}
+		s.addLease(j, l)
+		s.setState(j, to)
+		j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+		s.emit(Event{Type: EventLeaseAcquired, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
+		if c.Start {
+			s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
+		}
+		res.Grants = append(res.Grants, Grant{Job: *j.clone(), Lease: l})
+	}
+	return res, nil
+}
+
+// candidateHeaps returns the ready heaps an acquire may pick from.
+func (s *state) candidateHeaps(queues, kinds []string) []*readyHeap {
+	var out []*readyHeap
+	for _, q := range queues {
+		byKind := s.ready[q]
+		if len(kinds) == 0 {
+			for _, h := range byKind {
+				out = append(out, h)
+			}
+			continue
+		}
+		for _, k := range kinds {
+			if h := byKind[k]; h != nil {
+				out = append(out, h)
+			}
+		}
+	}
+	return out
+}
+
+// pickReady removes and returns the best queued job across heaps. The order
+// is total (priority, then seq), so the heaps' order does not matter.
+func (s *state) pickReady(heaps []*readyHeap) (uint64, bool) {
+	var best *readyHeap
+	var bestItem readyItem
+	for _, h := range heaps {
+		if it, ok := h.peek(s.isQueued); ok && (best == nil || it.before(bestItem)) {
+			best, bestItem = h, it
+		}
+	}
+	if best == nil {
+		return 0, false
+	}
+	best.take()
+	return bestItem.seq, true
+}
+
+func findLease(j *Job, tok uint64) *Lease {
+	for i := range j.Leases {
+		if j.Leases[i].Token == tok {
+			return &j.Leases[i]
+		}
+	}
+	return nil
+}
+
+// checkLive finds the live lease (job, token) for an action by worker. A
+// token that is not the job's live lease is stale: the refusal is recorded
+// with ev (which names the action) and ErrStaleToken returned.
+func (s *state) checkLive(worker, jobID string, tok uint64, ev Event) (*Job, error) {
+	j := s.jobByID(jobID)
+	if j == nil || liveLease(j, tok) == nil {
+		ev.JobID, ev.Token, ev.WorkerID = jobID, tok, worker
+		s.emit(ev)
+		return nil, fmt.Errorf("%w: job %s token %d", ErrStaleToken, jobID, tok)
+	}
+	if owner := j.lastLease().WorkerID; owner != worker {
+		return nil, fmt.Errorf("%w: job %s token %d", ErrNotOwner, jobID, tok)
+	}
+	return j, nil
+}
+
+func applyStart(s *state, cmd Command) (any, error) {
+	c := cmd.(*Start)
+	j, err := s.checkLive(c.WorkerID, c.JobID, c.Token, Event{Type: EventStaleAction, Detail: "start"})
+	if err != nil {
+		return nil, err
+	}
+	if j.State == JobRunning {
+		return *j.lastLease(), nil
+	}
+	j = s.editJob(j.Seq)
+	l := j.lastLease()
+	l.StartedAt = s.lastTime
+	s.setState(j, JobRunning)
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
+	return *l, nil
+}
+
+func applyReport(s *state, cmd Command) (any, error) {
+	c := cmd.(*Report)
+	if j := s.jobByID(c.JobID); j != nil {
+		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported {
+			return s.reportAgain(j, l, c)
+		}
+	}
+	j, err := s.checkLive(c.WorkerID, c.JobID, c.Token, Event{
+		Type: EventStaleReport, Ref: c.Ref, Detail: c.Outcome.String(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	j = s.editJob(j.Seq)
+	l := s.endLease(j, LeaseReported)
+	l.ReportID, l.Outcome, l.Retryable, l.Ref, l.Message = c.ReportID, c.Outcome, c.Retryable, c.Ref, c.Message
+	requeue := false
+	if c.Outcome == OutcomeFailed {
+		j.Attempts++
+		requeue = c.Retryable && j.Attempts < j.MaxAttempts && l.Revoke == RevokeNone
+	}
+	if requeue {
+		s.setState(j, JobQueued)
+	} else {
+		s.setState(j, JobReported)
+	}
+	l.Answer = j.State
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref, Detail: c.Outcome.String()})
+	if requeue {
+		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
+	}
+	return reportResult(j.ID, l), nil
+}
+
+// reportAgain answers a report on an already reported lease: the same report
+// id gets the first answer; another one is a recorded conflict.
+func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
+	if l.WorkerID != c.WorkerID {
+		return nil, fmt.Errorf("%w: job %s token %d", ErrNotOwner, j.ID, l.Token)
+	}
+	if l.ReportID == c.ReportID {
+		return reportResult(j.ID, l), nil
+	}
+	s.emit(Event{
+		Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref,
+		Detail: fmt.Sprintf("report %s conflicts with report %s", c.ReportID, l.ReportID),
+	})
+	return nil, fmt.Errorf("%w: lease %d was already reported by report %s", ErrConflict, l.Token, l.ReportID)
+}
+
+func reportResult(jobID string, l *Lease) ReportResult {
+	return ReportResult{
+		JobID: jobID, Token: l.Token, Outcome: l.Outcome, State: l.Answer,
+		Requeued: l.Answer == JobQueued,
+	}
+}
+
+func applyRelease(s *state, cmd Command) (any, error) {
+	c := cmd.(*Release)
+	j, err := s.checkLive(c.WorkerID, c.JobID, c.Token, Event{Type: EventStaleAction, Detail: "release"})
+	if err != nil {
+		return nil, err
+	}
+	j = s.editJob(j.Seq)
+	s.releaseLease(j, c.Reason)
+	return *j.clone(), nil
+}
+
+// releaseLease ends a job's live lease without an attempt: the job is queued
+// again, or cancelled if a revoke was pending.
+func (s *state) releaseLease(j *Job, reason string) {
+	l := s.endLease(j, LeaseReleased)
+	s.emit(Event{Type: EventLeaseReleased, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: reason})
+	if l.Revoke != RevokeNone {
+		s.finishRevoked(j, l, "released")
+	} else {
+		s.setState(j, JobQueued)
+	}
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+}
+
+// finishRevoked ends a revoked job whose lease ended without a report.
+func (s *state) finishRevoked(j *Job, l *Lease, how string) {
+	j.Reason = fmt.Sprintf("%s; lease %s", l.Revoke, how)
+	s.setState(j, JobCancelled)
+	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token, Detail: j.Reason})
+}
+
+func applyExpire(s *state, cmd Command) (any, error) {
+	c := cmd.(*Expire)
+	var res ExpireResult
+	for _, ref := range c.Leases {
+		j := s.jobByID(ref.JobID)
+		if j == nil || liveLease(j, ref.Token) == nil {
+			res.Ignored = append(res.Ignored, ref)
+			continue
+		}
+		j = s.editJob(j.Seq)
+		s.expireLease(j, c.Reason)
+		res.Expired = append(res.Expired, ref)
+	}
+	return res, nil
+}
+
+// expireLease ends a live lease whose worker was lost and applies the job's
+// policy. A lost worker never counts as an attempt.
+func (s *state) expireLease(j *Job, reason string) {
+	l := s.endLease(j, LeaseExpired)
+	j.Losses++
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventLeaseExpired, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: reason})
+	switch {
+	case l.Revoke != RevokeNone:
+		s.finishRevoked(j, l, "expired")
+	case j.OnWorkerLost == LostFail:
+		j.Reason = ReasonWorkerLost
+		s.setState(j, JobLost)
+		s.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: j.Reason})
+	case j.Losses >= j.MaxWorkerLosses:
+		j.Reason = ReasonPoison
+		s.setState(j, JobFailed)
+		s.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token, Detail: fmt.Sprintf("%s (%d)", j.Reason, j.Losses)})
+	default:
+		s.setState(j, JobQueued)
+		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: ReasonWorkerLost})
+	}
+}
+
+func applyCancel(s *state, cmd Command) (any, error) {
+	c := cmd.(*Cancel)
+	j := s.jobByID(c.JobID)
+	if j == nil {
+		return nil, fmt.Errorf("%w: job %s", ErrNotFound, c.JobID)
+	}
+	switch {
+	case j.State == JobCancelled:
+		return CancelResult{Job: *j.clone()}, nil
+	case j.State.Terminal():
+		return nil, fmt.Errorf("%w: job %s is %s", ErrFinished, j.ID, j.State)
+	case j.State == JobQueued:
+		j = s.editJob(j.Seq)
+		s.cancelQueued(j, c.Reason)
+		return CancelResult{Job: *j.clone()}, nil
+	}
+	want := RevokeCancel
+	if c.Kill {
+		want = RevokeKill
+	}
+	if j.lastLease().Revoke >= want {
+		return CancelResult{Job: *j.clone(), Revoked: true}, nil
+	}
+	j = s.editJob(j.Seq)
+	l := j.lastLease()
+	l.Revoke = want
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventLeaseRevoked, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: joinReason(want.String(), c.Reason)})
+	return CancelResult{Job: *j.clone(), Revoked: true}, nil
+}
+
+func (s *state) cancelQueued(j *Job, reason string) {
+	j.Reason = joinReason(ReasonCancelled, reason)
+	s.setState(j, JobCancelled)
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Detail: j.Reason})
+}
+
+func joinReason(what, why string) string {
+	if why == "" {
+		return what
+	}
+	return what + ": " + why
+}
+
+func applyCancelSubmitter(s *state, cmd Command) (any, error) {
+	c := cmd.(*CancelSubmitter)
+	set := s.submitted[c.Submitter]
+	seqs := make([]uint64, 0, len(set))
+	for seq := range set {
+		seqs = append(seqs, seq)
+	}
+	slices.Sort(seqs) // oldest first, and the same choice on every replica
+	if len(seqs) > int(c.Limit) {
+		seqs = seqs[:c.Limit]
+	}
+	res := CancelSubmitterResult{Cancelled: make([]string, 0, len(seqs))}
+	for _, seq := range seqs {
+		j := s.editJob(seq)
+		s.cancelQueued(j, c.Reason)
+		res.Cancelled = append(res.Cancelled, j.ID)
+	}
+	res.Remaining = len(s.submitted[c.Submitter])
+	return res, nil
+}

@@ -1,0 +1,525 @@
+package fsm
+
+import (
+	"errors"
+	"testing"
+)
+
+// The rows of seed-leases.md that concern state, one test each, then the
+// rules of SPEC section 3 that the seed does not spell out.
+
+// "A worker dies during a run: the run fails as `worker lost`. It is not an
+// attempt." "A worker dies during an evaluation: the evaluation is queued
+// again. Partial output is never scored."
+func TestSeedWorkerDies(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		policy    LostPolicy
+		wantState JobState
+		wantEvent EventType
+	}{
+		{"run", LostFail, JobLost, EventJobLost},
+		{"evaluation", LostRequeue, JobQueued, EventJobRequeued},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.register("w1", 1)
+			s := spec("job")
+			s.OnWorkerLost = tc.policy
+			m.submit(s)
+			g := m.acquireOne("w1")
+			m.do(&Start{WorkerID: "w1", JobID: "job", Token: g.Lease.Token})
+			res := m.do(&Expire{Leases: []LeaseRef{{"job", g.Lease.Token}}, Reason: "silent past toleration"}).(ExpireResult)
+			if len(res.Expired) != 1 {
+				t.Fatalf("expired %v, want the lease", res)
+			}
+			j := m.job("job")
+			if j.State != tc.wantState || j.Attempts != 0 {
+				t.Fatalf("job %s attempts %d, want %s attempts 0", j.State, j.Attempts, tc.wantState)
+			}
+			if tc.policy == LostFail && j.Reason != ReasonWorkerLost {
+				t.Fatalf("reason %q, want %q", j.Reason, ReasonWorkerLost)
+			}
+			if _, ok := m.lastEvent(tc.wantEvent); !ok {
+				t.Fatalf("no %s event", tc.wantEvent)
+			}
+			// The lost attempt's output is never accepted.
+			m.fail(&Report{WorkerID: "w1", JobID: "job", Token: g.Lease.Token, ReportID: "r1",
+				Outcome: OutcomeSucceeded, Ref: "commit-partial"}, ErrStaleToken)
+			if j := m.job("job"); j.State != tc.wantState {
+				t.Fatalf("stale report moved the job to %s", j.State)
+			}
+			if tc.policy == LostRequeue {
+				g2 := m.acquireOne("w1")
+				if g2.Lease.Token <= g.Lease.Token {
+					t.Fatalf("re-grant token %d not above %d", g2.Lease.Token, g.Lease.Token)
+				}
+			}
+		})
+	}
+}
+
+// "A late report: it is refused, and kept as a lease.stale_report event with
+// the ref of its commits."
+func TestSeedLateReport(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.register("w2", 1)
+	m.submit(spec("job"))
+	old := m.acquireOne("w1")
+	m.do(&Expire{Leases: []LeaseRef{{"job", old.Lease.Token}}})
+	cur := m.acquireOne("w2")
+	m.fail(&Report{WorkerID: "w1", JobID: "job", Token: old.Lease.Token, ReportID: "late",
+		Outcome: OutcomeSucceeded, Ref: "commit-abc"}, ErrStaleToken)
+	ev, ok := m.lastEvent(EventStaleReport)
+	if !ok || ev.Ref != "commit-abc" || ev.Token != old.Lease.Token || ev.JobID != "job" || ev.WorkerID != "w1" {
+		t.Fatalf("stale report event %+v", ev)
+	}
+	// The current holder is unaffected and can still report.
+	if r := m.report(cur, "r2", OutcomeSucceeded, false); r.State != JobReported {
+		t.Fatalf("current report: %+v", r)
+	}
+	// A report with a token that was never granted to the job is stale too.
+	m.fail(&Report{WorkerID: "w1", JobID: "nope", Token: 999, ReportID: "x", Outcome: OutcomeFailed}, ErrStaleToken)
+}
+
+// "The same report twice: the second gets the first's answer." And a
+// different report on a reported lease is a recorded conflict.
+func TestSeedSameReportTwice(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("w1")
+	first := m.report(g, "r1", OutcomeFailed, true)
+	if !first.Requeued || first.State != JobQueued {
+		t.Fatalf("retryable failure: %+v", first)
+	}
+	// The job moves on (leased again) before the duplicate arrives.
+	g2 := m.acquireOne("w1")
+	again := m.report(g, "r1", OutcomeFailed, true)
+	if again != first {
+		t.Fatalf("second answer %+v, first %+v", again, first)
+	}
+	m.fail(&Report{WorkerID: "w1", JobID: "job", Token: g.Lease.Token, ReportID: "r-other",
+		Outcome: OutcomeSucceeded}, ErrConflict)
+	if _, ok := m.lastEvent(EventReportConflict); !ok {
+		t.Fatal("conflict not recorded")
+	}
+	if j := m.job("job"); j.State != JobAcquired || j.Attempts != 1 {
+		t.Fatalf("job %s attempts %d after duplicates", j.State, j.Attempts)
+	}
+	m.report(g2, "r2", OutcomeSucceeded, false)
+}
+
+// "The machine sleeps: nothing expires." The state machine has no clock:
+// however far leader time jumps, leases end only by command.
+func TestSeedTimeOnlyFromCommands(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 2)
+	m.submit(spec("a"))
+	g := m.acquireOne("w1")
+	m.advance(365 * 24 * 3600 * 1e9)
+	m.submit(spec("b"))
+	if l, ok := m.job("a").CurrentLease(); !ok || l.Token != g.Lease.Token {
+		t.Fatal("a lease ended without an expire command")
+	}
+}
+
+// "`piloop serve` restarts: its worker finds its leases again." A restart is
+// a restore; the worker lists its live leases, and only those.
+func TestSeedRestartFindsLeases(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 3)
+	for _, id := range []string{"a", "b", "c"} {
+		m.submit(spec(id))
+	}
+	gs := m.acquire("w1", 3)
+	m.report(gs[1], "r", OutcomeSucceeded, false)
+	m.roundTrip()
+	ls := m.f.WorkerLeases("w1")
+	if len(ls) != 2 || ls[0].Token != gs[0].Lease.Token || ls[1].Token != gs[2].Lease.Token {
+		t.Fatalf("leases after restart %+v", ls)
+	}
+	m.do(&Release{WorkerID: "w1", JobID: ls[0].JobID, Token: ls[0].Token, Reason: "cannot re-attach"})
+	if j := m.job(ls[0].JobID); j.State != JobQueued || j.Attempts != 0 {
+		t.Fatalf("released job %s attempts %d", j.State, j.Attempts)
+	}
+}
+
+// The diagram: queued -> cancelled when the daemon stops first.
+func TestSeedCancelBySubmitter(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		s := spec(id)
+		s.Submitter = "exec-1"
+		m.submit(s)
+	}
+	other := spec("other")
+	other.Submitter = "exec-2"
+	m.submit(other)
+	leased := m.acquireOne("w1") // "a": leased jobs are not cancelled by this call
+	res := m.do(&CancelSubmitter{Submitter: "exec-1", Limit: 2}).(CancelSubmitterResult)
+	if len(res.Cancelled) != 2 || res.Cancelled[0] != "b" || res.Cancelled[1] != "c" || res.Remaining != 1 {
+		t.Fatalf("first call %+v", res)
+	}
+	res = m.do(&CancelSubmitter{Submitter: "exec-1", Limit: 2}).(CancelSubmitterResult)
+	if len(res.Cancelled) != 1 || res.Remaining != 0 {
+		t.Fatalf("second call %+v", res)
+	}
+	if j := m.job("other"); j.State != JobQueued {
+		t.Fatalf("another submitter's job is %s", j.State)
+	}
+	if j := m.job(leased.Job.ID); j.State != JobAcquired {
+		t.Fatalf("leased job is %s", j.State)
+	}
+}
+
+func TestSubmitIdempotent(t *testing.T) {
+	m := newMachine(t)
+	first := m.do(&SubmitJob{Spec: spec("job")}).(SubmitResult)
+	again := m.do(&SubmitJob{Spec: spec("job")}).(SubmitResult)
+	if !first.Created || again.Created || again.Job.Seq != first.Job.Seq {
+		t.Fatalf("first %+v again %+v", first, again)
+	}
+	other := spec("job")
+	other.Priority = 9
+	m.fail(&SubmitJob{Spec: other}, ErrConflict)
+	if _, ok := m.lastEvent(EventSubmitConflict); !ok {
+		t.Fatal("conflict not recorded")
+	}
+	if n := m.f.Stats().Jobs[JobQueued]; n != 1 {
+		t.Fatalf("%d queued jobs", n)
+	}
+}
+
+func TestAcquireOrderAndSelection(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 10)
+	mk := func(id, queue, kind string, prio int32) {
+		s := spec(id)
+		s.Queue, s.Kind, s.Priority = queue, kind, prio
+		m.submit(s)
+	}
+	mk("low-old", "default", "eval", 0)
+	mk("high-young", "default", "eval", 5)
+	mk("mid", "default", "run", 2)
+	mk("high-younger", "default", "eval", 5)
+	mk("elsewhere", "other", "eval", 100)
+
+	// Kind filter first: only "run".
+	g := m.do(&Acquire{WorkerID: "w1", RequestID: "k", Queues: []string{"default"}, Kinds: []string{"run"}, Max: 5}).(AcquireResult)
+	if len(g.Grants) != 1 || g.Grants[0].Job.ID != "mid" {
+		t.Fatalf("kind filter granted %+v", g.Grants)
+	}
+	g = m.do(&Acquire{WorkerID: "w1", RequestID: "all", Queues: []string{"default"}, Max: 5}).(AcquireResult)
+	var got []string
+	for _, gr := range g.Grants {
+		got = append(got, gr.Job.ID)
+	}
+	want := []string{"high-young", "high-younger", "low-old"}
+	if len(got) != len(want) {
+		t.Fatalf("granted %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("granted %v, want %v", got, want)
+		}
+	}
+	for i := 1; i < len(g.Grants); i++ {
+		if g.Grants[i].Lease.Token <= g.Grants[i-1].Lease.Token {
+			t.Fatal("tokens not increasing within one acquire")
+		}
+	}
+}
+
+func TestAcquireCapacityAndRequestID(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 2)
+	for _, id := range []string{"a", "b", "c"} {
+		m.submit(spec(id))
+	}
+	acq := &Acquire{WorkerID: "w1", RequestID: "same", Queues: []string{"default"}, Max: 5}
+	first := m.do(acq).(AcquireResult)
+	if len(first.Grants) != 2 {
+		t.Fatalf("capacity 2 granted %d", len(first.Grants))
+	}
+	again := m.do(acq).(AcquireResult)
+	if !again.Replayed || len(again.Grants) != 2 || again.Grants[0].Lease.Token != first.Grants[0].Lease.Token ||
+		again.Grants[1].Lease.Token != first.Grants[1].Lease.Token {
+		t.Fatalf("retry %+v, first %+v", again, first)
+	}
+	full := m.do(&Acquire{WorkerID: "w1", RequestID: "new", Queues: []string{"default"}, Max: 5}).(AcquireResult)
+	if len(full.Grants) != 0 {
+		t.Fatal("granted beyond capacity")
+	}
+	m.fail(&RegisterWorker{WorkerID: "w1", Capacity: 1}, ErrConflict)
+	m.fail(&Acquire{WorkerID: "ghost", RequestID: "x", Queues: []string{"default"}, Max: 1}, ErrUnknownWorker)
+}
+
+func TestReportOutcomes(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		outcome   Outcome
+		retryable bool
+		attempts  uint32 // failed attempts before this report
+		wantState JobState
+	}{
+		{"succeeded", OutcomeSucceeded, false, 0, JobReported},
+		{"failed final", OutcomeFailed, false, 0, JobReported},
+		{"failed retryable", OutcomeFailed, true, 0, JobQueued},
+		{"retryable at max attempts", OutcomeFailed, true, 2, JobReported},
+		{"cancelled", OutcomeCancelled, false, 0, JobReported},
+		{"killed", OutcomeKilled, false, 0, JobReported},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMachine(t)
+			m.register("w1", 1)
+			m.submit(spec("job")) // MaxAttempts 3
+			for i := uint32(0); i < tc.attempts; i++ {
+				m.report(m.acquireOne("w1"), "fail", OutcomeFailed, true)
+			}
+			r := m.report(m.acquireOne("w1"), "final", tc.outcome, tc.retryable)
+			j := m.job("job")
+			if r.State != tc.wantState || j.State != tc.wantState {
+				t.Fatalf("answer %s job %s, want %s", r.State, j.State, tc.wantState)
+			}
+			wantAttempts := tc.attempts
+			if tc.outcome == OutcomeFailed {
+				wantAttempts++
+			}
+			if j.Attempts != wantAttempts {
+				t.Fatalf("attempts %d, want %d", j.Attempts, wantAttempts)
+			}
+		})
+	}
+}
+
+func TestLeaseActionsRefused(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.register("w2", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("w1")
+	tok := g.Lease.Token
+	m.fail(&Start{WorkerID: "w2", JobID: "job", Token: tok}, ErrNotOwner)
+	m.fail(&Report{WorkerID: "w2", JobID: "job", Token: tok, ReportID: "r", Outcome: OutcomeSucceeded}, ErrNotOwner)
+	m.fail(&Release{WorkerID: "w2", JobID: "job", Token: tok}, ErrNotOwner)
+	m.fail(&Start{WorkerID: "w1", JobID: "job", Token: tok + 1}, ErrStaleToken)
+	if ev, ok := m.lastEvent(EventStaleAction); !ok || ev.Detail != "start" {
+		t.Fatalf("stale start not recorded: %+v", ev)
+	}
+	m.do(&Start{WorkerID: "w1", JobID: "job", Token: tok})
+	m.do(&Start{WorkerID: "w1", JobID: "job", Token: tok}) // idempotent
+	m.do(&Release{WorkerID: "w1", JobID: "job", Token: tok})
+	m.fail(&Release{WorkerID: "w1", JobID: "job", Token: tok}, ErrStaleToken)
+	if ev, ok := m.lastEvent(EventStaleAction); !ok || ev.Detail != "release" {
+		t.Fatalf("stale release not recorded: %+v", ev)
+	}
+}
+
+func TestCancelAndKill(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 3)
+	for _, id := range []string{"queued", "leased", "killed"} {
+		m.submit(spec(id))
+	}
+	gs := m.acquire("w1", 2) // "queued" and "leased" by age... pick by id below
+	byID := map[string]Grant{}
+	for _, g := range gs {
+		byID[g.Job.ID] = g
+	}
+	// Age order granted "queued" and "leased"; "killed" is still queued.
+	res := m.do(&Cancel{JobID: "killed", Reason: "user"}).(CancelResult)
+	if res.Revoked || res.Job.State != JobCancelled {
+		t.Fatalf("cancel of queued job: %+v", res)
+	}
+	m.do(&Cancel{JobID: "killed"}) // cancelling a cancelled job is idempotent
+
+	res = m.do(&Cancel{JobID: "leased"}).(CancelResult)
+	if !res.Revoked || res.Job.State != JobAcquired {
+		t.Fatalf("cancel of leased job: %+v", res)
+	}
+	res = m.do(&Cancel{JobID: "leased", Kill: true}).(CancelResult)
+	if l, _ := res.Job.CurrentLease(); l.Revoke != RevokeKill {
+		t.Fatalf("kill did not upgrade the revoke: %v", l.Revoke)
+	}
+	m.do(&Cancel{JobID: "leased"}) // a cancel never downgrades a kill
+	if l, _ := m.job("leased").CurrentLease(); l.Revoke != RevokeKill {
+		t.Fatal("cancel downgraded a kill")
+	}
+	// The revoked job still reports.
+	r := m.report(byID["leased"], "r", OutcomeKilled, false)
+	if r.State != JobReported {
+		t.Fatalf("revoked report: %+v", r)
+	}
+	// A retryable failure of a revoked job is not requeued.
+	m.do(&Cancel{JobID: "queued"})
+	if r := m.report(byID["queued"], "r", OutcomeFailed, true); r.Requeued {
+		t.Fatal("revoked job requeued")
+	}
+	m.fail(&Cancel{JobID: "queued"}, ErrFinished)
+	m.fail(&Cancel{JobID: "missing"}, ErrNotFound)
+}
+
+func TestRevokedLeaseEndsWithoutReport(t *testing.T) {
+	for _, how := range []string{"expire", "release"} {
+		t.Run(how, func(t *testing.T) {
+			m := newMachine(t)
+			m.register("w1", 1)
+			m.submit(spec("job"))
+			g := m.acquireOne("w1")
+			m.do(&Cancel{JobID: "job"})
+			if how == "expire" {
+				m.do(&Expire{Leases: []LeaseRef{{"job", g.Lease.Token}}})
+			} else {
+				m.do(&Release{WorkerID: "w1", JobID: "job", Token: g.Lease.Token})
+			}
+			if j := m.job("job"); j.State != JobCancelled {
+				t.Fatalf("revoked job after %s is %s, want cancelled", how, j.State)
+			}
+		})
+	}
+}
+
+func TestPoisonJob(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	s := spec("poison")
+	s.MaxWorkerLosses = 2
+	m.submit(s)
+	for i := 0; i < 2; i++ {
+		g := m.acquireOne("w1")
+		m.do(&Expire{Leases: []LeaseRef{{"poison", g.Lease.Token}}})
+	}
+	j := m.job("poison")
+	if j.State != JobFailed || j.Reason != ReasonPoison || j.Losses != 2 || j.Attempts != 0 {
+		t.Fatalf("poison job: state %s reason %q losses %d attempts %d", j.State, j.Reason, j.Losses, j.Attempts)
+	}
+}
+
+func TestExpireIgnoresNonCurrent(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.register("w2", 1)
+	m.submit(spec("job"))
+	g1 := m.acquireOne("w1")
+	m.report(g1, "r", OutcomeFailed, true) // requeued
+	g2 := m.acquireOne("w2")
+	res := m.do(&Expire{Leases: []LeaseRef{{"job", g1.Lease.Token}, {"ghost", 77}}}).(ExpireResult)
+	if len(res.Expired) != 0 || len(res.Ignored) != 2 {
+		t.Fatalf("expire of old tokens: %+v", res)
+	}
+	if l, ok := m.job("job").CurrentLease(); !ok || l.Token != g2.Lease.Token {
+		t.Fatal("expire of an old token ended the current lease")
+	}
+}
+
+func TestDeregisterReleasesLeases(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 2)
+	m.submit(spec("a"))
+	m.submit(spec("b"))
+	gs := m.acquire("w1", 2)
+	res := m.do(&DeregisterWorker{WorkerID: "w1"}).(DeregisterResult)
+	if len(res.Released) != 2 {
+		t.Fatalf("released %+v", res)
+	}
+	for _, g := range gs {
+		if j := m.job(g.Job.ID); j.State != JobQueued {
+			t.Fatalf("job %s is %s", g.Job.ID, j.State)
+		}
+	}
+	m.fail(&DeregisterWorker{WorkerID: "w1"}, ErrUnknownWorker)
+}
+
+func TestCompaction(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	for _, id := range []string{"a", "b", "c"} {
+		m.submit(spec(id))
+		m.report(m.acquireOne("w1"), "r-"+id, OutcomeSucceeded, false)
+		m.advance(10)
+	}
+	m.submit(spec("open"))
+	cutoff := m.now - 15 // a and b finished before it, c after
+	res := m.do(&Compact{JobsBefore: cutoff, EventsBefore: cutoff, Limit: 1}).(CompactResult)
+	if res.Jobs != 1 || !res.More {
+		t.Fatalf("first compaction %+v", res)
+	}
+	res = m.do(&Compact{JobsBefore: cutoff, EventsBefore: cutoff, Limit: 10}).(CompactResult)
+	if res.Jobs != 1 || res.More {
+		t.Fatalf("second compaction %+v", res)
+	}
+	for id, want := range map[string]bool{"a": false, "b": false, "c": true, "open": true} {
+		if _, err := m.f.Job(id); (err == nil) != want {
+			t.Fatalf("job %s kept=%t, want %t", id, err == nil, want)
+		}
+	}
+	page := m.f.Events(0, MaxPageSize)
+	if !page.Truncated || page.Events[0].Time < cutoff {
+		t.Fatalf("events not compacted: first %+v truncated %t", page.Events[0], page.Truncated)
+	}
+	// A compacted job id can be submitted again as a new job.
+	if r := m.do(&SubmitJob{Spec: spec("a")}).(SubmitResult); !r.Created {
+		t.Fatal("resubmission after compaction was not created")
+	}
+}
+
+func TestTokenFloor(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.submit(spec("a"))
+	g := m.acquireOne("w1")
+	res := m.do(&RaiseTokenFloor{Floor: 1000}).(FloorResult)
+	if res.Next != 1001 {
+		t.Fatalf("next %d", res.Next)
+	}
+	m.do(&RaiseTokenFloor{Floor: 5}) // never lowers
+	m.report(g, "r", OutcomeFailed, true)
+	if g2 := m.acquireOne("w1"); g2.Lease.Token != 1001 {
+		t.Fatalf("token after floor %d, want 1001", g2.Lease.Token)
+	}
+	m.fail(&RaiseTokenFloor{Floor: MaxTokenFloor + 1}, ErrInvalidArgument)
+}
+
+func TestRecordEvent(t *testing.T) {
+	m := newMachine(t)
+	ev := m.do(&RecordEvent{Event: EventAbsenceRule, Detail: "gap 12s"}).(Event)
+	if ev.Type != EventAbsenceRule || ev.Seq == 0 {
+		t.Fatalf("recorded %+v", ev)
+	}
+	m.fail(&RecordEvent{Event: EventLeaseExpired}, ErrInvalidArgument)
+}
+
+func TestFence(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("w1")
+	if r := m.f.Fence("job", g.Lease.Token); !r.Current {
+		t.Fatalf("fence of live token %+v", r)
+	}
+	m.do(&Expire{Leases: []LeaseRef{{"job", g.Lease.Token}}})
+	g2 := m.acquireOne("w1")
+	if r := m.f.Fence("job", g.Lease.Token); r.Current || r.CurrentToken != g2.Lease.Token {
+		t.Fatalf("fence of old token %+v", r)
+	}
+	if r := m.f.Fence("nope", 1); r.Current || r.State != 0 {
+		t.Fatalf("fence of unknown job %+v", r)
+	}
+}
+
+func TestApplyRefusesReplayedIndex(t *testing.T) {
+	f := New()
+	data, err := Encode(1, &RegisterWorker{WorkerID: "w", Capacity: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Apply(5, data); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Apply(5, data); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("replayed index: %v", err)
+	}
+}

@@ -1,0 +1,558 @@
+package fsm
+
+import "fmt"
+
+// CommandType numbers the commands in the log. Append only: a number, once
+// released, keeps its meaning forever.
+type CommandType uint8
+
+const (
+	CmdRegisterWorker   CommandType = 1
+	CmdDeregisterWorker CommandType = 2
+	CmdSubmitJob        CommandType = 3
+	CmdAcquire          CommandType = 4
+	CmdStart            CommandType = 5
+	CmdReport           CommandType = 6
+	CmdRelease          CommandType = 7
+	CmdCancel           CommandType = 8
+	CmdCancelSubmitter  CommandType = 9
+	CmdExpire           CommandType = 10
+	CmdCompact          CommandType = 11
+	CmdRaiseTokenFloor  CommandType = 12
+	CmdRecordEvent      CommandType = 13
+)
+
+// Command is one state change. Commands are plain values: the leader
+// validates and encodes them, every replica decodes and applies them.
+type Command interface {
+	Type() CommandType
+	// Validate checks every field against its rule and bound. It never
+	// mutates the command.
+	Validate() error
+	encode(e *encoder)
+	decode(d *decoder)
+}
+
+// RegisterWorker registers a worker or updates its capacity.
+type RegisterWorker struct {
+	WorkerID string
+	Capacity uint32
+}
+
+// DeregisterWorker removes a worker; its live leases are released.
+type DeregisterWorker struct {
+	WorkerID string
+}
+
+// SubmitJob submits a job, idempotently on its ID.
+type SubmitJob struct {
+	Spec JobSpec
+}
+
+// Acquire grants up to Max leases to a worker, picking by priority, then
+// age, among queued jobs of the given queues (and kinds, if any).
+type Acquire struct {
+	WorkerID string
+	// RequestID makes the acquire idempotent: a retry with the same id
+	// returns the leases the first one granted.
+	RequestID string
+	Queues    []string
+	Kinds     []string // empty: any kind
+	Max       uint32
+	// Start marks the granted leases running at once.
+	Start bool
+}
+
+// Start marks a lease's job running.
+type Start struct {
+	WorkerID string
+	JobID    string
+	Token    uint64
+}
+
+// Report is a worker's final word on a lease.
+type Report struct {
+	WorkerID  string
+	JobID     string
+	Token     uint64
+	ReportID  string
+	Outcome   Outcome
+	Retryable bool // with OutcomeFailed: requeue until MaxAttempts
+	Ref       string
+	Message   string
+}
+
+// Release gives a lease back; the job is queued again at once and no
+// attempt is counted.
+type Release struct {
+	WorkerID string
+	JobID    string
+	Token    uint64
+	Reason   string
+}
+
+// Cancel cancels a queued job, or revokes a leased one (Kill: stop now).
+type Cancel struct {
+	JobID  string
+	Kill   bool
+	Reason string
+}
+
+// CancelSubmitter cancels up to Limit queued jobs of one submitter, oldest
+// first. The result says whether more remain.
+type CancelSubmitter struct {
+	Submitter string
+	Limit     uint32
+	Reason    string
+}
+
+// Expire ends the listed leases because their worker was silent past
+// toleration. A lease that is no longer current is ignored.
+type Expire struct {
+	Leases []LeaseRef
+	Reason string
+}
+
+// Compact removes terminal jobs finished before JobsBefore and events older
+// than EventsBefore, at most Limit jobs per command.
+type Compact struct {
+	JobsBefore   int64
+	EventsBefore int64
+	Limit        uint32
+}
+
+// RaiseTokenFloor makes every later token larger than Floor.
+type RaiseTokenFloor struct {
+	Floor uint64
+}
+
+// RecordEvent records a fact only the leader observes (see recordable).
+type RecordEvent struct {
+	Event    EventType
+	WorkerID string
+	Detail   string
+}
+
+func (*RegisterWorker) Type() CommandType   { return CmdRegisterWorker }
+func (*DeregisterWorker) Type() CommandType { return CmdDeregisterWorker }
+func (*SubmitJob) Type() CommandType        { return CmdSubmitJob }
+func (*Acquire) Type() CommandType          { return CmdAcquire }
+func (*Start) Type() CommandType            { return CmdStart }
+func (*Report) Type() CommandType           { return CmdReport }
+func (*Release) Type() CommandType          { return CmdRelease }
+func (*Cancel) Type() CommandType           { return CmdCancel }
+func (*CancelSubmitter) Type() CommandType  { return CmdCancelSubmitter }
+func (*Expire) Type() CommandType           { return CmdExpire }
+func (*Compact) Type() CommandType          { return CmdCompact }
+func (*RaiseTokenFloor) Type() CommandType  { return CmdRaiseTokenFloor }
+func (*RecordEvent) Type() CommandType      { return CmdRecordEvent }
+
+// --- validation ---
+
+func (c *RegisterWorker) Validate() error {
+	if err := checkID("worker_id", c.WorkerID); err != nil {
+		return err
+	}
+	if c.Capacity == 0 {
+		return invalid("capacity", "must be at least 1")
+	}
+	if c.Capacity > MaxCapacity {
+		return invalid("capacity", "%d exceeds %d", c.Capacity, MaxCapacity)
+	}
+	return nil
+}
+
+func (c *DeregisterWorker) Validate() error { return checkID("worker_id", c.WorkerID) }
+
+func (c *SubmitJob) Validate() error { return c.Spec.Validate() }
+
+// Validate checks a job spec. It never fills defaults: the API does that.
+func (s *JobSpec) Validate() error {
+	if err := checkID("job.id", s.ID); err != nil {
+		return err
+	}
+	if err := checkName("job.queue", s.Queue); err != nil {
+		return err
+	}
+	if err := checkName("job.kind", s.Kind); err != nil {
+		return err
+	}
+	if len(s.Payload) > MaxPayloadLen {
+		return tooLarge("job.payload", len(s.Payload), MaxPayloadLen)
+	}
+	if err := checkOptionalID("job.submitter", s.Submitter); err != nil {
+		return err
+	}
+	if s.MaxAttempts < 1 || s.MaxAttempts > MaxAttempts {
+		return invalid("job.max_attempts", "%d is outside 1..%d", s.MaxAttempts, MaxAttempts)
+	}
+	if _, ok := lostPolicyNames[s.OnWorkerLost]; !ok {
+		return invalid("job.on_worker_lost", "unknown policy %d", s.OnWorkerLost)
+	}
+	if s.MaxWorkerLosses < 1 || s.MaxWorkerLosses > MaxAttempts {
+		return invalid("job.max_worker_losses", "%d is outside 1..%d", s.MaxWorkerLosses, MaxAttempts)
+	}
+	return nil
+}
+
+func (c *Acquire) Validate() error {
+	if err := checkID("worker_id", c.WorkerID); err != nil {
+		return err
+	}
+	if err := checkID("request_id", c.RequestID); err != nil {
+		return err
+	}
+	if len(c.Queues) == 0 {
+		return invalid("queues", "name at least one queue")
+	}
+	if err := checkNames("queues", c.Queues); err != nil {
+		return err
+	}
+	if err := checkNames("kinds", c.Kinds); err != nil {
+		return err
+	}
+	if c.Max == 0 {
+		return invalid("max", "must be at least 1")
+	}
+	if c.Max > MaxAcquireBatch {
+		return tooLarge("max", int(c.Max), MaxAcquireBatch)
+	}
+	return nil
+}
+
+func checkLeaseAction(worker, job string, token uint64) error {
+	if err := checkID("worker_id", worker); err != nil {
+		return err
+	}
+	if err := checkID("job_id", job); err != nil {
+		return err
+	}
+	return checkToken("token", token)
+}
+
+func (c *Start) Validate() error { return checkLeaseAction(c.WorkerID, c.JobID, c.Token) }
+
+func (c *Report) Validate() error {
+	if err := checkLeaseAction(c.WorkerID, c.JobID, c.Token); err != nil {
+		return err
+	}
+	if err := checkID("report_id", c.ReportID); err != nil {
+		return err
+	}
+	if _, ok := outcomeNames[c.Outcome]; !ok {
+		return invalid("outcome", "unknown outcome %d", c.Outcome)
+	}
+	if c.Retryable && c.Outcome != OutcomeFailed {
+		return invalid("retryable", "only a failed outcome can be retryable")
+	}
+	if err := checkText("ref", c.Ref, MaxRefLen); err != nil {
+		return err
+	}
+	return checkText("message", c.Message, MaxMessageLen)
+}
+
+func (c *Release) Validate() error {
+	if err := checkLeaseAction(c.WorkerID, c.JobID, c.Token); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *Cancel) Validate() error {
+	if err := checkID("job_id", c.JobID); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *CancelSubmitter) Validate() error {
+	if err := checkID("submitter", c.Submitter); err != nil {
+		return err
+	}
+	if c.Limit == 0 || c.Limit > MaxCancelBatch {
+		return invalid("limit", "%d is outside 1..%d", c.Limit, MaxCancelBatch)
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *Expire) Validate() error {
+	if len(c.Leases) == 0 {
+		return invalid("leases", "name at least one lease")
+	}
+	if len(c.Leases) > MaxExpireBatch {
+		return tooLarge("leases", len(c.Leases), MaxExpireBatch)
+	}
+	for _, l := range c.Leases {
+		if err := checkID("leases.job_id", l.JobID); err != nil {
+			return err
+		}
+		if err := checkToken("leases.token", l.Token); err != nil {
+			return err
+		}
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *Compact) Validate() error {
+	if c.Limit == 0 || c.Limit > MaxCompactBatch {
+		return invalid("limit", "%d is outside 1..%d", c.Limit, MaxCompactBatch)
+	}
+	return nil
+}
+
+func (c *RaiseTokenFloor) Validate() error {
+	if c.Floor > MaxTokenFloor {
+		return invalid("floor", "%d exceeds %d", c.Floor, uint64(MaxTokenFloor))
+	}
+	return nil
+}
+
+func (c *RecordEvent) Validate() error {
+	if !recordable[c.Event] {
+		return invalid("event", "event type %s cannot be recorded directly", c.Event)
+	}
+	if err := checkOptionalID("worker_id", c.WorkerID); err != nil {
+		return err
+	}
+	return checkText("detail", c.Detail, MaxMessageLen)
+}
+
+// --- encoding: fields in declaration order ---
+
+func (c *RegisterWorker) encode(e *encoder) { e.str(c.WorkerID); e.uvarint(uint64(c.Capacity)) }
+func (c *RegisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen); c.Capacity = d.u32() }
+
+func (c *DeregisterWorker) encode(e *encoder) { e.str(c.WorkerID) }
+func (c *DeregisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen) }
+
+func (c *SubmitJob) encode(e *encoder) { encodeSpec(e, &c.Spec) }
+func (c *SubmitJob) decode(d *decoder) { decodeSpec(d, &c.Spec) }
+
+func encodeSpec(e *encoder, s *JobSpec) {
+	e.str(s.ID)
+	e.str(s.Queue)
+	e.str(s.Kind)
+	e.bytes(s.Payload)
+	e.varint(int64(s.Priority))
+	e.str(s.Submitter)
+	e.uvarint(uint64(s.MaxAttempts))
+	e.byte1(uint8(s.OnWorkerLost))
+	e.uvarint(uint64(s.MaxWorkerLosses))
+}
+
+func decodeSpec(d *decoder, s *JobSpec) {
+	s.ID = d.str(MaxIDLen)
+	s.Queue = d.str(MaxNameLen)
+	s.Kind = d.str(MaxNameLen)
+	s.Payload = d.bytes(MaxPayloadLen)
+	s.Priority = d.i32()
+	s.Submitter = d.str(MaxIDLen)
+	s.MaxAttempts = d.u32()
+	s.OnWorkerLost = LostPolicy(d.byte1())
+	s.MaxWorkerLosses = d.u32()
+}
+
+func (c *Acquire) encode(e *encoder) {
+	e.str(c.WorkerID)
+	e.str(c.RequestID)
+	e.strs(c.Queues)
+	e.strs(c.Kinds)
+	e.uvarint(uint64(c.Max))
+	e.bool(c.Start)
+}
+
+func (c *Acquire) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	c.RequestID = d.str(MaxIDLen)
+	c.Queues = d.strs(MaxSelectors, MaxNameLen)
+	c.Kinds = d.strs(MaxSelectors, MaxNameLen)
+	c.Max = d.u32()
+	c.Start = d.bool()
+}
+
+func (c *Start) encode(e *encoder) { e.str(c.WorkerID); e.str(c.JobID); e.uvarint(c.Token) }
+func (c *Start) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	c.JobID = d.str(MaxIDLen)
+	c.Token = d.uvarint()
+}
+
+func (c *Report) encode(e *encoder) {
+	e.str(c.WorkerID)
+	e.str(c.JobID)
+	e.uvarint(c.Token)
+	e.str(c.ReportID)
+	e.byte1(uint8(c.Outcome))
+	e.bool(c.Retryable)
+	e.str(c.Ref)
+	e.str(c.Message)
+}
+
+func (c *Report) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	c.JobID = d.str(MaxIDLen)
+	c.Token = d.uvarint()
+	c.ReportID = d.str(MaxIDLen)
+	c.Outcome = Outcome(d.byte1())
+	c.Retryable = d.bool()
+	c.Ref = d.str(MaxRefLen)
+	c.Message = d.str(MaxMessageLen)
+}
+
+func (c *Release) encode(e *encoder) {
+	e.str(c.WorkerID)
+	e.str(c.JobID)
+	e.uvarint(c.Token)
+	e.str(c.Reason)
+}
+
+func (c *Release) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	c.JobID = d.str(MaxIDLen)
+	c.Token = d.uvarint()
+	c.Reason = d.str(MaxMessageLen)
+}
+
+func (c *Cancel) encode(e *encoder) { e.str(c.JobID); e.bool(c.Kill); e.str(c.Reason) }
+func (c *Cancel) decode(d *decoder) {
+	c.JobID = d.str(MaxIDLen)
+	c.Kill = d.bool()
+	c.Reason = d.str(MaxMessageLen)
+}
+
+func (c *CancelSubmitter) encode(e *encoder) {
+	e.str(c.Submitter)
+	e.uvarint(uint64(c.Limit))
+	e.str(c.Reason)
+}
+
+func (c *CancelSubmitter) decode(d *decoder) {
+	c.Submitter = d.str(MaxIDLen)
+	c.Limit = d.u32()
+	c.Reason = d.str(MaxMessageLen)
+}
+
+func (c *Expire) encode(e *encoder) {
+	e.uvarint(uint64(len(c.Leases)))
+	for _, l := range c.Leases {
+		e.str(l.JobID)
+		e.uvarint(l.Token)
+	}
+	e.str(c.Reason)
+}
+
+func (c *Expire) decode(d *decoder) {
+	n := d.count(MaxExpireBatch)
+	if n > 0 {
+		c.Leases = make([]LeaseRef, n)
+		for i := range c.Leases {
+			c.Leases[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
+		}
+	}
+	c.Reason = d.str(MaxMessageLen)
+}
+
+func (c *Compact) encode(e *encoder) {
+	e.varint(c.JobsBefore)
+	e.varint(c.EventsBefore)
+	e.uvarint(uint64(c.Limit))
+}
+
+func (c *Compact) decode(d *decoder) {
+	c.JobsBefore = d.varint()
+	c.EventsBefore = d.varint()
+	c.Limit = d.u32()
+}
+
+func (c *RaiseTokenFloor) encode(e *encoder) { e.uvarint(c.Floor) }
+func (c *RaiseTokenFloor) decode(d *decoder) { c.Floor = d.uvarint() }
+
+func (c *RecordEvent) encode(e *encoder) { e.byte1(uint8(c.Event)); e.str(c.WorkerID); e.str(c.Detail) }
+func (c *RecordEvent) decode(d *decoder) {
+	c.Event = EventType(d.byte1())
+	c.WorkerID = d.str(MaxIDLen)
+	c.Detail = d.str(MaxMessageLen)
+}
+
+// --- envelope ---
+
+// codecVersion is the first byte of every encoded command.
+const codecVersion = 1
+
+// commandFactories builds an empty command of each type. Registration
+// panics on a duplicate so two types can never share a number.
+var commandFactories = map[CommandType]func() Command{}
+
+func registerCommand(f func() Command) {
+	t := f().Type()
+	if _, dup := commandFactories[t]; dup {
+		panic(fmt.Sprintf("fsm: command type %d registered twice", t))
+	}
+	commandFactories[t] = f
+}
+
+func init() {
+	registerCommand(func() Command { return new(RegisterWorker) })
+	registerCommand(func() Command { return new(DeregisterWorker) })
+	registerCommand(func() Command { return new(SubmitJob) })
+	registerCommand(func() Command { return new(Acquire) })
+	registerCommand(func() Command { return new(Start) })
+	registerCommand(func() Command { return new(Report) })
+	registerCommand(func() Command { return new(Release) })
+	registerCommand(func() Command { return new(Cancel) })
+	registerCommand(func() Command { return new(CancelSubmitter) })
+	registerCommand(func() Command { return new(Expire) })
+	registerCommand(func() Command { return new(Compact) })
+	registerCommand(func() Command { return new(RaiseTokenFloor) })
+	registerCommand(func() Command { return new(RecordEvent) })
+}
+
+// Envelope is a decoded log entry: the command and the time the leader
+// stamped on it.
+type Envelope struct {
+	// Time is the leader's clock when it proposed the command, unix
+	// nanoseconds. It is the only time the state machine ever sees.
+	Time    int64
+	Command Command
+}
+
+// Encode validates a command and encodes it with its time. Nothing that
+// fails validation is ever encoded.
+func Encode(time int64, c Command) ([]byte, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	e := encoder{b: make([]byte, 0, 64)}
+	e.byte1(codecVersion)
+	e.byte1(uint8(c.Type()))
+	e.varint(time)
+	c.encode(&e)
+	return e.b, nil
+}
+
+// Decode decodes and validates one log entry. An unknown command type is
+// ErrUnknownCommand; anything else that does not decode to a valid command
+// is ErrCorrupt.
+func Decode(b []byte) (Envelope, error) {
+	d := decoder{b: b}
+	if v := d.byte1(); d.err == nil && v != codecVersion {
+		return Envelope{}, fmt.Errorf("%w: codec version %d", ErrCorrupt, v)
+	}
+	t := CommandType(d.byte1())
+	if d.err != nil {
+		return Envelope{}, d.err
+	}
+	factory, ok := commandFactories[t]
+	if !ok {
+		return Envelope{}, fmt.Errorf("%w: %d", ErrUnknownCommand, t)
+	}
+	env := Envelope{Time: d.varint(), Command: factory()}
+	env.Command.decode(&d)
+	if err := d.done(); err != nil {
+		return Envelope{}, err
+	}
+	if err := env.Command.Validate(); err != nil {
+		return Envelope{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return env, nil
+}

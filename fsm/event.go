@@ -1,0 +1,83 @@
+package fsm
+
+// EventType names what happened. Numbers are stored in snapshots: append only.
+type EventType uint8
+
+const (
+	EventJobSubmitted       EventType = 1
+	EventLeaseAcquired      EventType = 2
+	EventLeaseStarted       EventType = 3
+	EventLeaseReported      EventType = 4
+	EventLeaseExpired       EventType = 5
+	EventLeaseReleased      EventType = 6
+	EventLeaseRevoked       EventType = 7
+	EventStaleReport        EventType = 8  // a report with a stale token, refused; carries the ref
+	EventReportConflict     EventType = 9  // a second, different report on a reported lease
+	EventJobCancelled       EventType = 10 // a queued job cancelled, or a revoked job ended
+	EventJobLost            EventType = 11 // worker lost, policy "fail"
+	EventJobFailed          EventType = 12 // poison job
+	EventJobRequeued        EventType = 13
+	EventSubmitConflict     EventType = 14 // same job id, another spec
+	EventStaleAction        EventType = 15 // start or release with a stale token, refused
+	EventWorkerRegistered   EventType = 16
+	EventWorkerDeregistered EventType = 17
+	EventWorkerUnreachable  EventType = 18 // recorded by the leader (RecordEvent)
+	EventWorkerReachable    EventType = 19 // recorded by the leader
+	EventAbsenceRule        EventType = 20 // recorded by the leader: a gap was not charged to workers
+	EventLeaderChanged      EventType = 21 // recorded by the leader
+	EventTokenFloorRaised   EventType = 22
+	EventJobsCompacted      EventType = 23
+)
+
+var eventTypeNames = map[EventType]string{
+	EventJobSubmitted:       "job.submitted",
+	EventLeaseAcquired:      "lease.acquired",
+	EventLeaseStarted:       "lease.started",
+	EventLeaseReported:      "lease.reported",
+	EventLeaseExpired:       "lease.expired",
+	EventLeaseReleased:      "lease.released",
+	EventLeaseRevoked:       "lease.revoked",
+	EventStaleReport:        "lease.stale_report",
+	EventReportConflict:     "lease.report_conflict",
+	EventJobCancelled:       "job.cancelled",
+	EventJobLost:            "job.lost",
+	EventJobFailed:          "job.failed",
+	EventJobRequeued:        "job.requeued",
+	EventSubmitConflict:     "job.submit_conflict",
+	EventStaleAction:        "lease.stale_action",
+	EventWorkerRegistered:   "worker.registered",
+	EventWorkerDeregistered: "worker.deregistered",
+	EventWorkerUnreachable:  "worker.unreachable",
+	EventWorkerReachable:    "worker.reachable",
+	EventAbsenceRule:        "leader.absence_rule",
+	EventLeaderChanged:      "leader.changed",
+	EventTokenFloorRaised:   "tokens.floor_raised",
+	EventJobsCompacted:      "jobs.compacted",
+}
+
+func (t EventType) String() string { return enumName(eventTypeNames, t) }
+
+// ParseEventType is the inverse of String.
+func ParseEventType(s string) (EventType, bool) { return enumParse(eventTypeNames, s) }
+
+// recordable are the event types the leader may record with RecordEvent:
+// facts about time and leadership that only the leader observes.
+var recordable = map[EventType]bool{
+	EventWorkerUnreachable: true,
+	EventWorkerReachable:   true,
+	EventAbsenceRule:       true,
+	EventLeaderChanged:     true,
+}
+
+// Event is one entry of the replicated event log.
+type Event struct {
+	Seq      uint64 // strictly increasing, starts at 1
+	Index    uint64 // raft index of the command that produced it
+	Time     int64  // the command's leader-stamped time, unix nanoseconds
+	Type     EventType
+	JobID    string
+	Token    uint64
+	WorkerID string
+	Ref      string // a report's output ref (reported, stale_report)
+	Detail   string // reason, outcome or message
+}

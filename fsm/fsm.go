@@ -1,0 +1,114 @@
+package fsm
+
+import (
+	"fmt"
+	"sync"
+)
+
+// FSM is the lease state machine. It holds no clock, starts no goroutine and
+// performs no I/O but the snapshot stream.
+//
+// Concurrency contract (the same as hashicorp/raft's FSM):
+//   - Apply, Snapshot and Restore are called from one goroutine, never
+//     concurrently with each other.
+//   - Snapshot.WriteTo may run concurrently with Apply: it reads a frozen
+//     copy-on-write view.
+//   - Every query may run concurrently with everything; queries see the state
+//     between two applies, never in the middle of one.
+type FSM struct {
+	mu       sync.RWMutex
+	st       *state
+	handlers map[CommandType]handler
+	changed  chan struct{} // closed and replaced after every apply that emits events
+}
+
+type handler func(s *state, c Command) (any, error)
+
+// New returns an empty state machine.
+func New() *FSM {
+	f := &FSM{st: newState(), handlers: map[CommandType]handler{}, changed: make(chan struct{})}
+	f.register(CmdRegisterWorker, applyRegisterWorker)
+	f.register(CmdDeregisterWorker, applyDeregisterWorker)
+	f.register(CmdSubmitJob, applySubmitJob)
+	f.register(CmdAcquire, applyAcquire)
+	f.register(CmdStart, applyStart)
+	f.register(CmdReport, applyReport)
+	f.register(CmdRelease, applyRelease)
+	f.register(CmdCancel, applyCancel)
+	f.register(CmdCancelSubmitter, applyCancelSubmitter)
+	f.register(CmdExpire, applyExpire)
+	f.register(CmdCompact, applyCompact)
+	f.register(CmdRaiseTokenFloor, applyRaiseTokenFloor)
+	f.register(CmdRecordEvent, applyRecordEvent)
+	for t := range commandFactories {
+		if f.handlers[t] == nil {
+			panic(fmt.Sprintf("fsm: command type %d has no handler", t))
+		}
+	}
+	return f
+}
+
+// register adds a handler; a second registration of one type panics.
+func (f *FSM) register(t CommandType, h handler) {
+	if _, dup := f.handlers[t]; dup {
+		panic(fmt.Sprintf("fsm: handler for command type %d registered twice", t))
+	}
+	f.handlers[t] = h
+}
+
+// Apply decodes and applies the log entry at index. It returns the
+// command's result (see results.go) or its error.
+//
+// Decode failures are ErrUnknownCommand or ErrCorrupt and change nothing;
+// the caller must treat them as fatal, because a replica that skips an
+// entry diverges. Every other error is a deterministic refusal: every
+// replica refuses the same command the same way, and a refusal changes
+// nothing except, where the rules say so, recording an event.
+func (f *FSM) Apply(index uint64, data []byte) (any, error) {
+	env, err := Decode(data)
+	if err != nil {
+		return nil, err
+	}
+	return f.ApplyEnvelope(index, env)
+}
+
+// ApplyEnvelope applies an already decoded command. The command must have
+// passed Validate (Decode guarantees it).
+func (f *FSM) ApplyEnvelope(index uint64, env Envelope) (any, error) {
+	h := f.handlers[env.Command.Type()]
+	if h == nil {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, env.Command.Type())
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.st
+	if index <= s.lastIndex {
+		return nil, fmt.Errorf("%w: index %d is not after the last applied index %d", ErrInvalidArgument, index, s.lastIndex)
+	}
+	s.lastIndex = index
+	// The state's clock never runs backwards, even when a new leader's clock
+	// is behind the old one's: finish times and event times stay ordered.
+	s.lastTime = max(s.lastTime, env.Time)
+	events := s.eventSeq
+	res, err := h(s, env.Command)
+	if s.eventSeq != events {
+		close(f.changed)
+		f.changed = make(chan struct{})
+	}
+	return res, err
+}
+
+// Changed returns a channel that is closed after the next apply that records
+// an event (every change of a job or lease does). Long-polls wait on it.
+func (f *FSM) Changed() <-chan struct{} {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.changed
+}
+
+// LastIndex returns the raft index of the last applied command.
+func (f *FSM) LastIndex() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.lastIndex
+}

@@ -1,0 +1,252 @@
+package fsm
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// CheckInvariants verifies the whole state and every derived index against
+// each other:
+//
+//   - tokens: per job strictly increasing, none above the counter, none
+//     granted twice in the cluster;
+//   - at most one live lease per job, and a job is acquired or running
+//     exactly when its newest lease is live;
+//   - capacity: no worker holds more live leases than its capacity;
+//   - references: live leases name registered workers; every index (ids,
+//     tokens, ready queues, submitters, finish order, request ids, counts)
+//     agrees with the jobs; events are consecutive and ordered in time.
+//
+// It is O(state) and meant for tests (which call it after every step) and
+// for restore, which refuses a snapshot that fails it.
+func (f *FSM) CheckInvariants() error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.check()
+}
+
+func (s *state) check() error {
+	var errs []error
+	fail := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf(format, args...))
+		}
+	}
+	var counts [JobFailed + 1]int
+	var jobs, leases, live, queuedWithSubmitter, terminal int
+	readyLive := map[*readyHeap]int{}
+	prevSeq := uint64(0)
+
+	for i, sh := range s.shards {
+		if sh == nil {
+			continue
+		}
+		n := 0
+		for k, j := range sh.jobs {
+			if j == nil {
+				continue
+			}
+			n++
+			if want := (s.shardBase+uint64(i))<<shardBits | uint64(k); j.Seq != want {
+				fail("job %s: seq %d stored in slot of seq %d", j.ID, j.Seq, want)
+			}
+		}
+		if n != sh.n || n == 0 {
+			fail("shard %d: count %d, holds %d", s.shardBase+uint64(i), sh.n, n)
+		}
+	}
+	if len(s.shards) > 0 && s.shards[0] == nil {
+		fail("first shard is empty")
+	}
+
+	eachJob(s.shards, func(j *Job) bool {
+		if j.Seq <= prevSeq || j.Seq > s.jobSeq {
+			fail("job %s: seq %d out of order (previous %d, counter %d)", j.ID, j.Seq, prevSeq, s.jobSeq)
+		}
+		prevSeq = j.Seq
+		jobs++
+		if s.jobIDs[j.ID] != j.Seq {
+			fail("job %s: id index says seq %d, job has %d", j.ID, s.jobIDs[j.ID], j.Seq)
+		}
+		if _, ok := jobStateNames[j.State]; !ok {
+			fail("job %s: state %d", j.ID, j.State)
+			return true
+		}
+		counts[j.State]++
+		if j.Attempts > j.MaxAttempts || j.Losses > j.MaxWorkerLosses && j.OnWorkerLost == LostRequeue {
+			fail("job %s: attempts %d/%d, losses %d/%d", j.ID, j.Attempts, j.MaxAttempts, j.Losses, j.MaxWorkerLosses)
+		}
+		var prevTok uint64
+		for i := range j.Leases {
+			l := &j.Leases[i]
+			leases++
+			if l.Token <= prevTok {
+				fail("job %s: token %d after %d (I1)", j.ID, l.Token, prevTok)
+			}
+			prevTok = l.Token
+			if l.Token > s.lastToken {
+				fail("job %s: token %d above the counter %d", j.ID, l.Token, s.lastToken)
+			}
+			if s.tokens[l.Token] != j.Seq {
+				fail("token %d: index says job seq %d, held by %s (seq %d): granted twice?", l.Token, s.tokens[l.Token], j.ID, j.Seq)
+			}
+			if l.JobID != j.ID {
+				fail("lease %d: job id %q on job %s", l.Token, l.JobID, j.ID)
+			}
+			if _, ok := leaseStateNames[l.State]; !ok {
+				fail("lease %d: state %d", l.Token, l.State)
+			}
+			if _, ok := revokeNames[l.Revoke]; !ok {
+				fail("lease %d: revoke %d", l.Token, l.Revoke)
+			}
+			if l.State == LeaseActive && i != len(j.Leases)-1 {
+				fail("job %s: lease %d is live but not the newest (I2)", j.ID, l.Token)
+			}
+			if l.State == LeaseReported {
+				_, okOutcome := outcomeNames[l.Outcome]
+				_, okAnswer := jobStateNames[l.Answer]
+				if !okOutcome || !okAnswer || l.ReportID == "" {
+					fail("lease %d: reported without outcome, answer or report id", l.Token)
+				}
+			}
+			if got := s.requests[requestKey(l.WorkerID, l.RequestID)]; !slices.Contains(got, l.Token) {
+				fail("lease %d: missing from the request index", l.Token)
+			}
+		}
+		cur, isLive := j.CurrentLease()
+		if isLive != j.State.Leased() {
+			fail("job %s: state %s but live lease %t (I2)", j.ID, j.State, isLive)
+		}
+		if isLive {
+			live++
+			if s.workers[cur.WorkerID] == nil {
+				fail("job %s: live lease %d held by unknown worker %s", j.ID, cur.Token, cur.WorkerID)
+			}
+			if s.workerLeases[cur.WorkerID][cur.Token] != j.Seq {
+				fail("job %s: live lease %d missing from worker %s's index", j.ID, cur.Token, cur.WorkerID)
+			}
+		}
+		if j.State.Terminal() != (j.FinishSeq != 0) || j.FinishSeq > s.finishSeq {
+			fail("job %s: state %s with finish seq %d (counter %d)", j.ID, j.State, j.FinishSeq, s.finishSeq)
+		}
+		if j.State.Terminal() {
+			terminal++
+		}
+		if j.State == JobQueued {
+			h := s.readyHeapFor(j.Queue, j.Kind, false)
+			if h == nil {
+				fail("job %s: queued but its ready queue %s/%s is missing", j.ID, j.Queue, j.Kind)
+			} else {
+				readyLive[h]++
+			}
+			if j.Submitter != "" {
+				queuedWithSubmitter++
+				if !s.submitted[j.Submitter][j.Seq] {
+					fail("job %s: queued but missing from submitter %s's index", j.ID, j.Submitter)
+				}
+			}
+		}
+		return true
+	})
+
+	if len(s.jobIDs) != jobs {
+		fail("id index has %d entries for %d jobs", len(s.jobIDs), jobs)
+	}
+	if counts != s.counts {
+		fail("state counts %v, recomputed %v", s.counts, counts)
+	}
+	if len(s.tokens) != leases {
+		fail("token index has %d entries for %d kept leases (a token granted twice?)", len(s.tokens), leases)
+	}
+	requestTokens := 0
+	for _, toks := range s.requests {
+		requestTokens += len(toks)
+	}
+	if requestTokens != leases {
+		fail("request index has %d tokens for %d kept leases", requestTokens, leases)
+	}
+
+	workerLive := 0
+	for w, set := range s.workerLeases {
+		workerLive += len(set)
+		wk := s.workers[w]
+		if wk == nil {
+			fail("worker index names unknown worker %s", w)
+			continue
+		}
+		if len(set) > int(wk.Capacity) {
+			fail("worker %s holds %d leases, capacity %d", w, len(set), wk.Capacity)
+		}
+		if len(set) == 0 {
+			fail("worker %s has an empty lease set", w)
+		}
+	}
+	if workerLive != live {
+		fail("worker index has %d live leases, jobs have %d", workerLive, live)
+	}
+	for id, w := range s.workers {
+		if w.ID != id || w.Capacity == 0 {
+			fail("worker %s: id %q capacity %d", id, w.ID, w.Capacity)
+		}
+	}
+
+	heapLive := 0
+	for q, kinds := range s.ready {
+		for k, h := range kinds {
+			heapLive += h.live
+			if h.live != readyLive[h] {
+				fail("ready queue %s/%s counts %d live, %d queued jobs belong to it", q, k, h.live, readyLive[h])
+			}
+			seen := map[uint64]bool{}
+			for _, it := range h.items {
+				if j := s.job(it.seq); j != nil && j.State == JobQueued {
+					if seen[it.seq] || j.Queue != q || j.Kind != k {
+						fail("ready queue %s/%s: job %s listed twice or in the wrong queue", q, k, j.ID)
+					}
+					seen[it.seq] = true
+				}
+			}
+		}
+	}
+	if heapLive != counts[JobQueued] {
+		fail("ready queues hold %d live entries for %d queued jobs", heapLive, counts[JobQueued])
+	}
+	subs := 0
+	for _, set := range s.submitted {
+		subs += len(set)
+	}
+	if subs != queuedWithSubmitter {
+		fail("submitter index has %d jobs, %d queued jobs have a submitter", subs, queuedWithSubmitter)
+	}
+
+	if len(s.finished) != terminal {
+		fail("finish order lists %d jobs, %d are terminal", len(s.finished), terminal)
+	}
+	var prevFin uint64
+	for _, seq := range s.finished {
+		j := s.job(seq)
+		if j == nil || !j.State.Terminal() || j.FinishSeq <= prevFin {
+			fail("finish order: seq %d is not a terminal job in finish order", seq)
+			break
+		}
+		prevFin = j.FinishSeq
+	}
+
+	if len(s.events) > MaxEvents {
+		fail("%d events kept, bound %d", len(s.events), MaxEvents)
+	}
+	for i := range s.events {
+		ev := &s.events[i]
+		if _, ok := eventTypeNames[ev.Type]; !ok {
+			fail("event %d: type %d", ev.Seq, ev.Type)
+		}
+		if i > 0 && (ev.Seq != s.events[i-1].Seq+1 || ev.Time < s.events[i-1].Time) {
+			fail("event %d follows %d: seqs must be consecutive and times ordered", ev.Seq, s.events[i-1].Seq)
+		}
+	}
+	if n := len(s.events); n > 0 && s.events[n-1].Seq != s.eventSeq {
+		fail("newest event %d, counter %d", s.events[n-1].Seq, s.eventSeq)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,116 @@
+package fsm
+
+import (
+	"unicode/utf8"
+)
+
+// Bounds on everything a command carries. Validation enforces them before a
+// command reaches the log, and the decoder enforces them again so a corrupt
+// or hostile entry cannot allocate without limit.
+const (
+	MaxIDLen        = 128       // job, worker, request, report and submitter ids
+	MaxNameLen      = 64        // queue and kind names
+	MaxPayloadLen   = 256 << 10 // job payload bytes
+	MaxRefLen       = 1024      // a report's output ref
+	MaxMessageLen   = 4096      // messages and reasons
+	MaxSelectors    = 32        // queues or kinds in one acquire
+	MaxAcquireBatch = 256       // leases granted by one acquire
+	MaxExpireBatch  = 4096      // leases ended by one expire
+	MaxCapacity     = 100000    // leases one worker may hold
+	MaxAttempts     = 1000      // bound on MaxAttempts and MaxWorkerLosses
+	MaxCancelBatch  = 10000     // jobs cancelled by one CancelSubmitter
+	MaxCompactBatch = 10000     // jobs removed by one Compact
+
+	// MaxLeaseHistory is how many leases a job keeps. Older ones are dropped;
+	// a report with a dropped token is still refused as stale because tokens
+	// of a job only grow.
+	MaxLeaseHistory = 32
+	// MaxEvents bounds the event log whatever the compaction schedule.
+	MaxEvents = 100000
+	// MaxTokenFloor keeps room above any floor for 2^62 more grants.
+	MaxTokenFloor = 1 << 62
+)
+
+// checkID validates an identifier: 1..MaxIDLen printable ASCII, no spaces.
+func checkID(field, s string) error {
+	if s == "" {
+		return invalid(field, "must not be empty")
+	}
+	if len(s) > MaxIDLen {
+		return tooLarge(field, len(s), MaxIDLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' {
+			return invalid(field, "byte %d is not printable ASCII", i)
+		}
+	}
+	return nil
+}
+
+// checkOptionalID is checkID for fields that may be empty.
+func checkOptionalID(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	return checkID(field, s)
+}
+
+// checkName validates a queue or kind name: 1..MaxNameLen of [A-Za-z0-9._-].
+func checkName(field, s string) error {
+	if s == "" {
+		return invalid(field, "must not be empty")
+	}
+	if len(s) > MaxNameLen {
+		return tooLarge(field, len(s), MaxNameLen)
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
+		if !ok {
+			return invalid(field, "byte %d: only letters, digits, '.', '_' and '-' are allowed", i)
+		}
+	}
+	return nil
+}
+
+// checkNames validates a list of distinct names.
+func checkNames(field string, names []string) error {
+	if len(names) > MaxSelectors {
+		return tooLarge(field, len(names), MaxSelectors)
+	}
+	seen := make(map[string]bool, len(names))
+	for _, n := range names {
+		if err := checkName(field, n); err != nil {
+			return err
+		}
+		if seen[n] {
+			return invalid(field, "%q is listed twice", n)
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// checkText validates free text: valid UTF-8, no control characters other
+// than tab and newline, at most max bytes.
+func checkText(field, s string, max int) error {
+	if len(s) > max {
+		return tooLarge(field, len(s), max)
+	}
+	if !utf8.ValidString(s) {
+		return invalid(field, "not valid UTF-8")
+	}
+	for _, r := range s {
+		if r < ' ' && r != '\t' && r != '\n' || r == 0x7f {
+			return invalid(field, "control character %U", r)
+		}
+	}
+	return nil
+}
+
+func checkToken(field string, t uint64) error {
+	if t == 0 {
+		return invalid(field, "must not be zero")
+	}
+	return nil
+}

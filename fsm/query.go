@@ -1,0 +1,254 @@
+package fsm
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Queries read the state between applies. Every result is a copy.
+
+// Job returns a job by id.
+func (f *FSM) Job(id string) (Job, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if j := f.st.jobByID(id); j != nil {
+		return *j.clone(), nil
+	}
+	return Job{}, fmt.Errorf("%w: job %s", ErrNotFound, id)
+}
+
+// Lease returns a lease by token, live or ended, as long as its job is kept.
+func (f *FSM) Lease(token uint64) (Lease, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if seq, ok := f.st.tokens[token]; ok {
+		if l := findLease(f.st.job(seq), token); l != nil {
+			return *l, nil
+		}
+	}
+	return Lease{}, fmt.Errorf("%w: lease %d", ErrNotFound, token)
+}
+
+// Worker returns a registered worker.
+func (f *FSM) Worker(id string) (Worker, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if w := f.st.workers[id]; w != nil {
+		return *w, nil
+	}
+	return Worker{}, fmt.Errorf("%w: worker %s", ErrUnknownWorker, id)
+}
+
+// Workers returns every registered worker, by id.
+func (f *FSM) Workers() []Worker {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Worker, 0, len(f.st.workers))
+	for _, w := range f.st.workers {
+		out = append(out, *w)
+	}
+	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// WorkerLeases returns the live leases of one worker, by token. The leader's
+// heartbeat answers from it: a live lease keeps going or, revoked, stops; a
+// token the worker holds that is not listed is lost.
+func (f *FSM) WorkerLeases(workerID string) []Lease {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	set := f.st.workerLeases[workerID]
+	out := make([]Lease, 0, len(set))
+	for _, tok := range sortedTokens(set) {
+		out = append(out, *f.st.job(set[tok]).lastLease())
+	}
+	return out
+}
+
+// LiveLeases returns every live lease grouped by worker. A new leader arms
+// its expiry timers from it.
+func (f *FSM) LiveLeases() map[string][]LeaseRef {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make(map[string][]LeaseRef, len(f.st.workerLeases))
+	for w, set := range f.st.workerLeases {
+		refs := make([]LeaseRef, 0, len(set))
+		for _, tok := range sortedTokens(set) {
+			refs = append(refs, LeaseRef{JobID: f.st.job(set[tok]).ID, Token: tok})
+		}
+		out[w] = refs
+	}
+	return out
+}
+
+// JobFilter selects jobs; zero fields match everything.
+type JobFilter struct {
+	Queue     string
+	Kind      string
+	Submitter string
+	WorkerID  string // jobs whose live lease this worker holds
+	State     JobState
+	AfterSeq  uint64 // pagination cursor: the NextSeq of the previous page
+	Limit     int    // page size; 0 or more than MaxPageSize means MaxPageSize
+}
+
+// MaxPageSize bounds one page of a list.
+const MaxPageSize = 1000
+
+// Jobs lists jobs in submission order. next is the cursor for the following
+// page, zero when there is none.
+func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
+	limit := flt.Limit
+	if limit <= 0 || limit > MaxPageSize {
+		limit = MaxPageSize
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.st
+	shards := s.shards
+	if first := (flt.AfterSeq + 1) >> shardBits; first > s.shardBase {
+		shards = shards[min(first-s.shardBase, uint64(len(shards))):]
+	}
+	eachJob(shards, func(j *Job) bool {
+		if j.Seq <= flt.AfterSeq || !flt.match(j) {
+			return true
+		}
+		if len(jobs) == limit {
+			next = jobs[len(jobs)-1].Seq
+			return false
+		}
+		jobs = append(jobs, *j.clone())
+		return true
+	})
+	return jobs, next
+}
+
+func (flt *JobFilter) match(j *Job) bool {
+	if flt.Queue != "" && j.Queue != flt.Queue || flt.Kind != "" && j.Kind != flt.Kind ||
+		flt.Submitter != "" && j.Submitter != flt.Submitter || flt.State != 0 && j.State != flt.State {
+		return false
+	}
+	if flt.WorkerID != "" {
+		l, ok := j.CurrentLease()
+		return ok && l.WorkerID == flt.WorkerID
+	}
+	return true
+}
+
+// EventsPage is a run of events.
+type EventsPage struct {
+	Events []Event
+	// LastSeq is the newest event's seq in the state: wait for more than it.
+	LastSeq uint64
+	// Truncated is true when events after the asked seq were compacted away
+	// before they could be read.
+	Truncated bool
+}
+
+// Events returns up to limit events with Seq > after, oldest first.
+func (f *FSM) Events(after uint64, limit int) EventsPage {
+	if limit <= 0 || limit > MaxPageSize {
+		limit = MaxPageSize
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.st
+	page := EventsPage{LastSeq: s.eventSeq}
+	if len(s.events) == 0 {
+		page.Truncated = after < s.eventSeq
+		return page
+	}
+	first := s.events[0].Seq
+	start := 0
+	if after >= first {
+		start = int(after - first + 1)
+	} else if after+1 < first {
+		page.Truncated = true
+	}
+	if start < len(s.events) {
+		end := min(start+limit, len(s.events))
+		page.Events = slices.Clone(s.events[start:end])
+	}
+	return page
+}
+
+// FenceResult answers whether a token is the current lease of its job.
+type FenceResult struct {
+	Current      bool     // the token is the job's live lease
+	CurrentToken uint64   // the job's live lease, zero if none
+	State        JobState // zero if the job is unknown
+}
+
+// Fence answers whether token is the live lease of jobID. Asked of a state
+// read linearizably (the cluster's part), it lets a downstream store refuse
+// any writer whose token is not Current.
+func (f *FSM) Fence(jobID string, token uint64) FenceResult {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	j := f.st.jobByID(jobID)
+	if j == nil {
+		return FenceResult{}
+	}
+	res := FenceResult{State: j.State}
+	if l, ok := j.CurrentLease(); ok {
+		res.CurrentToken = l.Token
+		res.Current = l.Token == token
+	}
+	return res
+}
+
+// Ready counts the jobs an acquire with these queues and kinds could take
+// now, so a long-poll proposes an acquire only when one could succeed.
+func (f *FSM) Ready(queues, kinds []string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	n := 0
+	for _, q := range queues {
+		byKind := f.st.ready[q]
+		if len(kinds) == 0 {
+			for _, h := range byKind {
+				n += h.live
+			}
+			continue
+		}
+		for _, k := range kinds {
+			if h := byKind[k]; h != nil {
+				n += h.live
+			}
+		}
+	}
+	return n
+}
+
+// Stats are counters of the whole state.
+type Stats struct {
+	LastIndex    uint64
+	LastTime     int64
+	LastToken    uint64 // the next grant gets LastToken+1
+	Jobs         map[JobState]int
+	Workers      int
+	LiveLeases   int
+	Events       int
+	LastEventSeq uint64
+}
+
+// Stats returns the state's counters.
+func (f *FSM) Stats() Stats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.st
+	st := Stats{
+		LastIndex: s.lastIndex, LastTime: s.lastTime, LastToken: s.lastToken,
+		Jobs: map[JobState]int{}, Workers: len(s.workers), Events: len(s.events), LastEventSeq: s.eventSeq,
+	}
+	for state, n := range s.counts {
+		if n > 0 {
+			st.Jobs[JobState(state)] = n
+		}
+	}
+	for _, set := range s.workerLeases {
+		st.LiveLeases += len(set)
+	}
+	return st
+}

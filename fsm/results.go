@@ -1,0 +1,89 @@
+package fsm
+
+// Results returned by Apply, one per command type:
+//
+//	RegisterWorker   Worker
+//	DeregisterWorker DeregisterResult
+//	SubmitJob        SubmitResult
+//	Acquire          AcquireResult
+//	Start            Lease
+//	Report           ReportResult
+//	Release          Job
+//	Cancel           CancelResult
+//	CancelSubmitter  CancelSubmitterResult
+//	Expire           ExpireResult
+//	Compact          CompactResult
+//	RaiseTokenFloor  FloorResult
+//	RecordEvent      Event
+//
+// Every value is a copy: holding it never pins or races with the state.
+
+// SubmitResult is the job as stored; Created is false when an identical
+// submission already existed.
+type SubmitResult struct {
+	Job     Job
+	Created bool
+}
+
+// DeregisterResult lists the leases the deregistration released.
+type DeregisterResult struct {
+	Released []LeaseRef
+}
+
+// Grant is one lease an acquire granted, with its job.
+type Grant struct {
+	Job   Job
+	Lease Lease
+}
+
+// AcquireResult lists the granted leases. Replayed is true when the request
+// id had already been served and the grants are the first answer's (their
+// leases may have ended since).
+type AcquireResult struct {
+	Grants   []Grant
+	Replayed bool
+}
+
+// ReportResult is the answer to a report. A repeated report gets the very
+// same value.
+type ReportResult struct {
+	JobID    string
+	Token    uint64
+	Outcome  Outcome
+	State    JobState // the job's state right after the report
+	Requeued bool     // a retryable failure sent the job back to its queue
+}
+
+// CancelResult is the job after a cancel. Revoked is true when the job was
+// leased and its lease now carries a revoke.
+type CancelResult struct {
+	Job     Job
+	Revoked bool
+}
+
+// CancelSubmitterResult lists the cancelled jobs; Remaining counts queued
+// jobs of the submitter still left (the call's limit was reached).
+type CancelSubmitterResult struct {
+	Cancelled []string
+	Remaining int
+}
+
+// ExpireResult splits the listed leases into the ones this command ended and
+// the ones it ignored because they were no longer current.
+type ExpireResult struct {
+	Expired []LeaseRef
+	Ignored []LeaseRef
+}
+
+// CompactResult counts what was removed; More is true when the job limit
+// was reached before the cutoff.
+type CompactResult struct {
+	Jobs   int
+	Events int
+	More   bool
+}
+
+// FloorResult is the token the next grant will carry.
+type FloorResult struct {
+	Next uint64
+}

@@ -1,0 +1,534 @@
+package fsm
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"hash"
+	"hash/crc32"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Snapshot stream format, version 1:
+//
+//	magic "LEASEHOLD-SNAPSHOT\x01"
+//	record*    each: tag byte, uvarint body length, body
+//	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
+//
+// Records come in a fixed order: one header, the workers by id, the jobs by
+// seq, the events by seq. The encoding is canonical, so two replicas with
+// the same state write the same bytes, and Hash is a hash of them.
+const (
+	snapMagic     = "LEASEHOLD-SNAPSHOT\x01"
+	tagHeader     = 1
+	tagWorker     = 2
+	tagJob        = 3
+	tagEvent      = 4
+	tagEnd        = 0xFF
+	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Snapshot is a point-in-time view of the state. Taking it is cheap (it
+// copies shard pointers, not jobs); WriteTo streams it and may run
+// concurrently with Apply.
+type Snapshot struct {
+	hdr     snapHeader
+	shards  []*jobShard
+	workers []Worker
+	events  []Event
+}
+
+type snapHeader struct {
+	lastIndex, lastTime, lastToken uint64
+	jobSeq, finishSeq, eventSeq    uint64
+	workers, jobs, events          uint64
+}
+
+// Snapshot freezes the current state. It holds the write lock only while it
+// copies the shard pointers, the workers and the event slice header: its
+// cost grows with jobs/1024 + workers, not with jobs.
+func (f *FSM) Snapshot() *Snapshot {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.st
+	s.gen++ // every shard and job now belongs to the snapshot until copied
+	snap := &Snapshot{
+		hdr: snapHeader{
+			lastIndex: s.lastIndex, lastTime: uint64(s.lastTime), lastToken: s.lastToken,
+			jobSeq: s.jobSeq, finishSeq: s.finishSeq, eventSeq: s.eventSeq,
+			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(len(s.events)),
+		},
+		shards: slices.Clone(s.shards),
+		events: s.events[:len(s.events):len(s.events)],
+	}
+	snap.workers = make([]Worker, 0, len(s.workers))
+	for _, w := range s.workers {
+		snap.workers = append(snap.workers, *w)
+	}
+	slices.SortFunc(snap.workers, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	return snap
+}
+
+// LastIndex is the raft index the snapshot was taken at.
+func (s *Snapshot) LastIndex() uint64 { return s.hdr.lastIndex }
+
+// snapWriter frames records and keeps the running checksum.
+type snapWriter struct {
+	w   *bufio.Writer
+	crc hash.Hash32
+	n   int64
+	enc encoder
+	err error
+}
+
+func (sw *snapWriter) write(p []byte) {
+	if sw.err != nil {
+		return
+	}
+	n, err := sw.w.Write(p)
+	sw.n += int64(n)
+	sw.crc.Write(p[:n])
+	sw.err = err
+}
+
+func (sw *snapWriter) record(tag byte, body func(e *encoder)) {
+	sw.enc.b = sw.enc.b[:0]
+	body(&sw.enc)
+	var hdr [1 + binary.MaxVarintLen64]byte
+	hdr[0] = tag
+	n := binary.PutUvarint(hdr[1:], uint64(len(sw.enc.b)))
+	sw.write(hdr[:1+n])
+	sw.write(sw.enc.b)
+}
+
+func (sw *snapWriter) finish() error {
+	sw.write([]byte{tagEnd})
+	sw.write(binary.LittleEndian.AppendUint32(nil, sw.crc.Sum32()))
+	if sw.err == nil {
+		sw.err = sw.w.Flush()
+	}
+	return sw.err
+}
+
+func newSnapWriter(w io.Writer) *snapWriter {
+	sw := &snapWriter{w: bufio.NewWriterSize(w, 256<<10), crc: crc32.New(castagnoli)}
+	sw.write([]byte(snapMagic))
+	return sw
+}
+
+// WriteTo streams the snapshot. It never touches the live state.
+func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
+	sw := newSnapWriter(w)
+	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
+	for i := range s.workers {
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, &s.workers[i]) })
+	}
+	eachJob(s.shards, func(j *Job) bool {
+		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
+		return sw.err == nil
+	})
+	for i := range s.events {
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &s.events[i]) })
+	}
+	err := sw.finish()
+	return sw.n, err
+}
+
+// Hash returns a SHA-256 of the state's canonical encoding. Replicas that
+// applied the same log (or restored the same snapshot) have the same hash.
+func (f *FSM) Hash() [32]byte {
+	h := sha256.New()
+	if _, err := f.Snapshot().WriteTo(h); err != nil {
+		panic(err) // writing to a hash cannot fail
+	}
+	var out [32]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// snapReader reads framed records and checks the checksum at the end.
+type snapReader struct {
+	r   *bufio.Reader
+	crc hash.Hash32
+	buf []byte
+}
+
+func newSnapReader(r io.Reader) (*snapReader, error) {
+	sr := &snapReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(sr.r, magic); err != nil {
+		return nil, fmt.Errorf("%w: snapshot magic: %w", ErrCorrupt, err)
+	}
+	if string(magic) != snapMagic {
+		return nil, fmt.Errorf("%w: not a leasehold snapshot (version 1)", ErrCorrupt)
+	}
+	sr.crc.Write(magic)
+	return sr, nil
+}
+
+// next returns the next record's tag and body (valid until the next call).
+// At the end it checks the checksum and returns tagEnd.
+func (sr *snapReader) next() (byte, []byte, error) {
+	tag, err := sr.r.ReadByte()
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: snapshot truncated: %w", ErrCorrupt, err)
+	}
+	sr.crc.Write([]byte{tag})
+	if tag == tagEnd {
+		want := sr.crc.Sum32()
+		var sum [4]byte
+		if _, err := io.ReadFull(sr.r, sum[:]); err != nil {
+			return 0, nil, fmt.Errorf("%w: snapshot checksum: %w", ErrCorrupt, err)
+		}
+		if got := binary.LittleEndian.Uint32(sum[:]); got != want {
+			return 0, nil, fmt.Errorf("%w: snapshot checksum %08x, computed %08x", ErrCorrupt, got, want)
+		}
+		if _, err := sr.r.ReadByte(); err != io.EOF {
+			return 0, nil, fmt.Errorf("%w: bytes after the snapshot's end", ErrCorrupt)
+		}
+		return tagEnd, nil, nil
+	}
+	n, err := binary.ReadUvarint(byteCounter{sr})
+	if err != nil {
+		return 0, nil, fmt.Errorf("%w: record length: %w", ErrCorrupt, err)
+	}
+	if n > maxRecordSize {
+		return 0, nil, fmt.Errorf("%w: record of %d bytes", ErrCorrupt, n)
+	}
+	if cap(sr.buf) < int(n) {
+		sr.buf = make([]byte, n)
+	}
+	sr.buf = sr.buf[:n]
+	if _, err := io.ReadFull(sr.r, sr.buf); err != nil {
+		return 0, nil, fmt.Errorf("%w: record body: %w", ErrCorrupt, err)
+	}
+	sr.crc.Write(sr.buf)
+	return tag, sr.buf, nil
+}
+
+// byteCounter feeds ReadUvarint and the checksum together.
+type byteCounter struct{ sr *snapReader }
+
+func (b byteCounter) ReadByte() (byte, error) {
+	c, err := b.sr.r.ReadByte()
+	if err == nil {
+		b.sr.crc.Write([]byte{c})
+	}
+	return c, err
+}
+
+// Restore replaces the state with a snapshot. The snapshot is decoded into a
+// fresh state, its indexes rebuilt and its invariants checked; only then is
+// it swapped in. On any error the current state is untouched.
+func (f *FSM) Restore(r io.Reader) error {
+	s, err := readState(r)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.st = s
+	close(f.changed)
+	f.changed = make(chan struct{})
+	return nil
+}
+
+func readState(r io.Reader) (*state, error) {
+	sr, err := newSnapReader(r)
+	if err != nil {
+		return nil, err
+	}
+	tag, body, err := sr.next()
+	if err != nil {
+		return nil, err
+	}
+	if tag != tagHeader {
+		return nil, fmt.Errorf("%w: snapshot starts with record %d, not a header", ErrCorrupt, tag)
+	}
+	var hdr snapHeader
+	if err := decodeRecord(body, func(d *decoder) { decodeHeader(d, &hdr) }); err != nil {
+		return nil, err
+	}
+	s := newState()
+	s.lastIndex, s.lastTime, s.lastToken = hdr.lastIndex, int64(hdr.lastTime), hdr.lastToken
+	s.jobSeq, s.finishSeq, s.eventSeq = hdr.jobSeq, hdr.finishSeq, hdr.eventSeq
+	var workers, jobs, lastSeq uint64
+	order := byte(tagWorker)
+	for {
+		tag, body, err := sr.next()
+		if err != nil {
+			return nil, err
+		}
+		if tag == tagEnd {
+			break
+		}
+		if tag < order || tag > tagEvent {
+			return nil, fmt.Errorf("%w: record %d out of order", ErrCorrupt, tag)
+		}
+		order = tag
+		switch tag {
+		case tagWorker:
+			w := new(Worker)
+			if err := decodeRecord(body, func(d *decoder) { decodeWorker(d, w) }); err != nil {
+				return nil, err
+			}
+			if s.workers[w.ID] != nil {
+				return nil, fmt.Errorf("%w: worker %s twice", ErrCorrupt, w.ID)
+			}
+			s.workers[w.ID] = w
+			workers++
+		case tagJob:
+			j := new(Job)
+			if err := decodeRecord(body, func(d *decoder) { decodeJob(d, j) }); err != nil {
+				return nil, err
+			}
+			if j.Seq <= lastSeq || j.Seq > s.jobSeq {
+				return nil, fmt.Errorf("%w: job seq %d out of order", ErrCorrupt, j.Seq)
+			}
+			lastSeq = j.Seq
+			sh := s.mutableShard(j.Seq, true)
+			sh.jobs[j.Seq&shardMask] = j
+			sh.n++
+			jobs++
+		case tagEvent:
+			var ev Event
+			if err := decodeRecord(body, func(d *decoder) { decodeEvent(d, &ev) }); err != nil {
+				return nil, err
+			}
+			s.events = append(s.events, ev)
+		}
+	}
+	if workers != hdr.workers || jobs != hdr.jobs || uint64(len(s.events)) != hdr.events {
+		return nil, fmt.Errorf("%w: snapshot counts differ from its header", ErrCorrupt)
+	}
+	s.rebuildIndexes()
+	if err := s.check(); err != nil {
+		return nil, fmt.Errorf("%w: restored state: %w", ErrCorrupt, err)
+	}
+	return s, nil
+}
+
+func decodeRecord(body []byte, fn func(d *decoder)) error {
+	d := decoder{b: body}
+	fn(&d)
+	return d.done()
+}
+
+// TokenFloorFor returns the token floor a restore performed at unixSeconds
+// must set: every token a cluster grants carries, in effect, a lower bound
+// of its creation or last restore time in its high 32 bits, so a floor of
+// restore-time << 32 is above anything a cluster created or restored
+// earlier could have granted, unless it granted more than 2^32 tokens per
+// second of its life.
+func TokenFloorFor(unixSeconds int64) uint64 {
+	if unixSeconds <= 0 {
+		return 0
+	}
+	return min(uint64(unixSeconds)<<32, MaxTokenFloor)
+}
+
+// RaiseSnapshotFloor copies a snapshot from src to dst with its token
+// counter raised to at least floor, and a tokens.floor_raised event
+// appended. An operator's restore passes the backup through it, so the
+// restored cluster never grants a token the old one may have granted after
+// the backup was taken. The source's checksum is verified; dst gets a new
+// one.
+func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
+	if floor > MaxTokenFloor {
+		return invalid("floor", "%d exceeds %d", floor, uint64(MaxTokenFloor))
+	}
+	sr, err := newSnapReader(src)
+	if err != nil {
+		return err
+	}
+	tag, body, err := sr.next()
+	if err != nil {
+		return err
+	}
+	var hdr snapHeader
+	if tag != tagHeader {
+		return fmt.Errorf("%w: snapshot starts with record %d, not a header", ErrCorrupt, tag)
+	}
+	if err := decodeRecord(body, func(d *decoder) { decodeHeader(d, &hdr) }); err != nil {
+		return err
+	}
+	old := hdr.lastToken
+	hdr.lastToken = max(hdr.lastToken, floor)
+	// Keep the event log within MaxEvents: the new event may push out the oldest.
+	skipEvents := 0
+	if hdr.events >= MaxEvents {
+		skipEvents = int(hdr.events) - MaxEvents + 1
+		hdr.events -= uint64(skipEvents)
+	}
+	hdr.events++
+	hdr.eventSeq++
+	sw := newSnapWriter(dst)
+	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
+	for {
+		tag, body, err := sr.next()
+		if err != nil {
+			return err
+		}
+		if tag == tagEnd {
+			break
+		}
+		if tag == tagEvent && skipEvents > 0 {
+			skipEvents--
+			continue
+		}
+		sw.record(tag, func(e *encoder) { e.b = append(e.b, body...) })
+	}
+	ev := Event{
+		Seq: hdr.eventSeq, Index: hdr.lastIndex, Time: int64(hdr.lastTime), Type: EventTokenFloorRaised,
+		Detail: fmt.Sprintf("restore: from %d to %d", old, hdr.lastToken),
+	}
+	sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev) })
+	return sw.finish()
+}
+
+// InspectSnapshot reads a snapshot fully, checks it, and returns its
+// counters, without touching any live state.
+func InspectSnapshot(r io.Reader) (Stats, error) {
+	s, err := readState(r)
+	if err != nil {
+		return Stats{}, err
+	}
+	f := &FSM{st: s}
+	return f.Stats(), nil
+}
+
+// --- record bodies ---
+
+func encodeHeader(e *encoder, h *snapHeader) {
+	for _, v := range []uint64{h.lastIndex, h.lastTime, h.lastToken, h.jobSeq, h.finishSeq, h.eventSeq, h.workers, h.jobs, h.events} {
+		e.uvarint(v)
+	}
+}
+
+func decodeHeader(d *decoder, h *snapHeader) {
+	for _, p := range []*uint64{&h.lastIndex, &h.lastTime, &h.lastToken, &h.jobSeq, &h.finishSeq, &h.eventSeq, &h.workers, &h.jobs, &h.events} {
+		*p = d.uvarint()
+	}
+}
+
+func encodeWorker(e *encoder, w *Worker) {
+	e.str(w.ID)
+	e.uvarint(uint64(w.Capacity))
+	e.varint(w.RegisteredAt)
+	e.varint(w.UpdatedAt)
+}
+
+func decodeWorker(d *decoder, w *Worker) {
+	w.ID = d.str(MaxIDLen)
+	w.Capacity = d.u32()
+	w.RegisteredAt = d.varint()
+	w.UpdatedAt = d.varint()
+}
+
+func encodeJob(e *encoder, j *Job) {
+	e.uvarint(j.Seq)
+	encodeSpec(e, &j.JobSpec)
+	e.byte1(uint8(j.State))
+	e.uvarint(uint64(j.Attempts))
+	e.uvarint(uint64(j.Losses))
+	e.varint(j.SubmittedAt)
+	e.varint(j.UpdatedAt)
+	e.varint(j.FinishedAt)
+	e.uvarint(j.FinishSeq)
+	e.str(j.Reason)
+	e.uvarint(j.CreateIndex)
+	e.uvarint(j.ModifyIndex)
+	e.uvarint(uint64(len(j.Leases)))
+	for i := range j.Leases {
+		encodeLease(e, &j.Leases[i])
+	}
+}
+
+func decodeJob(d *decoder, j *Job) {
+	j.Seq = d.uvarint()
+	decodeSpec(d, &j.JobSpec)
+	j.State = JobState(d.byte1())
+	j.Attempts = d.u32()
+	j.Losses = d.u32()
+	j.SubmittedAt = d.varint()
+	j.UpdatedAt = d.varint()
+	j.FinishedAt = d.varint()
+	j.FinishSeq = d.uvarint()
+	j.Reason = d.str(MaxMessageLen + 64)
+	j.CreateIndex = d.uvarint()
+	j.ModifyIndex = d.uvarint()
+	if n := d.count(MaxLeaseHistory); n > 0 {
+		j.Leases = make([]Lease, n)
+		for i := range j.Leases {
+			decodeLease(d, &j.Leases[i])
+		}
+	}
+	if d.err == nil {
+		if err := j.JobSpec.Validate(); err != nil {
+			d.fail("job %s: %v", j.ID, err)
+		}
+	}
+}
+
+func encodeLease(e *encoder, l *Lease) {
+	e.uvarint(l.Token)
+	e.str(l.WorkerID)
+	e.str(l.RequestID)
+	e.byte1(uint8(l.State))
+	e.byte1(uint8(l.Revoke))
+	e.varint(l.GrantedAt)
+	e.varint(l.StartedAt)
+	e.varint(l.EndedAt)
+	e.str(l.ReportID)
+	e.byte1(uint8(l.Outcome))
+	e.bool(l.Retryable)
+	e.str(l.Ref)
+	e.str(l.Message)
+	e.byte1(uint8(l.Answer))
+}
+
+func decodeLease(d *decoder, l *Lease) {
+	l.Token = d.uvarint()
+	l.WorkerID = d.str(MaxIDLen)
+	l.RequestID = d.str(MaxIDLen)
+	l.State = LeaseState(d.byte1())
+	l.Revoke = Revoke(d.byte1())
+	l.GrantedAt = d.varint()
+	l.StartedAt = d.varint()
+	l.EndedAt = d.varint()
+	l.ReportID = d.str(MaxIDLen)
+	l.Outcome = Outcome(d.byte1())
+	l.Retryable = d.bool()
+	l.Ref = d.str(MaxRefLen)
+	l.Message = d.str(MaxMessageLen)
+	l.Answer = JobState(d.byte1())
+}
+
+func encodeEvent(e *encoder, ev *Event) {
+	e.uvarint(ev.Seq)
+	e.uvarint(ev.Index)
+	e.varint(ev.Time)
+	e.byte1(uint8(ev.Type))
+	e.str(ev.JobID)
+	e.uvarint(ev.Token)
+	e.str(ev.WorkerID)
+	e.str(ev.Ref)
+	e.str(ev.Detail)
+}
+
+func decodeEvent(d *decoder, ev *Event) {
+	ev.Seq = d.uvarint()
+	ev.Index = d.uvarint()
+	ev.Time = d.varint()
+	ev.Type = EventType(d.byte1())
+	ev.JobID = d.str(MaxIDLen)
+	ev.Token = d.uvarint()
+	ev.WorkerID = d.str(MaxIDLen)
+	ev.Ref = d.str(MaxRefLen)
+	ev.Detail = d.str(MaxMessageLen + 256)
+}

@@ -1,0 +1,391 @@
+package fsm
+
+import (
+	"slices"
+)
+
+// Jobs live in shards of shardSize consecutive sequence numbers. A shard is
+// the unit of copy-on-write: taking a snapshot freezes the current shards
+// (by bumping state.gen) and the first later change to a frozen shard copies
+// that shard's pointer array, and the first change to a frozen job copies the
+// job. The snapshot keeps reading the frozen versions while applies go on.
+const (
+	shardBits = 10
+	shardSize = 1 << shardBits
+	shardMask = shardSize - 1
+)
+
+type jobShard struct {
+	gen  uint64
+	n    int // occupied slots
+	jobs [shardSize]*Job
+}
+
+// state is everything the state machine holds. Fields above the line are
+// replicated (they are what a snapshot stores); the indexes below are
+// derived from them and rebuilt on restore.
+type state struct {
+	gen uint64 // copy-on-write generation; a snapshot increments it
+
+	lastIndex uint64 // raft index of the last applied command
+	lastTime  int64  // leader time of the last applied command
+	lastToken uint64 // highest token granted, or the floor; the next grant is lastToken+1
+	jobSeq    uint64 // last job seq assigned
+	finishSeq uint64 // last finish seq assigned
+	eventSeq  uint64 // last event seq assigned
+	shardBase uint64 // shard number of shards[0]
+	shards    []*jobShard
+	workers   map[string]*Worker // values are replaced, never mutated
+	events    []Event            // oldest first, seqs consecutive
+
+	// --- derived indexes ---
+	jobIDs       map[string]uint64                // job id -> seq
+	tokens       map[uint64]uint64                // token of every kept lease -> job seq
+	ready        map[string]map[string]*readyHeap // queue -> kind -> queued jobs
+	workerLeases map[string]map[uint64]uint64     // worker -> token -> job seq, live leases
+	submitted    map[string]map[uint64]bool       // submitter -> seqs of its queued jobs
+	finished     []uint64                         // seqs of terminal jobs in finish order
+	requests     map[string][]uint64              // worker+"\x00"+request id -> tokens it granted
+	interned     map[string]string
+	counts       [JobFailed + 1]int // jobs per state
+}
+
+func newState() *state {
+	return &state{
+		workers:      map[string]*Worker{},
+		jobIDs:       map[string]uint64{},
+		tokens:       map[uint64]uint64{},
+		ready:        map[string]map[string]*readyHeap{},
+		workerLeases: map[string]map[uint64]uint64{},
+		submitted:    map[string]map[uint64]bool{},
+		requests:     map[string][]uint64{},
+		interned:     map[string]string{},
+	}
+}
+
+// intern returns one shared copy of a frequently repeated string (queue,
+// kind, submitter, worker id), so a million jobs do not hold a million
+// copies of "default".
+func (s *state) intern(v string) string {
+	if c, ok := s.interned[v]; ok {
+		return c
+	}
+	s.interned[v] = v
+	return v
+}
+
+func (s *state) shard(seq uint64) *jobShard {
+	n := seq >> shardBits
+	if n < s.shardBase || n-s.shardBase >= uint64(len(s.shards)) {
+		return nil
+	}
+	return s.shards[n-s.shardBase]
+}
+
+// job returns the job with this seq, or nil. The result must not be mutated:
+// use editJob.
+func (s *state) job(seq uint64) *Job {
+	if sh := s.shard(seq); sh != nil {
+		return sh.jobs[seq&shardMask]
+	}
+	return nil
+}
+
+func (s *state) jobByID(id string) *Job {
+	if seq, ok := s.jobIDs[id]; ok {
+		return s.job(seq)
+	}
+	return nil
+}
+
+// mutableShard returns the shard holding seq, copied first if a snapshot
+// still reads it, creating it if create is set.
+func (s *state) mutableShard(seq uint64, create bool) *jobShard {
+	n := seq >> shardBits
+	if len(s.shards) == 0 {
+		s.shardBase = n
+	}
+	for n >= s.shardBase+uint64(len(s.shards)) {
+		s.shards = append(s.shards, nil)
+	}
+	i := n - s.shardBase
+	sh := s.shards[i]
+	switch {
+	case sh == nil && create:
+		sh = &jobShard{gen: s.gen}
+		s.shards[i] = sh
+	case sh != nil && sh.gen != s.gen:
+		c := *sh
+		c.gen = s.gen
+		sh = &c
+		s.shards[i] = sh
+	}
+	return sh
+}
+
+// editJob returns a version of the job that may be mutated in place.
+func (s *state) editJob(seq uint64) *Job {
+	sh := s.mutableShard(seq, false)
+	j := sh.jobs[seq&shardMask]
+	if j.gen != s.gen {
+		j = j.clone()
+		j.gen = s.gen
+		sh.jobs[seq&shardMask] = j
+	}
+	return j
+}
+
+// insertJob stores a new job under its seq.
+func (s *state) insertJob(j *Job) {
+	j.gen = s.gen
+	sh := s.mutableShard(j.Seq, true)
+	sh.jobs[j.Seq&shardMask] = j
+	sh.n++
+	s.jobIDs[j.ID] = j.Seq
+	s.counts[j.State]++
+}
+
+// removeJob deletes a job and every index entry that names it.
+func (s *state) removeJob(j *Job) {
+	sh := s.mutableShard(j.Seq, false)
+	sh.jobs[j.Seq&shardMask] = nil
+	sh.n--
+	if sh.n == 0 {
+		s.shards[(j.Seq>>shardBits)-s.shardBase] = nil
+		for len(s.shards) > 0 && s.shards[0] == nil {
+			s.shards = s.shards[1:]
+			s.shardBase++
+		}
+	}
+	delete(s.jobIDs, j.ID)
+	for i := range j.Leases {
+		s.forgetLease(&j.Leases[i])
+	}
+	s.counts[j.State]--
+}
+
+// forgetLease removes a lease that is no longer kept from the token and
+// request indexes.
+func (s *state) forgetLease(l *Lease) {
+	delete(s.tokens, l.Token)
+	key := requestKey(l.WorkerID, l.RequestID)
+	if toks, ok := s.requests[key]; ok {
+		toks = slices.DeleteFunc(toks, func(t uint64) bool { return t == l.Token })
+		if len(toks) == 0 {
+			delete(s.requests, key)
+		} else {
+			s.requests[key] = toks
+		}
+	}
+}
+
+func requestKey(worker, request string) string { return worker + "\x00" + request }
+
+// eachJob calls fn for every job in seq order until fn returns false.
+func eachJob(shards []*jobShard, fn func(*Job) bool) {
+	for _, sh := range shards {
+		if sh == nil {
+			continue
+		}
+		for _, j := range sh.jobs {
+			if j != nil && !fn(j) {
+				return
+			}
+		}
+	}
+}
+
+// --- the ready queues ---
+
+func (s *state) readyHeapFor(queue, kind string, create bool) *readyHeap {
+	kinds := s.ready[queue]
+	if kinds == nil {
+		if !create {
+			return nil
+		}
+		kinds = map[string]*readyHeap{}
+		s.ready[queue] = kinds
+	}
+	h := kinds[kind]
+	if h == nil && create {
+		h = &readyHeap{}
+		kinds[kind] = h
+	}
+	return h
+}
+
+func (s *state) isQueued(seq uint64) bool {
+	j := s.job(seq)
+	return j != nil && j.State == JobQueued
+}
+
+// setState moves a job to a new state and keeps the ready queues, the
+// submitter index, the finish order and the counts in step. Every state
+// change goes through here.
+func (s *state) setState(j *Job, to JobState) {
+	from := j.State
+	if from == to {
+		return
+	}
+	s.counts[from]--
+	s.counts[to]++
+	j.State = to
+	if from == JobQueued {
+		// Acquire pops the heap itself; any other way out of queued is a
+		// cancellation and leaves a stale heap entry behind.
+		if to != JobAcquired && to != JobRunning {
+			s.readyHeapFor(j.Queue, j.Kind, false).dropped(s.isQueued)
+		}
+		if j.Submitter != "" {
+			set := s.submitted[j.Submitter]
+			delete(set, j.Seq)
+			if len(set) == 0 {
+				delete(s.submitted, j.Submitter)
+			}
+		}
+	}
+	if to == JobQueued {
+		s.readyHeapFor(j.Queue, j.Kind, true).push(readyItem{prio: j.Priority, seq: j.Seq})
+		if j.Submitter != "" {
+			set := s.submitted[j.Submitter]
+			if set == nil {
+				set = map[uint64]bool{}
+				s.submitted[j.Submitter] = set
+			}
+			set[j.Seq] = true
+		}
+	}
+	if to.Terminal() {
+		s.finishSeq++
+		j.FinishSeq = s.finishSeq
+		j.FinishedAt = s.lastTime
+		s.finished = append(s.finished, j.Seq)
+	}
+}
+
+// --- leases ---
+
+// liveLease returns the job's active lease, if its token is tok.
+func liveLease(j *Job, tok uint64) *Lease {
+	if l := j.lastLease(); l != nil && l.Token == tok && l.State == LeaseActive {
+		return l
+	}
+	return nil
+}
+
+// endLease closes the job's live lease and drops it from the worker index.
+func (s *state) endLease(j *Job, how LeaseState) *Lease {
+	l := j.lastLease()
+	l.State = how
+	l.EndedAt = s.lastTime
+	if set := s.workerLeases[l.WorkerID]; set != nil {
+		delete(set, l.Token)
+		if len(set) == 0 {
+			delete(s.workerLeases, l.WorkerID)
+		}
+	}
+	return l
+}
+
+// addLease appends a new lease to the job, keeping at most MaxLeaseHistory.
+func (s *state) addLease(j *Job, l Lease) {
+	if len(j.Leases) >= MaxLeaseHistory {
+		s.forgetLease(&j.Leases[0])
+		j.Leases = append(j.Leases[:0], j.Leases[1:]...)
+	}
+	j.Leases = append(j.Leases, l)
+	s.tokens[l.Token] = j.Seq
+	key := requestKey(l.WorkerID, l.RequestID)
+	s.requests[key] = append(s.requests[key], l.Token)
+	set := s.workerLeases[l.WorkerID]
+	if set == nil {
+		set = map[uint64]uint64{}
+		s.workerLeases[l.WorkerID] = set
+	}
+	set[l.Token] = j.Seq
+}
+
+// --- events ---
+
+func (s *state) emit(ev Event) {
+	s.eventSeq++
+	ev.Seq = s.eventSeq
+	ev.Index = s.lastIndex
+	ev.Time = s.lastTime
+	if len(s.events) >= MaxEvents {
+		s.dropEvents(len(s.events) - MaxEvents + 1)
+	}
+	s.events = append(s.events, ev)
+}
+
+// dropEvents drops the n oldest events. The slice is re-sliced, not
+// modified, so a snapshot holding the old slice still reads its events.
+func (s *state) dropEvents(n int) {
+	s.events = s.events[n:]
+	if len(s.events) == 0 {
+		s.events = nil
+	}
+}
+
+// rebuildIndexes derives every index from the replicated fields. Used by
+// restore; the result must equal what applying the log built.
+func (s *state) rebuildIndexes() {
+	type fin struct{ fseq, seq uint64 }
+	var finished []fin
+	eachJob(s.shards, func(j *Job) bool {
+		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
+		s.jobIDs[j.ID] = j.Seq
+		s.counts[j.State]++
+		for i := range j.Leases {
+			l := &j.Leases[i]
+			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
+			s.tokens[l.Token] = j.Seq
+			key := requestKey(l.WorkerID, l.RequestID)
+			s.requests[key] = append(s.requests[key], l.Token)
+		}
+		if l, ok := j.CurrentLease(); ok {
+			set := s.workerLeases[l.WorkerID]
+			if set == nil {
+				set = map[uint64]uint64{}
+				s.workerLeases[l.WorkerID] = set
+			}
+			set[l.Token] = j.Seq
+		}
+		switch {
+		case j.State == JobQueued:
+			s.readyHeapFor(j.Queue, j.Kind, true).push(readyItem{prio: j.Priority, seq: j.Seq})
+			if j.Submitter != "" {
+				set := s.submitted[j.Submitter]
+				if set == nil {
+					set = map[uint64]bool{}
+					s.submitted[j.Submitter] = set
+				}
+				set[j.Seq] = true
+			}
+		case j.State.Terminal():
+			finished = append(finished, fin{j.FinishSeq, j.Seq})
+		}
+		return true
+	})
+	// Request ids are keyed per worker, and a worker's tokens for one request
+	// were granted in one acquire: jobs visited in seq order may list them out
+	// of token order, so sort.
+	for _, toks := range s.requests {
+		slices.Sort(toks)
+	}
+	slices.SortFunc(finished, func(a, b fin) int { return cmpU64(a.fseq, b.fseq) })
+	s.finished = make([]uint64, len(finished))
+	for i, f := range finished {
+		s.finished[i] = f.seq
+	}
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

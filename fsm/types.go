@@ -1,0 +1,220 @@
+package fsm
+
+// JobState is where a job is in its life. Numbers are stored in snapshots:
+// append only.
+type JobState uint8
+
+const (
+	JobQueued    JobState = 1 // waiting for a worker
+	JobAcquired  JobState = 2 // leased, not started
+	JobRunning   JobState = 3 // leased and started
+	JobReported  JobState = 4 // terminal: the worker reported an outcome
+	JobCancelled JobState = 5 // terminal: cancelled before or during a lease
+	JobLost      JobState = 6 // terminal: worker lost, policy "fail"
+	JobFailed    JobState = 7 // terminal: poison job, its worker was lost too often
+)
+
+var jobStateNames = map[JobState]string{
+	JobQueued: "queued", JobAcquired: "acquired", JobRunning: "running", JobReported: "reported",
+	JobCancelled: "cancelled", JobLost: "lost", JobFailed: "failed",
+}
+
+func (s JobState) String() string { return enumName(jobStateNames, s) }
+
+// Terminal reports whether the job will never change state again.
+func (s JobState) Terminal() bool { return s >= JobReported && s <= JobFailed }
+
+// Leased reports whether the job has a live lease.
+func (s JobState) Leased() bool { return s == JobAcquired || s == JobRunning }
+
+// ParseJobState is the inverse of String.
+func ParseJobState(s string) (JobState, bool) { return enumParse(jobStateNames, s) }
+
+// LeaseState is where a lease is in its life.
+type LeaseState uint8
+
+const (
+	LeaseActive   LeaseState = 1 // live: the worker holds the job
+	LeaseReported LeaseState = 2 // ended by the worker's report
+	LeaseExpired  LeaseState = 3 // ended by the leader: worker silent past toleration
+	LeaseReleased LeaseState = 4 // given back by the worker (or its deregistration)
+)
+
+var leaseStateNames = map[LeaseState]string{
+	LeaseActive: "active", LeaseReported: "reported", LeaseExpired: "expired", LeaseReleased: "released",
+}
+
+func (s LeaseState) String() string { return enumName(leaseStateNames, s) }
+
+// Revoke says whether and how a live lease's job must stop.
+type Revoke uint8
+
+const (
+	RevokeNone   Revoke = 0
+	RevokeCancel Revoke = 1 // stop gracefully
+	RevokeKill   Revoke = 2 // stop now
+)
+
+var revokeNames = map[Revoke]string{RevokeNone: "none", RevokeCancel: "cancel", RevokeKill: "kill"}
+
+func (r Revoke) String() string { return enumName(revokeNames, r) }
+
+// Outcome is a worker's final word on a lease.
+type Outcome uint8
+
+const (
+	OutcomeSucceeded Outcome = 1
+	OutcomeFailed    Outcome = 2
+	OutcomeCancelled Outcome = 3
+	OutcomeKilled    Outcome = 4
+)
+
+var outcomeNames = map[Outcome]string{
+	OutcomeSucceeded: "succeeded", OutcomeFailed: "failed", OutcomeCancelled: "cancelled", OutcomeKilled: "killed",
+}
+
+func (o Outcome) String() string { return enumName(outcomeNames, o) }
+
+// ParseOutcome is the inverse of String.
+func ParseOutcome(s string) (Outcome, bool) { return enumParse(outcomeNames, s) }
+
+// LostPolicy says what happens to a job whose worker is lost.
+type LostPolicy uint8
+
+const (
+	// LostRequeue queues the job again; the next grant has a new token
+	// (evaluation-style).
+	LostRequeue LostPolicy = 1
+	// LostFail ends the job as JobLost with reason "worker lost" (run-style).
+	LostFail LostPolicy = 2
+)
+
+var lostPolicyNames = map[LostPolicy]string{LostRequeue: "requeue", LostFail: "fail"}
+
+func (p LostPolicy) String() string { return enumName(lostPolicyNames, p) }
+
+// ParseLostPolicy is the inverse of String.
+func ParseLostPolicy(s string) (LostPolicy, bool) { return enumParse(lostPolicyNames, s) }
+
+// Reasons recorded on jobs that end without a report.
+const (
+	ReasonWorkerLost = "worker lost"
+	ReasonPoison     = "poison: worker lost too many times"
+	ReasonCancelled  = "cancelled"
+)
+
+func enumName[K comparable](names map[K]string, k K) string {
+	if s, ok := names[k]; ok {
+		return s
+	}
+	return "unknown"
+}
+
+func enumParse[K comparable](names map[K]string, s string) (K, bool) {
+	for k, n := range names {
+		if n == s {
+			return k, true
+		}
+	}
+	var zero K
+	return zero, false
+}
+
+// JobSpec is what an executor submits. Two submissions with the same ID are
+// the same job when every field is equal.
+type JobSpec struct {
+	ID        string
+	Queue     string
+	Kind      string
+	Payload   []byte
+	Priority  int32 // higher runs first
+	Submitter string
+	// MaxAttempts bounds the runs of a job whose runs fail retryably.
+	MaxAttempts uint32
+	// OnWorkerLost is the policy when a lease expires.
+	OnWorkerLost LostPolicy
+	// MaxWorkerLosses fails the job as a poison job after this many expired
+	// leases (with LostRequeue).
+	MaxWorkerLosses uint32
+}
+
+// Job is one unit of work and everything the state machine knows of it. Values
+// returned by queries are copies.
+type Job struct {
+	JobSpec
+	Seq         uint64 // submission order, unique; the age in "priority, then age"
+	State       JobState
+	Attempts    uint32 // runs that ended in a retryable or final failure
+	Losses      uint32 // leases that expired
+	SubmittedAt int64  // unix nanoseconds, stamped by the leader
+	UpdatedAt   int64
+	FinishedAt  int64 // set when the job turns terminal
+	FinishSeq   uint64
+	Reason      string // why the job ended, for terminal states without a report
+	// Leases holds the job's most recent leases, oldest first; tokens strictly
+	// increase along it. Only the last one can be active.
+	Leases      []Lease
+	CreateIndex uint64 // raft index of the submit
+	ModifyIndex uint64 // raft index of the last change
+
+	gen uint64 // copy-on-write generation, see state.editJob
+}
+
+// CurrentLease returns the job's live lease, if any.
+func (j Job) CurrentLease() (Lease, bool) {
+	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseActive {
+		return j.Leases[n-1], true
+	}
+	return Lease{}, false
+}
+
+func (j *Job) lastLease() *Lease {
+	if n := len(j.Leases); n > 0 {
+		return &j.Leases[n-1]
+	}
+	return nil
+}
+
+// clone copies the job deeply enough that mutating the copy never touches
+// the original. Payload is never mutated and is shared.
+func (j *Job) clone() *Job {
+	c := *j
+	c.Leases = append([]Lease(nil), j.Leases...)
+	return &c
+}
+
+// Lease is a time-limited claim on one job by one worker. Its Token is its id.
+type Lease struct {
+	Token     uint64
+	JobID     string
+	WorkerID  string
+	RequestID string // the acquire's idempotency key
+	State     LeaseState
+	Revoke    Revoke
+	GrantedAt int64
+	StartedAt int64 // zero until started
+	EndedAt   int64
+	// The report, for State == LeaseReported.
+	ReportID  string
+	Outcome   Outcome
+	Retryable bool
+	Ref       string
+	Message   string
+	// Answer is the job state the report left, returned again to a repeated
+	// report.
+	Answer JobState
+}
+
+// Worker is a registered worker.
+type Worker struct {
+	ID           string
+	Capacity     uint32 // live leases it may hold at once
+	RegisteredAt int64
+	UpdatedAt    int64
+}
+
+// LeaseRef names one lease.
+type LeaseRef struct {
+	JobID string
+	Token uint64
+}
