@@ -27,8 +27,8 @@ const (
 	MaxLeaseHistory = 32
 	// MaxEvents bounds the event log whatever the compaction schedule.
 	MaxEvents = 100000
-	// MaxTokenFloor keeps room above any floor for 2^62 more grants.
-	MaxTokenFloor = 1 << 62
+	// MaxTokenFloor keeps room above any floor for 2^63 more grants.
+	MaxTokenFloor = 1 << 63
 )
 
 // checkID validates an identifier: 1..MaxIDLen printable ASCII, no spaces.

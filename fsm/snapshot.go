@@ -29,6 +29,10 @@ const (
 	tagEvent      = 4
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
+	// maxShardSpan bounds the shard table a snapshot may ask for (128 MiB of
+	// pointers): a live state reaches it only if one job outlives 17 billion
+	// later submissions.
+	maxShardSpan = 1 << 24
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -290,6 +294,9 @@ func readState(r io.Reader) (*state, error) {
 			if j.Seq <= lastSeq || j.Seq > s.jobSeq {
 				return nil, fmt.Errorf("%w: job seq %d out of order", ErrCorrupt, j.Seq)
 			}
+			if len(s.shards) > 0 && j.Seq>>shardBits-s.shardBase >= maxShardSpan {
+				return nil, fmt.Errorf("%w: job seq %d is %d shards past the oldest job", ErrCorrupt, j.Seq, j.Seq>>shardBits-s.shardBase)
+			}
 			lastSeq = j.Seq
 			sh := s.mutableShard(j.Seq, true)
 			sh.jobs[j.Seq&shardMask] = j
@@ -320,17 +327,22 @@ func decodeRecord(body []byte, fn func(d *decoder)) error {
 }
 
 // TokenFloorFor returns the token floor a restore performed at unixSeconds
-// must set: every token a cluster grants carries, in effect, a lower bound
-// of its creation or last restore time in its high 32 bits, so a floor of
-// restore-time << 32 is above anything a cluster created or restored
-// earlier could have granted, unless it granted more than 2^32 tokens per
-// second of its life.
+// sets: unixSeconds << 30. A cluster restored (or created) at time T grants
+// tokens from at most T<<30 upwards, so the floor of a later restore at T'
+// is above every token the earlier cluster could have granted, unless it
+// granted more than 2^30 (a billion) tokens per second of its life. The
+// operator's clock only needs to be later than at the previous restore.
 func TokenFloorFor(unixSeconds int64) uint64 {
-	if unixSeconds <= 0 {
+	switch {
+	case unixSeconds <= 0:
 		return 0
+	case uint64(unixSeconds) >= MaxTokenFloor>>tokenFloorShift:
+		return MaxTokenFloor
 	}
-	return min(uint64(unixSeconds)<<32, MaxTokenFloor)
+	return uint64(unixSeconds) << tokenFloorShift
 }
+
+const tokenFloorShift = 30
 
 // RaiseSnapshotFloor copies a snapshot from src to dst with its token
 // counter raised to at least floor, and a tokens.floor_raised event
@@ -472,6 +484,9 @@ func decodeJob(d *decoder, j *Job) {
 		if err := j.JobSpec.Validate(); err != nil {
 			d.fail("job %s: %v", j.ID, err)
 		}
+		if _, ok := jobStateNames[j.State]; !ok {
+			d.fail("job %s: state %d", j.ID, j.State)
+		}
 	}
 }
 
@@ -507,6 +522,13 @@ func decodeLease(d *decoder, l *Lease) {
 	l.Ref = d.str(MaxRefLen)
 	l.Message = d.str(MaxMessageLen)
 	l.Answer = JobState(d.byte1())
+	_, okState := leaseStateNames[l.State]
+	_, okRevoke := revokeNames[l.Revoke]
+	_, okOutcome := outcomeNames[l.Outcome]
+	_, okAnswer := jobStateNames[l.Answer]
+	if !okState || !okRevoke || l.Outcome != 0 && !okOutcome || l.Answer != 0 && !okAnswer {
+		d.fail("lease %d: bad enum", l.Token)
+	}
 }
 
 func encodeEvent(e *encoder, ev *Event) {
@@ -531,4 +553,7 @@ func decodeEvent(d *decoder, ev *Event) {
 	ev.WorkerID = d.str(MaxIDLen)
 	ev.Ref = d.str(MaxRefLen)
 	ev.Detail = d.str(MaxMessageLen + 256)
+	if _, ok := eventTypeNames[ev.Type]; !ok {
+		d.fail("event %d: type %d", ev.Seq, ev.Type)
+	}
 }

@@ -1,0 +1,172 @@
+package fsm
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// sampleCommands has one fully populated command of every type.
+func sampleCommands() []Command {
+	s := spec("job-1")
+	s.Priority, s.Submitter, s.OnWorkerLost = -7, "exec", LostFail
+	return []Command{
+		&RegisterWorker{WorkerID: "w1", Capacity: 4},
+		&DeregisterWorker{WorkerID: "w1"},
+		&SubmitJob{Spec: s},
+		&Acquire{WorkerID: "w1", RequestID: "r1", Queues: []string{"a", "b"}, Kinds: []string{"run"}, Max: 3, Start: true},
+		&Start{WorkerID: "w1", JobID: "job-1", Token: 42},
+		&Report{WorkerID: "w1", JobID: "job-1", Token: 42, ReportID: "rep", Outcome: OutcomeFailed, Retryable: true, Ref: "commit abc", Message: "exit 3\nsee log"},
+		&Release{WorkerID: "w1", JobID: "job-1", Token: 42, Reason: "shutdown"},
+		&Cancel{JobID: "job-1", Kill: true, Reason: "user"},
+		&CancelSubmitter{Submitter: "exec", Limit: 100, Reason: "executor stopped"},
+		&Expire{Leases: []LeaseRef{{"job-1", 42}, {"job-2", 43}}, Reason: "toleration"},
+		&Compact{JobsBefore: 1e18, EventsBefore: -5, Limit: 10},
+		&RaiseTokenFloor{Floor: 1 << 40},
+		&RecordEvent{Event: EventWorkerUnreachable, WorkerID: "w1", Detail: "silent 50s"},
+	}
+}
+
+func TestCodecRoundTripEveryCommand(t *testing.T) {
+	seen := map[CommandType]bool{}
+	for _, c := range sampleCommands() {
+		data, err := Encode(-123456789, c)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		env, err := Decode(data)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		if env.Time != -123456789 || !reflect.DeepEqual(env.Command, c) {
+			t.Fatalf("%T: decoded %+v at %d", c, env.Command, env.Time)
+		}
+		// Deterministic: the same command encodes to the same bytes.
+		again, _ := Encode(-123456789, env.Command)
+		if string(again) != string(data) {
+			t.Fatalf("%T: encoding not canonical", c)
+		}
+		// Every strict prefix fails cleanly.
+		for i := 0; i < len(data); i++ {
+			if _, err := Decode(data[:i]); err == nil {
+				t.Fatalf("%T: prefix of %d bytes decoded", c, i)
+			}
+		}
+		if _, err := Decode(append(data, 0)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%T: trailing byte: %v", c, err)
+		}
+		seen[c.Type()] = true
+	}
+	for typ := range commandFactories {
+		if !seen[typ] {
+			t.Errorf("command type %d has no sample", typ)
+		}
+	}
+}
+
+func TestDecodeRefusals(t *testing.T) {
+	valid, _ := Encode(1, &Start{WorkerID: "w", JobID: "j", Token: 1})
+	long := strings.Repeat("x", MaxIDLen+1)
+	// A command that passes the decoder's bounds but not validation.
+	e := encoder{}
+	e.byte1(codecVersion)
+	e.byte1(uint8(CmdStart))
+	e.varint(1)
+	(&Start{WorkerID: "w", JobID: "j", Token: 0}).encode(&e)
+	zeroToken := e.b
+	// A string longer than its bound.
+	e = encoder{}
+	e.byte1(codecVersion)
+	e.byte1(uint8(CmdDeregisterWorker))
+	e.varint(1)
+	e.str(long)
+	tooLong := e.b
+
+	for _, tc := range []struct {
+		name string
+		data []byte
+		want error
+	}{
+		{"empty", nil, ErrCorrupt},
+		{"version", append([]byte{9}, valid[1:]...), ErrCorrupt},
+		{"unknown type", append([]byte{codecVersion, 200}, valid[2:]...), ErrUnknownCommand},
+		{"zero token", zeroToken, ErrCorrupt},
+		{"string over bound", tooLong, ErrCorrupt},
+		{"huge length prefix", []byte{codecVersion, uint8(CmdDeregisterWorker), 2, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Decode(tc.data); !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want %v", err, tc.want)
+			}
+		})
+	}
+}
+
+// Validation names the field and refuses before anything is encoded.
+func TestValidation(t *testing.T) {
+	s := spec("j")
+	bad := func(mod func(*JobSpec)) *SubmitJob {
+		c := &SubmitJob{Spec: s}
+		mod(&c.Spec)
+		return c
+	}
+	for _, tc := range []struct {
+		cmd   Command
+		field string
+		want  error
+	}{
+		{&RegisterWorker{WorkerID: "", Capacity: 1}, "worker_id", ErrInvalidArgument},
+		{&RegisterWorker{WorkerID: "w", Capacity: 0}, "capacity", ErrInvalidArgument},
+		{&RegisterWorker{WorkerID: "has space", Capacity: 1}, "worker_id", ErrInvalidArgument},
+		{bad(func(s *JobSpec) { s.ID = strings.Repeat("a", MaxIDLen+1) }), "job.id", ErrTooLarge},
+		{bad(func(s *JobSpec) { s.Queue = "no/slash" }), "job.queue", ErrInvalidArgument},
+		{bad(func(s *JobSpec) { s.Payload = make([]byte, MaxPayloadLen+1) }), "job.payload", ErrTooLarge},
+		{bad(func(s *JobSpec) { s.MaxAttempts = 0 }), "job.max_attempts", ErrInvalidArgument},
+		{bad(func(s *JobSpec) { s.OnWorkerLost = 9 }), "job.on_worker_lost", ErrInvalidArgument},
+		{bad(func(s *JobSpec) { s.MaxWorkerLosses = MaxAttempts + 1 }), "job.max_worker_losses", ErrInvalidArgument},
+		{&Acquire{WorkerID: "w", RequestID: "r", Max: 1}, "queues", ErrInvalidArgument},
+		{&Acquire{WorkerID: "w", RequestID: "r", Queues: []string{"a", "a"}, Max: 1}, "queues", ErrInvalidArgument},
+		{&Acquire{WorkerID: "w", RequestID: "r", Queues: []string{"a"}, Max: MaxAcquireBatch + 1}, "max", ErrTooLarge},
+		{&Acquire{WorkerID: "w", RequestID: "", Queues: []string{"a"}, Max: 1}, "request_id", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: 0}, "outcome", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeSucceeded, Retryable: true}, "retryable", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeSucceeded, Ref: "a\x00b"}, "ref", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeSucceeded, Message: "\xff"}, "message", ErrInvalidArgument},
+		{&Expire{}, "leases", ErrInvalidArgument},
+		{&Expire{Leases: make([]LeaseRef, MaxExpireBatch+1)}, "leases", ErrTooLarge},
+		{&CancelSubmitter{Submitter: "s", Limit: 0}, "limit", ErrInvalidArgument},
+		{&Compact{Limit: MaxCompactBatch + 1}, "limit", ErrInvalidArgument},
+		{&RecordEvent{Event: EventJobSubmitted}, "event", ErrInvalidArgument},
+	} {
+		_, err := Encode(1, tc.cmd)
+		var fe *FieldError
+		if !errors.Is(err, tc.want) || !errors.As(err, &fe) || fe.Field != tc.field {
+			t.Errorf("%T %+v: got %v, want %v on field %s", tc.cmd, tc.cmd, err, tc.want, tc.field)
+		}
+	}
+}
+
+func TestEnumNamesRoundTrip(t *testing.T) {
+	for s := range jobStateNames {
+		if got, ok := ParseJobState(s.String()); !ok || got != s {
+			t.Errorf("job state %d", s)
+		}
+	}
+	for o := range outcomeNames {
+		if got, ok := ParseOutcome(o.String()); !ok || got != o {
+			t.Errorf("outcome %d", o)
+		}
+	}
+	for e := range eventTypeNames {
+		if got, ok := ParseEventType(e.String()); !ok || got != e {
+			t.Errorf("event type %d", e)
+		}
+	}
+	if _, ok := ParseJobState("nonsense"); ok {
+		t.Error("parsed nonsense")
+	}
+	if JobState(99).String() != "unknown" {
+		t.Error("unknown state name")
+	}
+}

@@ -1,0 +1,279 @@
+package fsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+)
+
+// busyMachine returns a machine with jobs in every state, two workers and
+// a few hundred events.
+func busyMachine(t testing.TB) *machine {
+	m := newMachine(t)
+	m.register("w1", 50)
+	m.register("w2", 50)
+	for i := range 120 {
+		s := spec(fmt.Sprintf("job-%03d", i))
+		s.Priority = int32(i % 4)
+		s.Submitter = []string{"", "exec-a", "exec-b"}[i%3]
+		s.Kind = []string{"eval", "run"}[i%2]
+		if i%5 == 0 {
+			s.OnWorkerLost = LostFail
+		}
+		m.submit(s)
+	}
+	gs := m.acquire("w1", 40)
+	gs = append(gs, m.acquire("w2", 30)...)
+	for i, g := range gs {
+		switch i % 6 {
+		case 0:
+			m.report(g, "r", OutcomeSucceeded, false)
+		case 1:
+			m.report(g, "r", OutcomeFailed, true)
+		case 2:
+			m.do(&Expire{Leases: []LeaseRef{{g.Job.ID, g.Lease.Token}}})
+		case 3:
+			m.do(&Cancel{JobID: g.Job.ID, Kill: i%2 == 0})
+		case 4:
+			m.do(&Start{WorkerID: g.Lease.WorkerID, JobID: g.Job.ID, Token: g.Lease.Token})
+		}
+		m.advance(1000)
+	}
+	m.do(&Cancel{JobID: "job-119"})
+	return m
+}
+
+func snapshotBytes(t testing.TB, f *FSM) []byte {
+	var buf bytes.Buffer
+	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	m := busyMachine(t)
+	data := snapshotBytes(t, m.f)
+	g := New()
+	if err := g.Restore(bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	if g.Hash() != m.f.Hash() {
+		t.Fatal("hash differs after restore")
+	}
+	if !bytes.Equal(snapshotBytes(t, g), data) {
+		t.Fatal("restored state encodes differently")
+	}
+	a, _ := m.f.Jobs(JobFilter{})
+	b, _ := g.Jobs(JobFilter{})
+	if len(a) != len(b) {
+		t.Fatalf("%d jobs, restored %d", len(a), len(b))
+	}
+	for i := range a {
+		if fmt.Sprint(a[i]) != fmt.Sprint(b[i]) {
+			t.Fatalf("job %s differs after restore:\n%+v\n%+v", a[i].ID, a[i], b[i])
+		}
+	}
+	st, err := InspectSnapshot(bytes.NewReader(data))
+	if err != nil || st.LastIndex != m.index || st.Jobs[JobQueued] != m.f.Stats().Jobs[JobQueued] {
+		t.Fatalf("inspect: %+v %v", st, err)
+	}
+}
+
+// Every damaged snapshot is refused, and a refused restore leaves the
+// current state as it was.
+func TestRestoreRefusesDamage(t *testing.T) {
+	m := busyMachine(t)
+	data := snapshotBytes(t, m.f)
+	target := busyMachine(t)
+	target.do(&SubmitJob{Spec: spec("only-in-target")})
+	before := target.f.Hash()
+
+	step := max(1, len(data)/300)
+	for i := 0; i < len(data); i += step {
+		bad := bytes.Clone(data)
+		bad[i] ^= 0x5a
+		if err := target.f.Restore(bytes.NewReader(bad)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("flipped byte %d of %d: %v", i, len(data), err)
+		}
+	}
+	for _, n := range []int{0, 5, len(data) / 2, len(data) - 1} {
+		if err := target.f.Restore(bytes.NewReader(data[:n])); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("truncated to %d: %v", n, err)
+		}
+	}
+	if err := target.f.Restore(io.MultiReader(bytes.NewReader(data), bytes.NewReader([]byte{1}))); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("trailing bytes: %v", err)
+	}
+	if target.f.Hash() != before {
+		t.Fatal("a refused restore changed the state")
+	}
+}
+
+// A snapshot written while applies change every job still holds the state
+// of the moment it was taken.
+func TestSnapshotIsolatedFromConcurrentApplies(t *testing.T) {
+	m := busyMachine(t)
+	want := snapshotBytes(t, m.f)
+	snap := m.f.Snapshot()
+
+	jobs, _ := m.f.Jobs(JobFilter{State: JobQueued})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		m.register("w3", 1000)
+		for _, j := range jobs {
+			m.do(&Cancel{JobID: j.ID})
+		}
+		for i := range 3000 { // enough new jobs to fill new shards
+			m.do(&SubmitJob{Spec: spec(fmt.Sprintf("new-%d", i))})
+		}
+		m.do(&Compact{JobsBefore: m.now + 1, EventsBefore: m.now + 1, Limit: MaxCompactBatch})
+	}()
+	var got bytes.Buffer
+	if _, err := snap.WriteTo(&got); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatal("snapshot changed under concurrent applies")
+	}
+}
+
+func TestRaiseSnapshotFloor(t *testing.T) {
+	m := busyMachine(t)
+	last := m.f.Stats().LastToken
+	var raised bytes.Buffer
+	floor := TokenFloorFor(1_800_000_000)
+	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(snapshotBytes(t, m.f)), floor); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(&raised); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.LastToken != floor || st.LastToken <= last {
+		t.Fatalf("last token %d, want floor %d (was %d)", st.LastToken, floor, last)
+	}
+	page := g.Events(0, MaxPageSize)
+	if ev := page.Events[len(page.Events)-1]; ev.Type != EventTokenFloorRaised {
+		t.Fatalf("last event %+v", ev)
+	}
+	m.f = g
+	m.index = g.LastIndex()
+	if gr := m.acquireOne("w1"); gr.Lease.Token != floor+1 {
+		t.Fatalf("first grant after restore %d, want %d", gr.Lease.Token, floor+1)
+	}
+	// A floor below the counter changes nothing but adds the event.
+	var again bytes.Buffer
+	if err := RaiseSnapshotFloor(&again, bytes.NewReader(snapshotBytes(t, m.f)), 1); err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := InspectSnapshot(&again); st.LastToken != floor+1 {
+		t.Fatalf("low floor moved the counter to %d", st.LastToken)
+	}
+}
+
+// The appended event must not push the log past MaxEvents.
+func TestRaiseSnapshotFloorAtEventBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a full event log")
+	}
+	f := New()
+	data, _ := Encode(1, &RecordEvent{Event: EventLeaderChanged})
+	for i := range MaxEvents + 10 {
+		if _, err := f.Apply(uint64(i+1), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var raised bytes.Buffer
+	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(snapshotBytes(t, f)), 10); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(&raised); err != nil {
+		t.Fatal(err)
+	}
+	if st := g.Stats(); st.Events != MaxEvents || st.LastToken != 10 {
+		t.Fatalf("events %d last token %d", st.Events, st.LastToken)
+	}
+}
+
+func TestTokenFloorForGrowsWithTime(t *testing.T) {
+	a, b := TokenFloorFor(1_700_000_000), TokenFloorFor(1_700_000_001)
+	if a == 0 || b <= a || b-a != 1<<30 {
+		t.Fatalf("floors %d %d", a, b)
+	}
+	if TokenFloorFor(-1) != 0 || TokenFloorFor(1<<40) != MaxTokenFloor {
+		t.Fatal("floor bounds")
+	}
+}
+
+func TestChangedClosesOnEvents(t *testing.T) {
+	m := newMachine(t)
+	ch := m.f.Changed()
+	m.register("w1", 1)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("register did not signal")
+	}
+	ch = m.f.Changed()
+	m.acquire("w1", 1) // nothing queued: no event, no signal
+	select {
+	case <-ch:
+		t.Fatal("an acquire that granted nothing signalled")
+	default:
+	}
+}
+
+func TestEventsPaging(t *testing.T) {
+	m := newMachine(t)
+	for i := range 5 {
+		m.do(&RecordEvent{Event: EventLeaderChanged, Detail: fmt.Sprint(i)})
+	}
+	p := m.f.Events(2, 2)
+	if len(p.Events) != 2 || p.Events[0].Seq != 3 || p.LastSeq != 5 || p.Truncated {
+		t.Fatalf("page %+v", p)
+	}
+	if p := m.f.Events(5, 10); len(p.Events) != 0 || p.Truncated {
+		t.Fatalf("caught-up page %+v", p)
+	}
+}
+
+func TestJobsPaging(t *testing.T) {
+	m := newMachine(t)
+	for i := range 2500 { // spans three shards
+		m.f.Apply(uint64(i+1), mustEncode(t, &SubmitJob{Spec: spec(fmt.Sprintf("j%04d", i))}))
+	}
+	var all []Job
+	cursor := uint64(0)
+	for {
+		page, next := m.f.Jobs(JobFilter{AfterSeq: cursor, Limit: 700})
+		all = append(all, page...)
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	if len(all) != 2500 {
+		t.Fatalf("paged %d jobs", len(all))
+	}
+	for i := 1; i < len(all); i++ {
+		if all[i].Seq <= all[i-1].Seq {
+			t.Fatal("pages out of order")
+		}
+	}
+}
+
+func mustEncode(t testing.TB, c Command) []byte {
+	data, err := Encode(1, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
