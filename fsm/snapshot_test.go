@@ -115,30 +115,55 @@ func TestRestoreRefusesDamage(t *testing.T) {
 
 // A snapshot written while applies change every job still holds the state
 // of the moment it was taken.
-func TestSnapshotIsolatedFromConcurrentApplies(t *testing.T) {
+func TestSnapshotIsolatedFromApplies(t *testing.T) {
 	m := busyMachine(t)
 	want := snapshotBytes(t, m.f)
 	snap := m.f.Snapshot()
 
 	jobs, _ := m.f.Jobs(JobFilter{State: JobQueued})
+	cmds := []Command{&RegisterWorker{WorkerID: "w3", Capacity: 1000}}
+	for _, j := range jobs {
+		cmds = append(cmds, &Cancel{JobID: j.ID})
+	}
+	for i := range 3000 { // enough new jobs to fill new shards
+		cmds = append(cmds, &SubmitJob{Spec: spec(fmt.Sprintf("new-%d", i))})
+	}
+	cmds = append(cmds, &Compact{JobsBefore: m.now + 1, EventsBefore: m.now + 1, Limit: MaxCompactBatch})
+	entries := make([][]byte, len(cmds))
+	for i, c := range cmds {
+		entries[i] = mustEncode(t, c)
+	}
+	var applyErr error
+	apply := func(from, to int) {
+		for i, e := range entries[from:to] {
+			m.index++
+			if _, err := m.f.Apply(m.index, e); err != nil && applyErr == nil {
+				applyErr = fmt.Errorf("%T: %w", cmds[from+i], err)
+			}
+		}
+	}
+	// Half the changes land before the write starts (so copy-on-write must
+	// have kept the frozen versions), half while it runs (for the race
+	// detector).
+	half := len(jobs)/2 + 1
+	apply(0, half)
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() {
+	go func() { // no per-step check here: t.Fatal belongs to the test goroutine
 		defer wg.Done()
-		m.register("w3", 1000)
-		for _, j := range jobs {
-			m.do(&Cancel{JobID: j.ID})
-		}
-		for i := range 3000 { // enough new jobs to fill new shards
-			m.do(&SubmitJob{Spec: spec(fmt.Sprintf("new-%d", i))})
-		}
-		m.do(&Compact{JobsBefore: m.now + 1, EventsBefore: m.now + 1, Limit: MaxCompactBatch})
+		apply(half, len(entries))
 	}()
 	var got bytes.Buffer
 	if _, err := snap.WriteTo(&got); err != nil {
 		t.Fatal(err)
 	}
 	wg.Wait()
+	if applyErr != nil {
+		t.Fatal(applyErr)
+	}
+	if err := m.f.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Fatal("snapshot changed under concurrent applies")
 	}
