@@ -102,15 +102,8 @@ func applyCompact(s *state, cmd Command) (any, error) {
 		s.finished = s.finished[1:]
 		res.Jobs++
 	}
-	// Event times never decrease (see ApplyEnvelope), so old ones are a prefix.
-	n, _ := slices.BinarySearchFunc(s.events, c.EventsBefore, func(e Event, t int64) int {
-		if e.Time < t {
-			return -1
-		}
-		return 1
-	})
-	if n > 0 {
-		s.dropEvents(n)
+	if n := s.events.firstAtOrAfter(c.EventsBefore); n > 0 {
+		s.events.drop(n)
 		res.Events = n
 	}
 	if res.Jobs > 0 {
@@ -131,5 +124,5 @@ func applyRaiseTokenFloor(s *state, cmd Command) (any, error) {
 func applyRecordEvent(s *state, cmd Command) (any, error) {
 	c := cmd.(*RecordEvent)
 	s.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})
-	return s.events[len(s.events)-1], nil
+	return *s.events.at(s.events.len() - 1), nil
 }

@@ -233,20 +233,20 @@ func (s *state) check() error {
 		prevFin = j.FinishSeq
 	}
 
-	if len(s.events) > MaxEvents {
-		fail("%d events kept, bound %d", len(s.events), MaxEvents)
+	if s.events.len() > MaxEvents {
+		fail("%d events kept, bound %d", s.events.len(), MaxEvents)
 	}
-	for i := range s.events {
-		ev := &s.events[i]
+	for i := range s.events.len() {
+		ev := s.events.at(i)
 		if _, ok := eventTypeNames[ev.Type]; !ok {
 			fail("event %d: type %d", ev.Seq, ev.Type)
 		}
-		if i > 0 && (ev.Seq != s.events[i-1].Seq+1 || ev.Time < s.events[i-1].Time) {
-			fail("event %d follows %d: seqs must be consecutive and times ordered", ev.Seq, s.events[i-1].Seq)
+		if prev := s.events.at(max(i-1, 0)); i > 0 && (ev.Seq != prev.Seq+1 || ev.Time < prev.Time) {
+			fail("event %d follows %d: seqs must be consecutive and times ordered", ev.Seq, prev.Seq)
 		}
 	}
-	if n := len(s.events); n > 0 && s.events[n-1].Seq != s.eventSeq {
-		fail("newest event %d, counter %d", s.events[n-1].Seq, s.eventSeq)
+	if n := s.events.len(); n > 0 && s.events.at(n-1).Seq != s.eventSeq {
+		fail("newest event %d, counter %d", s.events.at(n-1).Seq, s.eventSeq)
 	}
 	return errors.Join(errs...)
 }

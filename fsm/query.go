@@ -155,20 +155,19 @@ func (f *FSM) Events(after uint64, limit int) EventsPage {
 	defer f.mu.RUnlock()
 	s := f.st
 	page := EventsPage{LastSeq: s.eventSeq}
-	if len(s.events) == 0 {
+	if s.events.len() == 0 {
 		page.Truncated = after < s.eventSeq
 		return page
 	}
-	first := s.events[0].Seq
+	first := s.events.at(0).Seq
 	start := 0
 	if after >= first {
 		start = int(after - first + 1)
 	} else if after+1 < first {
 		page.Truncated = true
 	}
-	if start < len(s.events) {
-		end := min(start+limit, len(s.events))
-		page.Events = slices.Clone(s.events[start:end])
+	if start < s.events.len() {
+		page.Events = s.events.copyRange(start, min(start+limit, s.events.len()))
 	}
 	return page
 }
@@ -240,7 +239,7 @@ func (f *FSM) Stats() Stats {
 	s := f.st
 	st := Stats{
 		LastIndex: s.lastIndex, LastTime: s.lastTime, LastToken: s.lastToken,
-		Jobs: map[JobState]int{}, Workers: len(s.workers), Events: len(s.events), LastEventSeq: s.eventSeq,
+		Jobs: map[JobState]int{}, Workers: len(s.workers), Events: s.events.len(), LastEventSeq: s.eventSeq,
 	}
 	for state, n := range s.counts {
 		if n > 0 {

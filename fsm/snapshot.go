@@ -44,7 +44,7 @@ type Snapshot struct {
 	hdr     snapHeader
 	shards  []*jobShard
 	workers []Worker
-	events  []Event
+	events  eventLog
 }
 
 type snapHeader struct {
@@ -65,10 +65,10 @@ func (f *FSM) Snapshot() *Snapshot {
 		hdr: snapHeader{
 			lastIndex: s.lastIndex, lastTime: uint64(s.lastTime), lastToken: s.lastToken,
 			jobSeq: s.jobSeq, finishSeq: s.finishSeq, eventSeq: s.eventSeq,
-			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(len(s.events)),
+			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(s.events.len()),
 		},
 		shards: slices.Clone(s.shards),
-		events: s.events[:len(s.events):len(s.events)],
+		events: s.events.view(),
 	}
 	snap.workers = make([]Worker, 0, len(s.workers))
 	for _, w := range s.workers {
@@ -88,6 +88,9 @@ type snapWriter struct {
 	n   int64
 	enc encoder
 	err error
+	// frame is a field, not a local: a local escapes through the hash
+	// interface and costs an allocation per record.
+	frame [1 + binary.MaxVarintLen64]byte
 }
 
 func (sw *snapWriter) write(p []byte) {
@@ -103,10 +106,9 @@ func (sw *snapWriter) write(p []byte) {
 func (sw *snapWriter) record(tag byte, body func(e *encoder)) {
 	sw.enc.b = sw.enc.b[:0]
 	body(&sw.enc)
-	var hdr [1 + binary.MaxVarintLen64]byte
-	hdr[0] = tag
-	n := binary.PutUvarint(hdr[1:], uint64(len(sw.enc.b)))
-	sw.write(hdr[:1+n])
+	sw.frame[0] = tag
+	n := binary.PutUvarint(sw.frame[1:], uint64(len(sw.enc.b)))
+	sw.write(sw.frame[:1+n])
 	sw.write(sw.enc.b)
 }
 
@@ -136,8 +138,8 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
 		return sw.err == nil
 	})
-	for i := range s.events {
-		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &s.events[i]) })
+	for i := range s.events.len() {
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, s.events.at(i)) })
 	}
 	err := sw.finish()
 	return sw.n, err
@@ -307,10 +309,13 @@ func readState(r io.Reader) (*state, error) {
 			if err := decodeRecord(body, func(d *decoder) { decodeEvent(d, &ev) }); err != nil {
 				return nil, err
 			}
-			s.events = append(s.events, ev)
+			if s.events.len() == MaxEvents {
+				return nil, fmt.Errorf("%w: more than %d events", ErrCorrupt, MaxEvents)
+			}
+			s.events.push(ev)
 		}
 	}
-	if workers != hdr.workers || jobs != hdr.jobs || uint64(len(s.events)) != hdr.events {
+	if workers != hdr.workers || jobs != hdr.jobs || uint64(s.events.len()) != hdr.events {
 		return nil, fmt.Errorf("%w: snapshot counts differ from its header", ErrCorrupt)
 	}
 	s.rebuildIndexes()

@@ -36,7 +36,7 @@ type state struct {
 	shardBase uint64 // shard number of shards[0]
 	shards    []*jobShard
 	workers   map[string]*Worker // values are replaced, never mutated
-	events    []Event            // oldest first, seqs consecutive
+	events    eventLog           // oldest first, seqs consecutive
 
 	// --- derived indexes ---
 	jobIDs       map[string]uint64                // job id -> seq
@@ -312,19 +312,10 @@ func (s *state) emit(ev Event) {
 	ev.Seq = s.eventSeq
 	ev.Index = s.lastIndex
 	ev.Time = s.lastTime
-	if len(s.events) >= MaxEvents {
-		s.dropEvents(len(s.events) - MaxEvents + 1)
+	if s.events.len() >= MaxEvents {
+		s.events.drop(s.events.len() - MaxEvents + 1)
 	}
-	s.events = append(s.events, ev)
-}
-
-// dropEvents drops the n oldest events. The slice is re-sliced, not
-// modified, so a snapshot holding the old slice still reads its events.
-func (s *state) dropEvents(n int) {
-	s.events = s.events[n:]
-	if len(s.events) == 0 {
-		s.events = nil
-	}
+	s.events.push(ev)
 }
 
 // rebuildIndexes derives every index from the replicated fields. Used by
