@@ -26,7 +26,10 @@ vet:
 bench-fsm:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./fsm/ -timeout 60m
 
-# Fuzz the command decoder and apply path for FUZZTIME (default 60s).
+# Fuzz the command decoder + apply path and the snapshot decoder, FUZZTIME
+# each. Minimizing a new input re-runs it thousands of times on inputs of
+# tens of kilobytes (snapshots), so minimization is kept short.
 FUZZTIME ?= 60s
 fuzz-fsm:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeApply -fuzztime $(FUZZTIME) ./fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeApply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/

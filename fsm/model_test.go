@@ -1307,7 +1307,7 @@ func (r *modelRun) run() {
 	r.compareState()
 	r.seen["leases trimmed from history"] = r.m.trimmed
 	r.seen["jobs submitted (last seq)"] = int(r.m.jobSeq)
-	r.seen["job shards dropped by compaction"] = int(r.f.st.shardBase)
+	r.seen["job shards kept"] = len(r.f.st.shards)
 	keys := make([]string, 0, len(r.seen))
 	for k := range r.seen {
 		keys = append(keys, k)

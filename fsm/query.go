@@ -106,11 +106,8 @@ func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.st
-	shards := s.shards
-	if first := (flt.AfterSeq + 1) >> shardBits; first > s.shardBase {
-		shards = shards[min(first-s.shardBase, uint64(len(shards))):]
-	}
-	eachJob(shards, func(j *Job) bool {
+	first, _ := s.shardIndex((flt.AfterSeq + 1) >> shardBits)
+	eachJob(s.shards[first:], func(j *Job) bool {
 		if j.Seq <= flt.AfterSeq || !flt.match(j) {
 			return true
 		}

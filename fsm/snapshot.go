@@ -29,10 +29,6 @@ const (
 	tagEvent      = 4
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
-	// maxShardSpan bounds the shard table a snapshot may ask for (128 MiB of
-	// pointers): a live state reaches it only if one job outlives 17 billion
-	// later submissions.
-	maxShardSpan = 1 << 24
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -295,9 +291,6 @@ func readState(r io.Reader) (*state, error) {
 			}
 			if j.Seq <= lastSeq || j.Seq > s.jobSeq {
 				return nil, fmt.Errorf("%w: job seq %d out of order", ErrCorrupt, j.Seq)
-			}
-			if len(s.shards) > 0 && j.Seq>>shardBits-s.shardBase >= maxShardSpan {
-				return nil, fmt.Errorf("%w: job seq %d is %d shards past the oldest job", ErrCorrupt, j.Seq, j.Seq>>shardBits-s.shardBase)
 			}
 			lastSeq = j.Seq
 			sh := s.mutableShard(j.Seq, true)

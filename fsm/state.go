@@ -16,6 +16,7 @@ const (
 )
 
 type jobShard struct {
+	num  uint64 // shard number: seq >> shardBits
 	gen  uint64
 	n    int // occupied slots
 	jobs [shardSize]*Job
@@ -33,10 +34,12 @@ type state struct {
 	jobSeq    uint64 // last job seq assigned
 	finishSeq uint64 // last finish seq assigned
 	eventSeq  uint64 // last event seq assigned
-	shardBase uint64 // shard number of shards[0]
-	shards    []*jobShard
-	workers   map[string]*Worker // values are replaced, never mutated
-	events    eventLog           // oldest first, seqs consecutive
+	// shards holds the non-empty shards by ascending number. Usually they are
+	// consecutive; a long-lived job amid compacted ones leaves gaps, which
+	// cost nothing.
+	shards  []*jobShard
+	workers map[string]*Worker // values are replaced, never mutated
+	events  eventLog           // oldest first, seqs consecutive
 
 	// --- derived indexes ---
 	jobIDs       map[string]uint64                // job id -> seq
@@ -74,12 +77,24 @@ func (s *state) intern(v string) string {
 	return v
 }
 
-func (s *state) shard(seq uint64) *jobShard {
-	n := seq >> shardBits
-	if n < s.shardBase || n-s.shardBase >= uint64(len(s.shards)) {
-		return nil
+// shardIndex returns the position of shard number n in s.shards, or where
+// it would be inserted.
+func (s *state) shardIndex(n uint64) (int, bool) {
+	if len(s.shards) == 0 {
+		return 0, false
 	}
-	return s.shards[n-s.shardBase]
+	// Fast path: no gaps below n.
+	if d := n - s.shards[0].num; n >= s.shards[0].num && d < uint64(len(s.shards)) && s.shards[d].num == n {
+		return int(d), true
+	}
+	return slices.BinarySearchFunc(s.shards, n, func(sh *jobShard, n uint64) int { return cmpU64(sh.num, n) })
+}
+
+func (s *state) shard(seq uint64) *jobShard {
+	if i, ok := s.shardIndex(seq >> shardBits); ok {
+		return s.shards[i]
+	}
+	return nil
 }
 
 // job returns the job with this seq, or nil. The result must not be mutated:
@@ -102,19 +117,18 @@ func (s *state) jobByID(id string) *Job {
 // still reads it, creating it if create is set.
 func (s *state) mutableShard(seq uint64, create bool) *jobShard {
 	n := seq >> shardBits
-	if len(s.shards) == 0 {
-		s.shardBase = n
-	}
-	for n >= s.shardBase+uint64(len(s.shards)) {
-		s.shards = append(s.shards, nil)
-	}
-	i := n - s.shardBase
-	sh := s.shards[i]
+	i, ok := s.shardIndex(n)
 	switch {
-	case sh == nil && create:
-		sh = &jobShard{gen: s.gen}
-		s.shards[i] = sh
-	case sh != nil && sh.gen != s.gen:
+	case !ok && create:
+		// Seqs only grow, so a new shard always goes last.
+		sh := &jobShard{num: n, gen: s.gen}
+		s.shards = slices.Insert(s.shards, i, sh)
+		return sh
+	case !ok:
+		return nil
+	}
+	sh := s.shards[i]
+	if sh.gen != s.gen {
 		c := *sh
 		c.gen = s.gen
 		sh = &c
@@ -151,11 +165,8 @@ func (s *state) removeJob(j *Job) {
 	sh.jobs[j.Seq&shardMask] = nil
 	sh.n--
 	if sh.n == 0 {
-		s.shards[(j.Seq>>shardBits)-s.shardBase] = nil
-		for len(s.shards) > 0 && s.shards[0] == nil {
-			s.shards = s.shards[1:]
-			s.shardBase++
-		}
+		i, _ := s.shardIndex(sh.num)
+		s.shards = slices.Delete(s.shards, i, i+1)
 	}
 	delete(s.jobIDs, j.ID)
 	for i := range j.Leases {
@@ -184,9 +195,6 @@ func requestKey(worker, request string) string { return worker + "\x00" + reques
 // eachJob calls fn for every job in seq order until fn returns false.
 func eachJob(shards []*jobShard, fn func(*Job) bool) {
 	for _, sh := range shards {
-		if sh == nil {
-			continue
-		}
 		for _, j := range sh.jobs {
 			if j != nil && !fn(j) {
 				return
