@@ -58,7 +58,7 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 	spec := &cmd.(*SubmitJob).Spec
 	if old := s.jobByID(spec.ID); old != nil {
 		if sameSpec(&old.JobSpec, spec) {
-			return SubmitResult{Job: *old.clone()}, nil
+			return SubmitResult{Job: old.export()}, nil
 		}
 		s.emit(Event{Type: EventSubmitConflict, JobID: spec.ID, Detail: "same job id, another spec"})
 		return nil, fmt.Errorf("%w: job %s exists with another spec", ErrConflict, spec.ID)
@@ -76,7 +76,7 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 	s.insertJob(j)
 	s.setState(j, JobQueued)
 	s.emit(Event{Type: EventJobSubmitted, JobID: j.ID, Detail: j.Queue + "/" + j.Kind})
-	return SubmitResult{Job: *j.clone(), Created: true}, nil
+	return SubmitResult{Job: j.export(), Created: true}, nil
 }
 
 func sameSpec(a, b *JobSpec) bool {

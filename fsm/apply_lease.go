@@ -20,7 +20,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		res := AcquireResult{Replayed: true}
 		for _, tok := range toks {
 			j := s.job(s.tokens[tok])
-			res.Grants = append(res.Grants, Grant{Job: *j.clone(), Lease: *findLease(j, tok)})
+			res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *findLease(j, tok)})
 		}
 		return res, nil
 	}
@@ -56,7 +56,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		if c.Start {
 			s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
 		}
-		res.Grants = append(res.Grants, Grant{Job: *j.clone(), Lease: l})
+		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l})
 	}
 	return res, nil
 }
@@ -207,7 +207,7 @@ func applyRelease(s *state, cmd Command) (any, error) {
 	}
 	j = s.editJob(j.Seq)
 	s.releaseLease(j, c.Reason)
-	return *j.clone(), nil
+	return j.export(), nil
 }
 
 // releaseLease ends a job's live lease without an attempt: the job is queued
@@ -278,27 +278,27 @@ func applyCancel(s *state, cmd Command) (any, error) {
 	}
 	switch {
 	case j.State == JobCancelled:
-		return CancelResult{Job: *j.clone()}, nil
+		return CancelResult{Job: j.export()}, nil
 	case j.State.Terminal():
 		return nil, fmt.Errorf("%w: job %s is %s", ErrFinished, j.ID, j.State)
 	case j.State == JobQueued:
 		j = s.editJob(j.Seq)
 		s.cancelQueued(j, c.Reason)
-		return CancelResult{Job: *j.clone()}, nil
+		return CancelResult{Job: j.export()}, nil
 	}
 	want := RevokeCancel
 	if c.Kill {
 		want = RevokeKill
 	}
 	if j.lastLease().Revoke >= want {
-		return CancelResult{Job: *j.clone(), Revoked: true}, nil
+		return CancelResult{Job: j.export(), Revoked: true}, nil
 	}
 	j = s.editJob(j.Seq)
 	l := j.lastLease()
 	l.Revoke = want
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseRevoked, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: joinReason(want.String(), c.Reason)})
-	return CancelResult{Job: *j.clone(), Revoked: true}, nil
+	return CancelResult{Job: j.export(), Revoked: true}, nil
 }
 
 func (s *state) cancelQueued(j *Job, reason string) {

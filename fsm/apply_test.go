@@ -519,7 +519,7 @@ func TestApplyRefusesReplayedIndex(t *testing.T) {
 	if _, err := f.Apply(5, data); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.Apply(5, data); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := f.Apply(5, data); !errors.Is(err, ErrOutOfOrder) || !IsFatal(err) {
 		t.Fatalf("replayed index: %v", err)
 	}
 }

@@ -552,7 +552,8 @@ func Decode(b []byte) (Envelope, error) {
 		return Envelope{}, err
 	}
 	if err := env.Command.Validate(); err != nil {
-		return Envelope{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+		// %v, not %w: a corrupt entry must not also look like a refusal.
+		return Envelope{}, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return env, nil
 }

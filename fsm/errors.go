@@ -36,7 +36,18 @@ var (
 	ErrUnknownCommand = errors.New("unknown command type")
 	// ErrCorrupt: a command or snapshot could not be decoded.
 	ErrCorrupt = errors.New("corrupt encoding")
+	// ErrOutOfOrder: Apply was given an index that is not after the last
+	// applied one. Raft never does that; it means the log and the state
+	// disagree.
+	ErrOutOfOrder = errors.New("log index out of order")
 )
+
+// IsFatal reports whether an Apply error means this replica can no longer
+// follow the log: an entry it cannot decode or an index out of order. Every
+// other error is a deterministic refusal that every replica makes alike.
+func IsFatal(err error) bool {
+	return errors.Is(err, ErrUnknownCommand) || errors.Is(err, ErrCorrupt) || errors.Is(err, ErrOutOfOrder)
+}
 
 // FieldError is a validation failure of one named field. It wraps
 // ErrInvalidArgument or ErrTooLarge.

@@ -59,38 +59,29 @@ func (f *FSM) register(t CommandType, h handler) {
 // Apply decodes and applies the log entry at index. It returns the
 // command's result (see results.go) or its error.
 //
-// Decode failures are ErrUnknownCommand or ErrCorrupt and change nothing;
-// the caller must treat them as fatal, because a replica that skips an
-// entry diverges. Every other error is a deterministic refusal: every
-// replica refuses the same command the same way, and a refusal changes
-// nothing except, where the rules say so, recording an event.
+// Errors for which IsFatal is true (an undecodable entry, an index out of
+// order) change nothing, and the caller must stop applying: a replica that
+// skips an entry diverges. Every other error is a deterministic refusal:
+// every replica refuses the same command the same way, and a refusal
+// changes nothing but the last applied index and time and, where the rules
+// say so, an event it records.
 func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	env, err := Decode(data)
 	if err != nil {
 		return nil, err
 	}
-	return f.ApplyEnvelope(index, env)
-}
-
-// ApplyEnvelope applies an already decoded command. The command must have
-// passed Validate (Decode guarantees it).
-func (f *FSM) ApplyEnvelope(index uint64, env Envelope) (any, error) {
-	h := f.handlers[env.Command.Type()]
-	if h == nil {
-		return nil, fmt.Errorf("%w: %d", ErrUnknownCommand, env.Command.Type())
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.st
 	if index <= s.lastIndex {
-		return nil, fmt.Errorf("%w: index %d is not after the last applied index %d", ErrInvalidArgument, index, s.lastIndex)
+		return nil, fmt.Errorf("%w: index %d is not after the last applied index %d", ErrOutOfOrder, index, s.lastIndex)
 	}
 	s.lastIndex = index
 	// The state's clock never runs backwards, even when a new leader's clock
 	// is behind the old one's: finish times and event times stay ordered.
 	s.lastTime = max(s.lastTime, env.Time)
 	events := s.eventSeq
-	res, err := h(s, env.Command)
+	res, err := f.handlers[env.Command.Type()](s, env.Command)
 	if s.eventSeq != events {
 		close(f.changed)
 		f.changed = make(chan struct{})

@@ -13,7 +13,7 @@ func (f *FSM) Job(id string) (Job, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if j := f.st.jobByID(id); j != nil {
-		return *j.clone(), nil
+		return j.export(), nil
 	}
 	return Job{}, fmt.Errorf("%w: job %s", ErrNotFound, id)
 }
@@ -115,7 +115,7 @@ func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 			next = jobs[len(jobs)-1].Seq
 			return false
 		}
-		jobs = append(jobs, *j.clone())
+		jobs = append(jobs, j.export())
 		return true
 	})
 	return jobs, next
@@ -152,11 +152,11 @@ func (f *FSM) Events(after uint64, limit int) EventsPage {
 	defer f.mu.RUnlock()
 	s := f.st
 	page := EventsPage{LastSeq: s.eventSeq}
-	if s.events.len() == 0 {
-		page.Truncated = after < s.eventSeq
+	if after >= s.eventSeq {
 		return page
 	}
-	first := s.events.at(0).Seq
+	// The kept events are seqs first..eventSeq; after < eventSeq here.
+	first := s.eventSeq - uint64(s.events.len()) + 1
 	start := 0
 	if after >= first {
 		start = int(after - first + 1)

@@ -302,3 +302,35 @@ func mustEncode(t testing.TB, c Command) []byte {
 	}
 	return data
 }
+
+// A client-chosen cursor, however large, is just "nothing newer".
+func TestEventsHugeCursor(t *testing.T) {
+	m := newMachine(t)
+	m.do(&RecordEvent{Event: EventLeaderChanged})
+	for _, after := range []uint64{1, 1 << 63, 1<<64 - 1} {
+		if p := m.f.Events(after, 10); len(p.Events) != 0 || p.Truncated || p.LastSeq != 1 {
+			t.Fatalf("after %d: %+v", after, p)
+		}
+	}
+}
+
+// Results are copies: a caller scribbling on them changes nothing.
+func TestResultsDoNotAliasState(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	before := m.f.Hash()
+	res := m.do(&SubmitJob{Spec: spec("a")}).(SubmitResult)
+	after := m.f.Hash()
+	res.Job.Payload[0] = 'X'
+	res.Job.Leases = append(res.Job.Leases, Lease{Token: 99})
+	g := m.acquireOne("w1")
+	g.Job.Payload[0] = 'Y'
+	got, _ := m.f.Job("a")
+	got.Payload[0] = 'Z'
+	if j := m.job("a"); string(j.Payload) != "p-a" {
+		t.Fatalf("stored payload became %q", j.Payload)
+	}
+	if before == after {
+		t.Fatal("submit did not change the hash")
+	}
+}

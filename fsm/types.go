@@ -175,12 +175,22 @@ func (j *Job) lastLease() *Lease {
 	return nil
 }
 
-// clone copies the job deeply enough that mutating the copy never touches
-// the original. Payload is never mutated and is shared.
+// clone copies the job for copy-on-write: mutating the copy never touches
+// the original. The state never mutates a payload, so the copy shares it.
 func (j *Job) clone() *Job {
 	c := *j
 	c.Leases = append([]Lease(nil), j.Leases...)
 	return &c
+}
+
+// export returns a copy for a caller outside the package: nothing in it,
+// the payload included, aliases the state, and the copy-on-write generation
+// is cleared so equal states give equal values.
+func (j *Job) export() Job {
+	c := *j.clone()
+	c.Payload = append([]byte(nil), j.Payload...)
+	c.gen = 0
+	return c
 }
 
 // Lease is a time-limited claim on one job by one worker. Its Token is its id.
