@@ -3,7 +3,6 @@ package fsm
 import (
 	"fmt"
 	"math"
-	"slices"
 )
 
 // Handlers for the commands that grant, advance and end leases. Each one
@@ -62,8 +61,8 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 }
 
 // candidateHeaps returns the ready heaps an acquire may pick from.
-func (s *state) candidateHeaps(queues, kinds []string) []*readyHeap {
-	var out []*readyHeap
+func (s *state) candidateHeaps(queues, kinds []string) []*jobHeap {
+	var out []*jobHeap
 	for _, q := range queues {
 		byKind := s.ready[q]
 		if len(kinds) == 0 {
@@ -81,21 +80,18 @@ func (s *state) candidateHeaps(queues, kinds []string) []*readyHeap {
 	return out
 }
 
-// pickReady removes and returns the best queued job across heaps. The order
-// is total (priority, then seq), so the heaps' order does not matter.
-func (s *state) pickReady(heaps []*readyHeap) (uint64, bool) {
-	var best *readyHeap
-	var bestItem readyItem
+// pickReady returns the best queued job across heaps; granting it a lease
+// takes it out of the queue. The order is total (priority, then seq), so
+// the heaps' order does not matter.
+func (s *state) pickReady(heaps []*jobHeap) (uint64, bool) {
+	var best heapItem
+	found := false
 	for _, h := range heaps {
-		if it, ok := h.peek(s.isQueued); ok && (best == nil || it.before(bestItem)) {
-			best, bestItem = h, it
+		if it, ok := h.peek(s.isQueued); ok && (!found || it.before(best)) {
+			best, found = it, true
 		}
 	}
-	if best == nil {
-		return 0, false
-	}
-	best.take()
-	return bestItem.seq, true
+	return best.seq, found
 }
 
 func findLease(j *Job, tok uint64) *Lease {
@@ -317,21 +313,21 @@ func joinReason(what, why string) string {
 
 func applyCancelSubmitter(s *state, cmd Command) (any, error) {
 	c := cmd.(*CancelSubmitter)
-	set := s.submitted[c.Submitter]
-	seqs := make([]uint64, 0, len(set))
-	for seq := range set {
-		seqs = append(seqs, seq)
+	var res CancelSubmitterResult
+	h := s.submitted[c.Submitter]
+	if h == nil {
+		return res, nil
 	}
-	slices.Sort(seqs) // oldest first, and the same choice on every replica
-	if len(seqs) > int(c.Limit) {
-		seqs = seqs[:c.Limit]
-	}
-	res := CancelSubmitterResult{Cancelled: make([]string, 0, len(seqs))}
-	for _, seq := range seqs {
-		j := s.editJob(seq)
+	// Oldest first: the cost is the jobs cancelled, not the jobs queued.
+	for len(res.Cancelled) < int(c.Limit) {
+		it, ok := h.peek(s.isQueued)
+		if !ok {
+			break
+		}
+		j := s.editJob(it.seq)
 		s.cancelQueued(j, c.Reason)
 		res.Cancelled = append(res.Cancelled, j.ID)
 	}
-	res.Remaining = len(s.submitted[c.Submitter])
+	res.Remaining = h.live
 	return res, nil
 }

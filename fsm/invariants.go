@@ -35,7 +35,7 @@ func (s *state) check() error {
 	}
 	var counts [JobFailed + 1]int
 	var jobs, leases, live, queuedWithSubmitter, terminal int
-	readyLive := map[*readyHeap]int{}
+	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold
 	prevSeq := uint64(0)
 
 	for i, sh := range s.shards {
@@ -131,16 +131,17 @@ func (s *state) check() error {
 			terminal++
 		}
 		if j.State == JobQueued {
-			h := s.readyHeapFor(j.Queue, j.Kind, false)
-			if h == nil {
+			if h := s.ready[j.Queue][j.Kind]; h == nil {
 				fail("job %s: queued but its ready queue %s/%s is missing", j.ID, j.Queue, j.Kind)
 			} else {
-				readyLive[h]++
+				heapWant[h]++
 			}
 			if j.Submitter != "" {
 				queuedWithSubmitter++
-				if !s.submitted[j.Submitter][j.Seq] {
-					fail("job %s: queued but missing from submitter %s's index", j.ID, j.Submitter)
+				if h := s.submitted[j.Submitter]; h == nil {
+					fail("job %s: queued but submitter %s has no heap", j.ID, j.Submitter)
+				} else {
+					heapWant[h]++
 				}
 			}
 		}
@@ -188,33 +189,39 @@ func (s *state) check() error {
 		}
 	}
 
-	heapLive := 0
-	for q, kinds := range s.ready {
-		for k, h := range kinds {
-			heapLive += h.live
-			if h.live != readyLive[h] {
-				fail("ready queue %s/%s counts %d live, %d queued jobs belong to it", q, k, h.live, readyLive[h])
-			}
-			seen := map[uint64]bool{}
-			for _, it := range h.items {
-				if j := s.job(it.seq); j != nil && j.State == JobQueued {
-					if seen[it.seq] || j.Queue != q || j.Kind != k {
-						fail("ready queue %s/%s: job %s listed twice or in the wrong queue", q, k, j.ID)
-					}
-					seen[it.seq] = true
+	// A heap holds each of its queued jobs at least once (a job that left
+	// and came back may be listed twice), no queued job of another heap,
+	// and counts them in live. A heap without queued jobs is dropped.
+	checkHeap := func(name string, h *jobHeap, belongs func(j *Job, it heapItem) bool) int {
+		distinct := map[uint64]bool{}
+		for _, it := range h.items {
+			if j := s.job(it.seq); j != nil && j.State == JobQueued {
+				if !belongs(j, it) {
+					fail("%s lists job %s, which belongs elsewhere", name, j.ID)
 				}
+				distinct[it.seq] = true
 			}
 		}
+		if len(distinct) != h.live || h.live != heapWant[h] || h.live == 0 {
+			fail("%s: live %d, holds %d queued jobs, %d belong to it", name, h.live, len(distinct), heapWant[h])
+		}
+		return h.live
 	}
-	if heapLive != counts[JobQueued] {
-		fail("ready queues hold %d live entries for %d queued jobs", heapLive, counts[JobQueued])
+	readyLive, submitterLive := 0, 0
+	for q, kinds := range s.ready {
+		for k, h := range kinds {
+			readyLive += checkHeap("ready queue "+q+"/"+k, h, func(j *Job, it heapItem) bool {
+				return j.Queue == q && j.Kind == k && it.prio == j.Priority
+			})
+		}
 	}
-	subs := 0
-	for _, set := range s.submitted {
-		subs += len(set)
+	for sub, h := range s.submitted {
+		submitterLive += checkHeap("submitter "+sub, h, func(j *Job, it heapItem) bool {
+			return j.Submitter == sub && it.prio == 0
+		})
 	}
-	if subs != queuedWithSubmitter {
-		fail("submitter index has %d jobs, %d queued jobs have a submitter", subs, queuedWithSubmitter)
+	if readyLive != counts[JobQueued] || submitterLive != queuedWithSubmitter {
+		fail("ready queues hold %d of %d queued jobs, submitter heaps %d of %d", readyLive, counts[JobQueued], submitterLive, queuedWithSubmitter)
 	}
 
 	if len(s.finished) != terminal {

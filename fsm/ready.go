@@ -1,86 +1,91 @@
 package fsm
 
-// readyHeap orders the queued jobs of one (queue, kind): highest priority
-// first, then oldest (lowest seq). The order is total, so which job is picked
-// depends only on the set of queued jobs, never on the order of operations:
-// a replica restored from a snapshot picks exactly like one that applied the
+import "slices"
+
+// jobHeap orders queued jobs: highest priority first, then oldest (lowest
+// seq). One heap per (queue, kind) is what acquire picks from; one per
+// submitter (all priorities zero, so oldest first) is what cancel by
+// submitter takes from. The order is total, so which job comes out depends
+// only on the set of queued jobs, never on the history of the heap: a
+// replica restored from a snapshot picks exactly like one that applied the
 // whole log.
 //
-// Removal is lazy. A job leaves the queued state without being popped only
-// by cancellation, which is terminal, so a stale entry can never be mistaken
-// for a job that was queued again: pop skips entries whose job is gone or no
-// longer queued, and the heap is rebuilt when stale entries outnumber live
-// ones.
-type readyHeap struct {
-	items []readyItem
-	live  int // entries whose job is queued
+// Removal is lazy. Entering the queued state pushes an entry and leaving it
+// only decrements live; peek discards entries whose job is no longer queued.
+// A job that leaves and re-enters the queue before its old entry is
+// discarded has two entries with the same key, which is harmless (they
+// name the same job) and cleared by the next rebuild. Rebuilds happen when
+// stale entries outnumber live ones, so the cost is amortized.
+type jobHeap struct {
+	items []heapItem
+	live  int // queued jobs that belong to this heap
 }
 
-type readyItem struct {
+type heapItem struct {
 	prio int32
 	seq  uint64
 }
 
-func (a readyItem) before(b readyItem) bool {
+func (a heapItem) before(b heapItem) bool {
 	if a.prio != b.prio {
 		return a.prio > b.prio
 	}
 	return a.seq < b.seq
 }
 
-func (h *readyHeap) push(it readyItem) {
+func (a heapItem) compare(b heapItem) int {
+	switch {
+	case a.before(b):
+		return -1
+	case b.before(a):
+		return 1
+	}
+	return 0
+}
+
+// entered records a job that entered the queued state.
+func (h *jobHeap) entered(it heapItem) {
 	h.items = append(h.items, it)
 	h.up(len(h.items) - 1)
 	h.live++
 }
 
-// peek returns the best live entry, discarding stale ones above it.
-func (h *readyHeap) peek(isQueued func(seq uint64) bool) (readyItem, bool) {
+// left records that one of its queued jobs left the queued state; the job's
+// state must already say so.
+func (h *jobHeap) left(isQueued func(seq uint64) bool) {
+	h.live--
+	if stale := len(h.items) - h.live; stale > 64 && stale > h.live {
+		h.rebuild(isQueued)
+	}
+}
+
+// rebuild keeps one entry per queued job. A sorted slice is a valid heap.
+func (h *jobHeap) rebuild(isQueued func(seq uint64) bool) {
+	kept := slices.DeleteFunc(h.items, func(it heapItem) bool { return !isQueued(it.seq) })
+	slices.SortFunc(kept, heapItem.compare)
+	h.items = slices.Compact(kept)
+}
+
+// peek returns the best entry whose job is queued, discarding stale ones
+// above it. It does not remove it: the caller moves the job out of the
+// queued state, which makes the entry stale.
+func (h *jobHeap) peek(isQueued func(seq uint64) bool) (heapItem, bool) {
 	for len(h.items) > 0 {
 		top := h.items[0]
 		if isQueued(top.seq) {
 			return top, true
 		}
-		h.popTop()
-	}
-	return readyItem{}, false
-}
-
-// take removes the top entry, which peek has just returned.
-func (h *readyHeap) take() {
-	h.popTop()
-	h.live--
-}
-
-// dropped notes that a queued job in this heap left the queued state without
-// being popped (it was cancelled); compact rebuilds when stale entries pile up.
-func (h *readyHeap) dropped(isQueued func(seq uint64) bool) {
-	h.live--
-	if stale := len(h.items) - h.live; stale > 64 && stale > h.live {
-		kept := h.items[:0]
-		for _, it := range h.items {
-			if isQueued(it.seq) {
-				kept = append(kept, it)
-			}
-		}
-		clear(h.items[len(kept):])
-		h.items = kept
-		for i := len(h.items)/2 - 1; i >= 0; i-- {
-			h.down(i)
+		n := len(h.items) - 1
+		h.items[0] = h.items[n]
+		h.items = h.items[:n]
+		if n > 0 {
+			h.down(0)
 		}
 	}
+	return heapItem{}, false
 }
 
-func (h *readyHeap) popTop() {
-	n := len(h.items) - 1
-	h.items[0] = h.items[n]
-	h.items = h.items[:n]
-	if n > 0 {
-		h.down(0)
-	}
-}
-
-func (h *readyHeap) up(i int) {
+func (h *jobHeap) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
 		if !h.items[i].before(h.items[p]) {
@@ -91,7 +96,7 @@ func (h *readyHeap) up(i int) {
 	}
 }
 
-func (h *readyHeap) down(i int) {
+func (h *jobHeap) down(i int) {
 	n := len(h.items)
 	for {
 		l := 2*i + 1

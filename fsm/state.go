@@ -42,13 +42,13 @@ type state struct {
 	events  eventLog           // oldest first, seqs consecutive
 
 	// --- derived indexes ---
-	jobIDs       map[string]uint64                // job id -> seq
-	tokens       map[uint64]uint64                // token of every kept lease -> job seq
-	ready        map[string]map[string]*readyHeap // queue -> kind -> queued jobs
-	workerLeases map[string]map[uint64]uint64     // worker -> token -> job seq, live leases
-	submitted    map[string]map[uint64]bool       // submitter -> seqs of its queued jobs
-	finished     []uint64                         // seqs of terminal jobs in finish order
-	requests     map[string][]uint64              // worker+"\x00"+request id -> tokens it granted
+	jobIDs       map[string]uint64              // job id -> seq
+	tokens       map[uint64]uint64              // token of every kept lease -> job seq
+	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
+	workerLeases map[string]map[uint64]uint64   // worker -> token -> job seq, live leases
+	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
+	finished     []uint64                       // seqs of terminal jobs in finish order
+	requests     map[string][]uint64            // worker+"\x00"+request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobFailed + 1]int // jobs per state
 }
@@ -58,9 +58,9 @@ func newState() *state {
 		workers:      map[string]*Worker{},
 		jobIDs:       map[string]uint64{},
 		tokens:       map[uint64]uint64{},
-		ready:        map[string]map[string]*readyHeap{},
+		ready:        map[string]map[string]*jobHeap{},
 		workerLeases: map[string]map[uint64]uint64{},
-		submitted:    map[string]map[uint64]bool{},
+		submitted:    map[string]*jobHeap{},
 		requests:     map[string][]uint64{},
 		interned:     map[string]string{},
 	}
@@ -205,21 +205,49 @@ func eachJob(shards []*jobShard, fn func(*Job) bool) {
 
 // --- the ready queues ---
 
-func (s *state) readyHeapFor(queue, kind string, create bool) *readyHeap {
-	kinds := s.ready[queue]
+// enterQueue adds a job that just became queued to its ready heap and its
+// submitter's heap, creating them as needed.
+func (s *state) enterQueue(j *Job) {
+	kinds := s.ready[j.Queue]
 	if kinds == nil {
-		if !create {
-			return nil
+		kinds = map[string]*jobHeap{}
+		s.ready[j.Queue] = kinds
+	}
+	h := kinds[j.Kind]
+	if h == nil {
+		h = &jobHeap{}
+		kinds[j.Kind] = h
+	}
+	h.entered(heapItem{prio: j.Priority, seq: j.Seq})
+	if j.Submitter != "" {
+		sh := s.submitted[j.Submitter]
+		if sh == nil {
+			sh = &jobHeap{}
+			s.submitted[j.Submitter] = sh
 		}
-		kinds = map[string]*readyHeap{}
-		s.ready[queue] = kinds
+		sh.entered(heapItem{seq: j.Seq})
 	}
-	h := kinds[kind]
-	if h == nil && create {
-		h = &readyHeap{}
-		kinds[kind] = h
+}
+
+// leaveQueue records that a job left the queued state (its State already
+// says so), dropping heaps that no longer hold a queued job.
+func (s *state) leaveQueue(j *Job) {
+	kinds := s.ready[j.Queue]
+	if h := kinds[j.Kind]; h != nil {
+		h.left(s.isQueued)
+		if h.live == 0 {
+			delete(kinds, j.Kind)
+			if len(kinds) == 0 {
+				delete(s.ready, j.Queue)
+			}
+		}
 	}
-	return h
+	if sh := s.submitted[j.Submitter]; j.Submitter != "" && sh != nil {
+		sh.left(s.isQueued)
+		if sh.live == 0 {
+			delete(s.submitted, j.Submitter)
+		}
+	}
 }
 
 func (s *state) isQueued(seq uint64) bool {
@@ -239,29 +267,10 @@ func (s *state) setState(j *Job, to JobState) {
 	s.counts[to]++
 	j.State = to
 	if from == JobQueued {
-		// Acquire pops the heap itself; any other way out of queued is a
-		// cancellation and leaves a stale heap entry behind.
-		if to != JobAcquired && to != JobRunning {
-			s.readyHeapFor(j.Queue, j.Kind, false).dropped(s.isQueued)
-		}
-		if j.Submitter != "" {
-			set := s.submitted[j.Submitter]
-			delete(set, j.Seq)
-			if len(set) == 0 {
-				delete(s.submitted, j.Submitter)
-			}
-		}
+		s.leaveQueue(j)
 	}
 	if to == JobQueued {
-		s.readyHeapFor(j.Queue, j.Kind, true).push(readyItem{prio: j.Priority, seq: j.Seq})
-		if j.Submitter != "" {
-			set := s.submitted[j.Submitter]
-			if set == nil {
-				set = map[uint64]bool{}
-				s.submitted[j.Submitter] = set
-			}
-			set[j.Seq] = true
-		}
+		s.enterQueue(j)
 	}
 	if to.Terminal() {
 		s.finishSeq++
@@ -352,15 +361,7 @@ func (s *state) rebuildIndexes() {
 		}
 		switch {
 		case j.State == JobQueued:
-			s.readyHeapFor(j.Queue, j.Kind, true).push(readyItem{prio: j.Priority, seq: j.Seq})
-			if j.Submitter != "" {
-				set := s.submitted[j.Submitter]
-				if set == nil {
-					set = map[uint64]bool{}
-					s.submitted[j.Submitter] = set
-				}
-				set[j.Seq] = true
-			}
+			s.enterQueue(j)
 		case j.State.Terminal():
 			finished = append(finished, fin{j.FinishSeq, j.Seq})
 		}
