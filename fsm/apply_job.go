@@ -6,9 +6,6 @@ import (
 	"slices"
 )
 
-// MaxWorkers bounds the worker table.
-const MaxWorkers = 100000
-
 func applyRegisterWorker(s *state, cmd Command) (any, error) {
 	c := cmd.(*RegisterWorker)
 	old := s.workers[c.WorkerID]
@@ -62,6 +59,9 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		}
 		s.emit(Event{Type: EventSubmitConflict, JobID: spec.ID, Detail: "same job id, another spec"})
 		return nil, fmt.Errorf("%w: job %s exists with another spec", ErrConflict, spec.ID)
+	}
+	if len(s.jobIDs) >= MaxJobs {
+		return nil, fmt.Errorf("%w: %d jobs kept; compact or raise retention", ErrTooLarge, len(s.jobIDs))
 	}
 	s.jobSeq++
 	j := &Job{

@@ -290,13 +290,13 @@ func bigJobs(tb testing.TB) int {
 }
 
 // buildBig builds, through Apply, a state of bigJobs queued jobs plus 5% more
-// that were leased (by one worker), half of which were then reported. Eight
+// that were leased (by workers of MaxCapacity), half then reported. Eight
 // priorities scatter each priority's jobs over every shard, so acquires made
 // later pick old jobs all over the state.
 func buildBig(b *testing.B) *benchDriver {
 	b.Helper()
 	queued := bigJobs(b)
-	extra := min(queued/20, MaxCapacity)
+	extra := queued / 20
 	start := time.Now()
 	d := newBenchDriver()
 	d.submitN(b, "job-", queued+extra, 16)

@@ -227,14 +227,17 @@ func (s *state) check() error {
 	if len(s.finished) != terminal {
 		fail("finish order lists %d jobs, %d are terminal", len(s.finished), terminal)
 	}
+	// Compaction takes a prefix of the finish order by time: finish times
+	// must not decrease along it.
 	var prevFin uint64
+	var prevAt int64
 	for _, seq := range s.finished {
 		j := s.job(seq)
-		if j == nil || !j.State.Terminal() || j.FinishSeq <= prevFin {
-			fail("finish order: seq %d is not a terminal job in finish order", seq)
+		if j == nil || !j.State.Terminal() || j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+			fail("finish order: seq %d is not a terminal job in finish order and time", seq)
 			break
 		}
-		prevFin = j.FinishSeq
+		prevFin, prevAt = j.FinishSeq, j.FinishedAt
 	}
 
 	if s.events.len() > MaxEvents {
@@ -249,8 +252,8 @@ func (s *state) check() error {
 			fail("event %d follows %d: seqs must be consecutive and times ordered", ev.Seq, prev.Seq)
 		}
 	}
-	if n := s.events.len(); n > 0 && s.events.at(n-1).Seq != s.eventSeq {
-		fail("newest event %d, counter %d", s.events.at(n-1).Seq, s.eventSeq)
+	if n := s.events.len(); n > 0 && (s.events.at(n-1).Seq != s.eventSeq || s.events.at(n-1).Time > s.lastTime) {
+		fail("newest event %d at %d, counter %d, state time %d", s.events.at(n-1).Seq, s.events.at(n-1).Time, s.eventSeq, s.lastTime)
 	}
 	return errors.Join(errs...)
 }

@@ -16,7 +16,7 @@ const (
 	MaxSelectors    = 32        // queues or kinds in one acquire
 	MaxAcquireBatch = 256       // leases granted by one acquire
 	MaxExpireBatch  = 4096      // leases ended by one expire
-	MaxCapacity     = 100000    // leases one worker may hold
+	MaxCapacity     = 4096      // leases one worker may hold: deregistering releases them in one entry
 	MaxAttempts     = 1000      // bound on MaxAttempts and MaxWorkerLosses
 	MaxCancelBatch  = 10000     // jobs cancelled by one CancelSubmitter
 	MaxCompactBatch = 10000     // jobs removed by one Compact
@@ -27,6 +27,11 @@ const (
 	MaxLeaseHistory = 32
 	// MaxEvents bounds the event log whatever the compaction schedule.
 	MaxEvents = 100000
+	// MaxWorkers bounds the worker table.
+	MaxWorkers = 100000
+	// MaxJobs bounds the jobs kept (queued, leased and finished but not yet
+	// compacted); a submit beyond it is refused with ErrTooLarge.
+	MaxJobs = 10_000_000
 	// MaxTokenFloor keeps room above any floor for 2^63 more grants.
 	MaxTokenFloor = 1 << 63
 )

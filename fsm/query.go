@@ -96,8 +96,14 @@ type JobFilter struct {
 // MaxPageSize bounds one page of a list.
 const MaxPageSize = 1000
 
+// maxScan bounds the jobs one Jobs call examines, so a selective filter over
+// millions of jobs holds the read lock (and the applies queued behind it)
+// for milliseconds, not for a full scan. A variable so tests can lower it.
+var maxScan = 1 << 16
+
 // Jobs lists jobs in submission order. next is the cursor for the following
-// page, zero when there is none.
+// page, zero when there is none. A page can be short, even empty, while
+// next is not zero: the scan stopped at its bound before the page filled.
 func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 	limit := flt.Limit
 	if limit <= 0 || limit > MaxPageSize {
@@ -106,9 +112,37 @@ func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.st
+	if flt.WorkerID != "" {
+		// A worker's jobs are its live leases: at most MaxCapacity.
+		set := s.workerLeases[flt.WorkerID]
+		seqs := make([]uint64, 0, len(set))
+		for _, seq := range set {
+			if seq > flt.AfterSeq {
+				seqs = append(seqs, seq)
+			}
+		}
+		slices.Sort(seqs)
+		for _, seq := range seqs {
+			if j := s.job(seq); flt.match(j) {
+				if len(jobs) == limit {
+					return jobs, jobs[len(jobs)-1].Seq
+				}
+				jobs = append(jobs, j.export())
+			}
+		}
+		return jobs, 0
+	}
+	scanned := 0
 	first, _ := s.shardIndex((flt.AfterSeq + 1) >> shardBits)
 	eachJob(s.shards[first:], func(j *Job) bool {
-		if j.Seq <= flt.AfterSeq || !flt.match(j) {
+		if j.Seq <= flt.AfterSeq {
+			return true
+		}
+		if scanned++; scanned > maxScan {
+			next = j.Seq - 1
+			return false
+		}
+		if !flt.match(j) {
 			return true
 		}
 		if len(jobs) == limit {

@@ -39,7 +39,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type Snapshot struct {
 	hdr     snapHeader
 	shards  []*jobShard
-	workers []Worker
+	workers []*Worker // never mutated: a change replaces the pointer
 	events  eventLog
 }
 
@@ -50,8 +50,9 @@ type snapHeader struct {
 }
 
 // Snapshot freezes the current state. It holds the write lock only while it
-// copies the shard pointers, the workers and the event slice header: its
-// cost grows with jobs/1024 + workers, not with jobs.
+// copies the shard pointers, the worker pointers and the event chunk
+// headers: its cost grows with jobs/1024 + workers, not with jobs. It takes
+// the lock itself, so Hash may call it from any goroutine.
 func (f *FSM) Snapshot() *Snapshot {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -66,11 +67,10 @@ func (f *FSM) Snapshot() *Snapshot {
 		shards: slices.Clone(s.shards),
 		events: s.events.view(),
 	}
-	snap.workers = make([]Worker, 0, len(s.workers))
+	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
-		snap.workers = append(snap.workers, *w)
+		snap.workers = append(snap.workers, w)
 	}
-	slices.SortFunc(snap.workers, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
 	return snap
 }
 
@@ -127,8 +127,9 @@ func newSnapWriter(w io.Writer) *snapWriter {
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	sw := newSnapWriter(w)
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
-	for i := range s.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, &s.workers[i]) })
+	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
+	for _, w := range s.workers {
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w) })
 	}
 	eachJob(s.shards, func(j *Job) bool {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
@@ -283,7 +284,9 @@ func readState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: worker %s twice", ErrCorrupt, w.ID)
 			}
 			s.workers[w.ID] = w
-			workers++
+			if workers++; workers > MaxWorkers {
+				return nil, fmt.Errorf("%w: more than %d workers", ErrCorrupt, MaxWorkers)
+			}
 		case tagJob:
 			j := new(Job)
 			if err := decodeRecord(body, func(d *decoder) { decodeJob(d, j) }); err != nil {
@@ -438,6 +441,11 @@ func decodeWorker(d *decoder, w *Worker) {
 	w.Capacity = d.u32()
 	w.RegisteredAt = d.varint()
 	w.UpdatedAt = d.varint()
+	if d.err == nil {
+		if err := checkID("worker.id", w.ID); err != nil || w.Capacity == 0 {
+			d.fail("worker %q: bad id or zero capacity", w.ID)
+		}
+	}
 }
 
 func encodeJob(e *encoder, j *Job) {
@@ -526,6 +534,13 @@ func decodeLease(d *decoder, l *Lease) {
 	_, okAnswer := jobStateNames[l.Answer]
 	if !okState || !okRevoke || l.Outcome != 0 && !okOutcome || l.Answer != 0 && !okAnswer {
 		d.fail("lease %d: bad enum", l.Token)
+	}
+	if d.err == nil {
+		if checkID("worker_id", l.WorkerID) != nil || checkID("request_id", l.RequestID) != nil ||
+			checkOptionalID("report_id", l.ReportID) != nil || checkText("ref", l.Ref, MaxRefLen) != nil ||
+			checkText("message", l.Message, MaxMessageLen) != nil {
+			d.fail("lease %d: bad id or text", l.Token)
+		}
 	}
 }
 

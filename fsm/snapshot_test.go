@@ -293,6 +293,34 @@ func TestJobsPaging(t *testing.T) {
 			t.Fatal("pages out of order")
 		}
 	}
+
+	// A selective filter: the scan bound ends pages early, possibly empty,
+	// and following the cursor still finds every match exactly once.
+	want := []string{"j0003", "j1500", "j2499"}
+	for i, id := range want {
+		m.f.Apply(uint64(2501+i), mustEncode(t, &Cancel{JobID: id}))
+	}
+	defer func(old int) { maxScan = old }(maxScan)
+	maxScan = 100
+	var found []string
+	pages := 0
+	for cursor = 0; ; {
+		pages++
+		page, next := m.f.Jobs(JobFilter{State: JobCancelled, AfterSeq: cursor, Limit: 2})
+		for _, j := range page {
+			found = append(found, j.ID)
+		}
+		if next == 0 {
+			break
+		}
+		if next <= cursor {
+			t.Fatalf("cursor went from %d to %d", cursor, next)
+		}
+		cursor = next
+	}
+	if fmt.Sprint(found) != fmt.Sprint(want) || pages < 2500/100 {
+		t.Fatalf("found %v in %d pages", found, pages)
+	}
 }
 
 func mustEncode(t testing.TB, c Command) []byte {

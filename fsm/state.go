@@ -69,13 +69,20 @@ func newState() *state {
 // intern returns one shared copy of a frequently repeated string (queue,
 // kind, submitter, worker id), so a million jobs do not hold a million
 // copies of "default".
+// The table is only a memory saving, so when it reaches maxInterned it is
+// simply cleared: names that come and go cannot grow it without bound.
 func (s *state) intern(v string) string {
 	if c, ok := s.interned[v]; ok {
 		return c
 	}
+	if len(s.interned) >= maxInterned {
+		clear(s.interned)
+	}
 	s.interned[v] = v
 	return v
 }
+
+const maxInterned = 4096
 
 // shardIndex returns the position of shard number n in s.shards, or where
 // it would be inserted.
