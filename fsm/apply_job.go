@@ -121,6 +121,30 @@ func applyRaiseTokenFloor(s *state, cmd Command) (any, error) {
 	return FloorResult{Next: s.lastToken + 1}, nil
 }
 
+func applySetNode(s *state, cmd Command) (any, error) {
+	c := cmd.(*SetNode)
+	old := s.nodes[c.NodeID]
+	if old != nil && old.RaftAddr == c.RaftAddr && old.APIAddr == c.APIAddr {
+		return *old, nil
+	}
+	if old == nil && len(s.nodes) >= MaxNodes {
+		return nil, fmt.Errorf("%w: %d nodes known", ErrTooLarge, len(s.nodes))
+	}
+	n := &Node{ID: c.NodeID, RaftAddr: c.RaftAddr, APIAddr: c.APIAddr, UpdatedAt: s.lastTime}
+	s.nodes[n.ID] = n
+	s.emit(Event{Type: EventNodeSet, Detail: fmt.Sprintf("%s raft=%s api=%s", n.ID, n.RaftAddr, n.APIAddr)})
+	return *n, nil
+}
+
+func applyRemoveNode(s *state, cmd Command) (any, error) {
+	c := cmd.(*RemoveNode)
+	if s.nodes[c.NodeID] != nil {
+		delete(s.nodes, c.NodeID)
+		s.emit(Event{Type: EventNodeRemoved, Detail: c.NodeID})
+	}
+	return nil, nil
+}
+
 func applyRecordEvent(s *state, cmd Command) (any, error) {
 	c := cmd.(*RecordEvent)
 	s.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})

@@ -25,6 +25,8 @@ func sampleCommands() []Command {
 		&Compact{JobsBefore: 1e18, EventsBefore: -5, Limit: 10},
 		&RaiseTokenFloor{Floor: 1 << 40},
 		&RecordEvent{Event: EventWorkerUnreachable, WorkerID: "w1", Detail: "silent 50s"},
+		&SetNode{NodeID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:7001"},
+		&RemoveNode{NodeID: "node-1"},
 	}
 }
 
@@ -138,6 +140,9 @@ func TestValidation(t *testing.T) {
 		{&CancelSubmitter{Submitter: "s", Limit: 0}, "limit", ErrInvalidArgument},
 		{&Compact{Limit: MaxCompactBatch + 1}, "limit", ErrInvalidArgument},
 		{&RecordEvent{Event: EventJobSubmitted}, "event", ErrInvalidArgument},
+		{&SetNode{NodeID: "n", RaftAddr: "nohost", APIAddr: "h:1"}, "raft_addr", ErrInvalidArgument},
+		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:port"}, "api_addr", ErrInvalidArgument},
+		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:1" + strings.Repeat("0", MaxAddrLen)}, "api_addr", ErrTooLarge},
 	} {
 		_, err := Encode(1, tc.cmd)
 		var fe *FieldError

@@ -20,6 +20,8 @@ const (
 	CmdCompact          CommandType = 11
 	CmdRaiseTokenFloor  CommandType = 12
 	CmdRecordEvent      CommandType = 13
+	CmdSetNode          CommandType = 14
+	CmdRemoveNode       CommandType = 15
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -126,6 +128,19 @@ type RaiseTokenFloor struct {
 	Floor uint64
 }
 
+// SetNode records a cluster node's addresses, so every node can tell a
+// client where the leader's API is.
+type SetNode struct {
+	NodeID   string
+	RaftAddr string
+	APIAddr  string
+}
+
+// RemoveNode forgets a node that left the cluster.
+type RemoveNode struct {
+	NodeID string
+}
+
 // RecordEvent records a fact only the leader observes (see recordable).
 type RecordEvent struct {
 	Event    EventType
@@ -146,6 +161,8 @@ func (*Expire) Type() CommandType           { return CmdExpire }
 func (*Compact) Type() CommandType          { return CmdCompact }
 func (*RaiseTokenFloor) Type() CommandType  { return CmdRaiseTokenFloor }
 func (*RecordEvent) Type() CommandType      { return CmdRecordEvent }
+func (*SetNode) Type() CommandType          { return CmdSetNode }
+func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
 
 // --- validation ---
 
@@ -317,6 +334,18 @@ func (c *RecordEvent) Validate() error {
 	return checkText("detail", c.Detail, MaxMessageLen)
 }
 
+func (c *SetNode) Validate() error {
+	if err := checkID("node_id", c.NodeID); err != nil {
+		return err
+	}
+	if err := checkAddr("raft_addr", c.RaftAddr); err != nil {
+		return err
+	}
+	return checkAddr("api_addr", c.APIAddr)
+}
+
+func (c *RemoveNode) Validate() error { return checkID("node_id", c.NodeID) }
+
 // --- encoding: fields in declaration order ---
 
 func (c *RegisterWorker) encode(e *encoder) { e.str(c.WorkerID); e.uvarint(uint64(c.Capacity)) }
@@ -474,6 +503,16 @@ func (c *RecordEvent) decode(d *decoder) {
 	c.Detail = d.str(MaxMessageLen)
 }
 
+func (c *SetNode) encode(e *encoder) { e.str(c.NodeID); e.str(c.RaftAddr); e.str(c.APIAddr) }
+func (c *SetNode) decode(d *decoder) {
+	c.NodeID = d.str(MaxIDLen)
+	c.RaftAddr = d.str(MaxAddrLen)
+	c.APIAddr = d.str(MaxAddrLen)
+}
+
+func (c *RemoveNode) encode(e *encoder) { e.str(c.NodeID) }
+func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
+
 // --- envelope ---
 
 // codecVersion is the first byte of every encoded command.
@@ -505,6 +544,8 @@ func init() {
 	registerCommand(func() Command { return new(Compact) })
 	registerCommand(func() Command { return new(RaiseTokenFloor) })
 	registerCommand(func() Command { return new(RecordEvent) })
+	registerCommand(func() Command { return new(SetNode) })
+	registerCommand(func() Command { return new(RemoveNode) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -27,6 +27,8 @@ const (
 	EventLeaderChanged      EventType = 21 // recorded by the leader
 	EventTokenFloorRaised   EventType = 22
 	EventJobsCompacted      EventType = 23
+	EventNodeSet            EventType = 24
+	EventNodeRemoved        EventType = 25
 )
 
 var eventTypeNames = map[EventType]string{
@@ -53,6 +55,8 @@ var eventTypeNames = map[EventType]string{
 	EventLeaderChanged:      "leader.changed",
 	EventTokenFloorRaised:   "tokens.floor_raised",
 	EventJobsCompacted:      "jobs.compacted",
+	EventNodeSet:            "node.set",
+	EventNodeRemoved:        "node.removed",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -40,6 +40,8 @@ func New() *FSM {
 	f.register(CmdCompact, applyCompact)
 	f.register(CmdRaiseTokenFloor, applyRaiseTokenFloor)
 	f.register(CmdRecordEvent, applyRecordEvent)
+	f.register(CmdSetNode, applySetNode)
+	f.register(CmdRemoveNode, applyRemoveNode)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

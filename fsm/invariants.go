@@ -183,6 +183,14 @@ func (s *state) check() error {
 	if workerLive != live {
 		fail("worker index has %d live leases, jobs have %d", workerLive, live)
 	}
+	if len(s.nodes) > MaxNodes {
+		fail("%d nodes, bound %d", len(s.nodes), MaxNodes)
+	}
+	for id, n := range s.nodes {
+		if n.ID != id {
+			fail("node %s stored under %s", n.ID, id)
+		}
+	}
 	for id, w := range s.workers {
 		if w.ID != id || w.Capacity == 0 {
 			fail("worker %s: id %q capacity %d", id, w.ID, w.Capacity)

@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"strings"
 	"unicode/utf8"
 )
 
@@ -13,6 +14,7 @@ const (
 	MaxPayloadLen   = 256 << 10 // job payload bytes
 	MaxRefLen       = 1024      // a report's output ref
 	MaxMessageLen   = 4096      // messages and reasons
+	MaxAddrLen      = 256       // a node's host:port
 	MaxSelectors    = 32        // queues or kinds in one acquire
 	MaxAcquireBatch = 256       // leases granted by one acquire
 	MaxExpireBatch  = 4096      // leases ended by one expire
@@ -27,6 +29,9 @@ const (
 	MaxLeaseHistory = 32
 	// MaxEvents bounds the event log whatever the compaction schedule.
 	MaxEvents = 100000
+	// MaxNodes bounds the node table: clusters have three or five voters,
+	// a few more while one is being replaced.
+	MaxNodes = 64
 	// MaxWorkers bounds the worker table.
 	MaxWorkers = 100000
 	// MaxJobs bounds the jobs kept (queued, leased and finished but not yet
@@ -108,6 +113,29 @@ func checkText(field, s string, max int) error {
 	for _, r := range s {
 		if r < ' ' && r != '\t' && r != '\n' || r == 0x7f {
 			return invalid(field, "control character %U", r)
+		}
+	}
+	return nil
+}
+
+// checkAddr validates a host:port: printable ASCII, a numeric port after
+// the last colon, at most MaxAddrLen bytes.
+func checkAddr(field, s string) error {
+	if len(s) > MaxAddrLen {
+		return tooLarge(field, len(s), MaxAddrLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c <= ' ' || c > '~' {
+			return invalid(field, "byte %d is not printable ASCII", i)
+		}
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i <= 0 || i == len(s)-1 {
+		return invalid(field, "%q is not host:port", s)
+	}
+	for _, c := range s[i+1:] {
+		if c < '0' || c > '9' {
+			return invalid(field, "%q has no numeric port", s)
 		}
 	}
 	return nil

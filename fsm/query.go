@@ -52,6 +52,28 @@ func (f *FSM) Workers() []Worker {
 	return out
 }
 
+// Nodes returns the known cluster nodes, by id.
+func (f *FSM) Nodes() []Node {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Node, 0, len(f.st.nodes))
+	for _, n := range f.st.nodes {
+		out = append(out, *n)
+	}
+	slices.SortFunc(out, func(a, b Node) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// Node returns one known node.
+func (f *FSM) Node(id string) (Node, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if n := f.st.nodes[id]; n != nil {
+		return *n, true
+	}
+	return Node{}, false
+}
+
 // WorkerLeases returns the live leases of one worker, by token. The leader's
 // heartbeat answers from it: a live lease keeps going or, revoked, stops; a
 // token the worker holds that is not listed is lost.

@@ -15,6 +15,8 @@ package fsm
 //	Compact          CompactResult
 //	RaiseTokenFloor  FloorResult
 //	RecordEvent      Event
+//	SetNode          Node
+//	RemoveNode       nil
 //
 // Every value is a copy: holding it never pins or races with the state.
 

@@ -19,7 +19,7 @@ import (
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
 // Records come in a fixed order: one header, the workers by id, the jobs by
-// seq, the events by seq. The encoding is canonical, so two replicas with
+// seq, the events by seq, the nodes by id. The encoding is canonical, so two replicas with
 // the same state write the same bytes, and Hash is a hash of them.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT\x01"
@@ -27,6 +27,7 @@ const (
 	tagWorker     = 2
 	tagJob        = 3
 	tagEvent      = 4
+	tagNode       = 5
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
 )
@@ -40,13 +41,14 @@ type Snapshot struct {
 	hdr     snapHeader
 	shards  []*jobShard
 	workers []*Worker // never mutated: a change replaces the pointer
+	nodes   []*Node   // likewise
 	events  eventLog
 }
 
 type snapHeader struct {
 	lastIndex, lastTime, lastToken uint64
 	jobSeq, finishSeq, eventSeq    uint64
-	workers, jobs, events          uint64
+	workers, jobs, events, nodes   uint64
 }
 
 // Snapshot freezes the current state. It holds the write lock only while it
@@ -63,6 +65,7 @@ func (f *FSM) Snapshot() *Snapshot {
 			lastIndex: s.lastIndex, lastTime: uint64(s.lastTime), lastToken: s.lastToken,
 			jobSeq: s.jobSeq, finishSeq: s.finishSeq, eventSeq: s.eventSeq,
 			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(s.events.len()),
+			nodes: uint64(len(s.nodes)),
 		},
 		shards: slices.Clone(s.shards),
 		events: s.events.view(),
@@ -70,6 +73,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
 		snap.workers = append(snap.workers, w)
+	}
+	for _, n := range s.nodes {
+		snap.nodes = append(snap.nodes, n)
 	}
 	return snap
 }
@@ -137,6 +143,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	})
 	for i := range s.events.len() {
 		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, s.events.at(i)) })
+	}
+	slices.SortFunc(s.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
+	for _, n := range s.nodes {
+		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
 	}
 	err := sw.finish()
 	return sw.n, err
@@ -270,7 +280,7 @@ func readState(r io.Reader) (*state, error) {
 		if tag == tagEnd {
 			break
 		}
-		if tag < order || tag > tagEvent {
+		if tag < order || tag > tagNode {
 			return nil, fmt.Errorf("%w: record %d out of order", ErrCorrupt, tag)
 		}
 		order = tag
@@ -309,9 +319,19 @@ func readState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: more than %d events", ErrCorrupt, MaxEvents)
 			}
 			s.events.push(ev)
+		case tagNode:
+			n := new(Node)
+			if err := decodeRecord(body, func(d *decoder) { decodeNode(d, n) }); err != nil {
+				return nil, err
+			}
+			if s.nodes[n.ID] != nil || len(s.nodes) >= MaxNodes {
+				return nil, fmt.Errorf("%w: node %s twice or too many nodes", ErrCorrupt, n.ID)
+			}
+			s.nodes[n.ID] = n
 		}
 	}
-	if workers != hdr.workers || jobs != hdr.jobs || uint64(s.events.len()) != hdr.events {
+	if workers != hdr.workers || jobs != hdr.jobs || uint64(s.events.len()) != hdr.events ||
+		uint64(len(s.nodes)) != hdr.nodes {
 		return nil, fmt.Errorf("%w: snapshot counts differ from its header", ErrCorrupt)
 	}
 	s.rebuildIndexes()
@@ -380,12 +400,23 @@ func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
 	}
 	hdr.events++
 	hdr.eventSeq++
+	ev := Event{
+		Seq: hdr.eventSeq, Index: hdr.lastIndex, Time: int64(hdr.lastTime), Type: EventTokenFloorRaised,
+		Detail: fmt.Sprintf("restore: from %d to %d", old, hdr.lastToken),
+	}
 	sw := newSnapWriter(dst)
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
+	appended := false
 	for {
 		tag, body, err := sr.next()
 		if err != nil {
 			return err
+		}
+		// The new event is the last event: it goes before whatever record
+		// type follows the events.
+		if tag > tagEvent && !appended {
+			sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev) })
+			appended = true
 		}
 		if tag == tagEnd {
 			break
@@ -396,11 +427,6 @@ func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
 		}
 		sw.record(tag, func(e *encoder) { e.b = append(e.b, body...) })
 	}
-	ev := Event{
-		Seq: hdr.eventSeq, Index: hdr.lastIndex, Time: int64(hdr.lastTime), Type: EventTokenFloorRaised,
-		Detail: fmt.Sprintf("restore: from %d to %d", old, hdr.lastToken),
-	}
-	sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev) })
 	return sw.finish()
 }
 
@@ -418,13 +444,13 @@ func InspectSnapshot(r io.Reader) (Stats, error) {
 // --- record bodies ---
 
 func encodeHeader(e *encoder, h *snapHeader) {
-	for _, v := range []uint64{h.lastIndex, h.lastTime, h.lastToken, h.jobSeq, h.finishSeq, h.eventSeq, h.workers, h.jobs, h.events} {
+	for _, v := range []uint64{h.lastIndex, h.lastTime, h.lastToken, h.jobSeq, h.finishSeq, h.eventSeq, h.workers, h.jobs, h.events, h.nodes} {
 		e.uvarint(v)
 	}
 }
 
 func decodeHeader(d *decoder, h *snapHeader) {
-	for _, p := range []*uint64{&h.lastIndex, &h.lastTime, &h.lastToken, &h.jobSeq, &h.finishSeq, &h.eventSeq, &h.workers, &h.jobs, &h.events} {
+	for _, p := range []*uint64{&h.lastIndex, &h.lastTime, &h.lastToken, &h.jobSeq, &h.finishSeq, &h.eventSeq, &h.workers, &h.jobs, &h.events, &h.nodes} {
 		*p = d.uvarint()
 	}
 }
@@ -444,6 +470,25 @@ func decodeWorker(d *decoder, w *Worker) {
 	if d.err == nil {
 		if err := checkID("worker.id", w.ID); err != nil || w.Capacity == 0 {
 			d.fail("worker %q: bad id or zero capacity", w.ID)
+		}
+	}
+}
+
+func encodeNode(e *encoder, n *Node) {
+	e.str(n.ID)
+	e.str(n.RaftAddr)
+	e.str(n.APIAddr)
+	e.varint(n.UpdatedAt)
+}
+
+func decodeNode(d *decoder, n *Node) {
+	n.ID = d.str(MaxIDLen)
+	n.RaftAddr = d.str(MaxAddrLen)
+	n.APIAddr = d.str(MaxAddrLen)
+	n.UpdatedAt = d.varint()
+	if d.err == nil {
+		if err := (&SetNode{NodeID: n.ID, RaftAddr: n.RaftAddr, APIAddr: n.APIAddr}).Validate(); err != nil {
+			d.fail("node %q: %v", n.ID, err)
 		}
 	}
 }

@@ -43,6 +43,8 @@ func busyMachine(t testing.TB) *machine {
 		m.advance(1000)
 	}
 	m.do(&Cancel{JobID: "job-119"})
+	m.do(&SetNode{NodeID: "node-b", RaftAddr: "127.0.0.1:7002", APIAddr: "127.0.0.1:8002"})
+	m.do(&SetNode{NodeID: "node-a", RaftAddr: "127.0.0.1:7001", APIAddr: "127.0.0.1:8001"})
 	return m
 }
 
@@ -360,5 +362,27 @@ func TestResultsDoNotAliasState(t *testing.T) {
 	}
 	if before == after {
 		t.Fatal("submit did not change the hash")
+	}
+}
+
+func TestNodes(t *testing.T) {
+	m := newMachine(t)
+	n := m.do(&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2"}).(Node)
+	if n.APIAddr != "h:2" {
+		t.Fatalf("set %+v", n)
+	}
+	events := m.f.Stats().LastEventSeq
+	m.do(&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2"}) // unchanged: no event
+	if m.f.Stats().LastEventSeq != events {
+		t.Fatal("an unchanged node recorded an event")
+	}
+	m.do(&SetNode{NodeID: "b", RaftAddr: "h:3", APIAddr: "h:4"})
+	m.roundTrip()
+	if ns := m.f.Nodes(); len(ns) != 2 || ns[0].ID != "a" || ns[1].APIAddr != "h:4" {
+		t.Fatalf("nodes after restore %+v", ns)
+	}
+	m.do(&RemoveNode{NodeID: "a"})
+	if _, ok := m.f.Node("a"); ok {
+		t.Fatal("removed node still known")
 	}
 }

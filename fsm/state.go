@@ -39,6 +39,7 @@ type state struct {
 	// cost nothing.
 	shards  []*jobShard
 	workers map[string]*Worker // values are replaced, never mutated
+	nodes   map[string]*Node   // values are replaced, never mutated
 	events  eventLog           // oldest first, seqs consecutive
 
 	// --- derived indexes ---
@@ -56,6 +57,7 @@ type state struct {
 func newState() *state {
 	return &state{
 		workers:      map[string]*Worker{},
+		nodes:        map[string]*Node{},
 		jobIDs:       map[string]uint64{},
 		tokens:       map[uint64]uint64{},
 		ready:        map[string]map[string]*jobHeap{},

@@ -223,6 +223,15 @@ type Worker struct {
 	UpdatedAt    int64
 }
 
+// Node is a member of the cluster as the state machine knows it: where its
+// Raft and API ports are.
+type Node struct {
+	ID        string
+	RaftAddr  string
+	APIAddr   string
+	UpdatedAt int64
+}
+
 // LeaseRef names one lease.
 type LeaseRef struct {
 	JobID string
