@@ -1,0 +1,52 @@
+package transport
+
+// Messages of the node-to-node RPC that forms and maintains a cluster. They
+// travel as JSON over the Raft port's RPC protocol (rpc.go).
+
+// RPC method names.
+const (
+	MethodPeerInfo = "peer.info" // PeerInfoRequest -> PeerInfo
+	MethodPeerJoin = "peer.join" // PeerJoinRequest -> PeerJoinReply
+)
+
+// NodeAddr is a node's identity and addresses.
+type NodeAddr struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	APIAddr  string `json:"api_addr"`
+}
+
+// PeerInfoRequest asks a node about itself; the caller says who it is.
+type PeerInfoRequest struct {
+	From NodeAddr `json:"from"`
+}
+
+// PeerInfo is what a node says about itself and its cluster.
+type PeerInfo struct {
+	Node NodeAddr `json:"node"`
+	// InCluster: the node has a Raft configuration (it bootstrapped,
+	// joined, or restarted with data).
+	InCluster bool `json:"in_cluster"`
+	// BootstrapExpect is the node's configured expectation; nodes bootstrap
+	// together only when they agree on it.
+	BootstrapExpect int    `json:"bootstrap_expect"`
+	LeaderID        string `json:"leader_id,omitempty"`
+	LeaderRaftAddr  string `json:"leader_raft_addr,omitempty"`
+}
+
+// PeerJoinRequest asks the leader to add a node as a voter (idempotent: a
+// member asking again updates its addresses).
+type PeerJoinRequest struct {
+	Node NodeAddr `json:"node"`
+}
+
+// PeerJoinReply confirms the join.
+type PeerJoinReply struct {
+	LeaderID string `json:"leader_id"`
+}
+
+// RPC error codes of the peer methods.
+const (
+	CodeNotLeader = "not_leader" // details: leader_id, leader_raft_addr
+	CodeNoLeader  = "no_leader"
+)
