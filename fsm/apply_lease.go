@@ -15,12 +15,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 	if w == nil {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
 	}
-	if toks := s.requests[requestKey(c.WorkerID, c.RequestID)]; len(toks) > 0 {
-		res := AcquireResult{Replayed: true}
-		for _, tok := range toks {
-			j := s.job(s.tokens[tok])
-			res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *findLease(j, tok)})
-		}
+	if res, ok := s.replayAcquire(c.WorkerID, c.RequestID); ok {
 		return res, nil
 	}
 	held := uint32(len(s.workerLeases[c.WorkerID]))
@@ -58,6 +53,21 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l})
 	}
 	return res, nil
+}
+
+// replayAcquire returns the grants of an acquire already served for this
+// worker and request id.
+func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
+	toks := s.requests[requestKey(worker, request)]
+	if len(toks) == 0 {
+		return AcquireResult{}, false
+	}
+	res := AcquireResult{Replayed: true}
+	for _, tok := range toks {
+		j := s.job(s.tokens[tok])
+		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *findLease(j, tok)})
+	}
+	return res, true
 }
 
 // candidateHeaps returns the ready heaps an acquire may pick from.

@@ -141,6 +141,27 @@ func checkAddr(field, s string) error {
 	return nil
 }
 
+// ValidateHeld validates what a worker's heartbeat names: its id and at
+// most MaxCapacity leases. Heartbeats are not commands, but they are input
+// like any other.
+func ValidateHeld(workerID string, held []LeaseRef) error {
+	if err := checkID("worker_id", workerID); err != nil {
+		return err
+	}
+	if len(held) > MaxCapacity {
+		return tooLarge("leases", len(held), MaxCapacity)
+	}
+	for _, h := range held {
+		if err := checkID("leases.job_id", h.JobID); err != nil {
+			return err
+		}
+		if err := checkToken("leases.token", h.Token); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func checkToken(field string, t uint64) error {
 	if t == 0 {
 		return invalid(field, "must not be zero")

@@ -250,6 +250,14 @@ func (f *FSM) Fence(jobID string, token uint64) FenceResult {
 	return res
 }
 
+// AcquireReplay returns the answer an acquire with this worker and request
+// id already got, so a retried long-poll is answered without a proposal.
+func (f *FSM) AcquireReplay(worker, requestID string) (AcquireResult, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.replayAcquire(worker, requestID)
+}
+
 // Ready counts the jobs an acquire with these queues and kinds could take
 // now, so a long-poll proposes an acquire only when one could succeed.
 func (f *FSM) Ready(queues, kinds []string) int {

@@ -1,0 +1,144 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// Apply proposes a command as the established leader and returns the state
+// machine's result, or its refusal (an fsm sentinel), or a cluster error:
+// *NotLeaderError, ErrNotReady, ErrLeadershipLost or ErrTimeout (the last
+// two: the outcome is unknown; commands are idempotent, retry them).
+//
+// Commands a worker sends (start, report, release) count as hearing from
+// it. Acquire and heartbeats have their own entry points.
+func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
+	ls, err := n.established()
+	if err != nil {
+		return nil, err
+	}
+	if w := workerOf(cmd); w != "" {
+		ls.table.heard(w, n.clock.Now())
+	}
+	return n.raftApply(ctx, cmd)
+}
+
+func workerOf(cmd fsm.Command) string {
+	switch c := cmd.(type) {
+	case *fsm.Start:
+		return c.WorkerID
+	case *fsm.Report:
+		return c.WorkerID
+	case *fsm.Release:
+		return c.WorkerID
+	}
+	return ""
+}
+
+// raftApply stamps the leader's wall time on a command, validates and
+// encodes it (nothing invalid reaches the log), and waits for it to apply.
+func (n *Node) raftApply(ctx context.Context, cmd fsm.Command) (any, error) {
+	data, err := fsm.Encode(n.clock.Wall().UnixNano(), cmd)
+	if err != nil {
+		return nil, err
+	}
+	timeout := n.cfg.ApplyTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return nil, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
+	}
+	f := n.raft.Apply(data, timeout)
+	// The future cannot be cancelled; honour ctx by not waiting for it.
+	// Raft resolves every future by commit, leadership loss or shutdown.
+	done := make(chan struct{})
+	go func() {
+		f.Error()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case <-n.shutdownCh:
+		return nil, ErrShutdown
+	}
+	if err := f.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	r, ok := f.Response().(applyResult)
+	if !ok {
+		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
+	}
+	return r.value, r.err
+}
+
+// raftError maps Raft's errors to the cluster's.
+func (n *Node) raftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrAbortedByRestore):
+		return fmt.Errorf("%w: %v", ErrLeadershipLost, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return fmt.Errorf("%w: %v", ErrTimeout, err)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	}
+	return err
+}
+
+// notLeader names the leader as this node knows it, with its API address
+// from the replicated node table.
+func (n *Node) notLeader() error {
+	addr, id := n.raft.LeaderWithID()
+	e := &NotLeaderError{LeaderID: string(id), LeaderRaft: string(addr)}
+	if node, ok := n.fsm.Node(e.LeaderID); ok {
+		e.LeaderAPI = node.APIAddr
+	}
+	return e
+}
+
+// ReadBarrier makes the next read of FSM() linearizable: this node is the
+// leader (confirmed by a quorum after the call began) and has applied
+// everything committed before it. Concurrent barriers share one quorum
+// check.
+func (n *Node) ReadBarrier(ctx context.Context) error {
+	if _, err := n.established(); err != nil {
+		return err
+	}
+	commit := n.raft.CommitIndex()
+	if err := n.check.confirm(ctx); err != nil {
+		return n.raftError(err)
+	}
+	// Applying lags committing by a little on the leader; wait it out.
+	for wait := 50 * time.Microsecond; n.raft.AppliedIndex() < commit; wait = min(2*wait, 5*time.Millisecond) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		case <-n.shutdownCh:
+			return ErrShutdown
+		case <-time.After(wait):
+		}
+	}
+	return nil
+}
+
+// State returns the state machine for reading: after a ReadBarrier by
+// default, as it is on this node when stale is set.
+func (n *Node) State(ctx context.Context, stale bool) (*fsm.FSM, error) {
+	if !stale {
+		if err := n.ReadBarrier(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n.fsm, nil
+}

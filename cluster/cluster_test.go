@@ -1,0 +1,100 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func spec(id string, policy fsm.LostPolicy) fsm.JobSpec {
+	return fsm.JobSpec{ID: id, Queue: "default", Kind: "eval", Payload: []byte(id),
+		MaxAttempts: 3, OnWorkerLost: policy, MaxWorkerLosses: 5}
+}
+
+// do proposes on the current leader, retrying while leadership moves.
+func do(t testing.TB, c *clustertest.Cluster, cmd fsm.Command) any {
+	t.Helper()
+	for try := 0; ; try++ {
+		v, err := c.Leader().Apply(ctx(t), cmd)
+		if err == nil {
+			return v
+		}
+		if try > 20 || !(errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader) ||
+			errors.Is(err, cluster.ErrNotReady) || errors.Is(err, cluster.ErrLeadershipLost)) {
+			t.Fatalf("%T: %v", cmd, err)
+		}
+	}
+}
+
+func acquire(t testing.TB, n *clustertest.Node, worker, req string) fsm.Grant {
+	t.Helper()
+	res, err := n.Acquire(ctx(t), fsm.Acquire{WorkerID: worker, RequestID: req, Queues: []string{"default"}, Max: 1}, time.Second)
+	if err != nil || len(res.Grants) != 1 {
+		t.Fatalf("acquire by %s: %+v %v", worker, res, err)
+	}
+	return res.Grants[0]
+}
+
+func TestThreeNodesFormAndReplicate(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 2})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	g := acquire(t, leader, "w1", "r1")
+	do(t, c, &fsm.Report{WorkerID: "w1", JobID: "a", Token: g.Lease.Token, ReportID: "rep", Outcome: fsm.OutcomeSucceeded})
+	c.Converged()
+	for _, n := range c.Running() {
+		j, err := n.FSM().Job("a")
+		if err != nil || j.State != fsm.JobReported {
+			t.Fatalf("node %d: job %+v %v", n.Index, j, err)
+		}
+		if len(n.FSM().Nodes()) != 3 {
+			t.Fatalf("node %d knows nodes %+v", n.Index, n.FSM().Nodes())
+		}
+	}
+	members, err := leader.Members()
+	if err != nil || len(members) != 3 {
+		t.Fatalf("members %+v %v", members, err)
+	}
+	for _, m := range members {
+		if m.APIAddr == "" {
+			t.Fatalf("member %s has no API address", m.ID)
+		}
+	}
+}
+
+// A follower refuses a proposal with the leader's id and API address.
+func TestFollowerNamesLeader(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	c.Converged()
+	for _, n := range c.Running() {
+		if n == leader {
+			continue
+		}
+		c.WaitFor(5*time.Second, "follower to know the leader's API address", func() bool {
+			_, err := n.Apply(ctx(t), &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+			var nl *cluster.NotLeaderError
+			return errors.As(err, &nl) && errors.Is(err, cluster.ErrNotLeader) &&
+				nl.LeaderID == leader.ID() && nl.LeaderAPI == leader.APIAddr
+		})
+	}
+}
+
+func asConfigError(err error, target **cluster.ConfigError) bool { return errors.As(err, target) }

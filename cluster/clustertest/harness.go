@@ -1,0 +1,344 @@
+// Package clustertest runs real leasehold nodes in one test process: Raft
+// with raft-boltdb in temporary directories, real TCP over loopback, a fake
+// clock per node, and a network that can be partitioned.
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leasehold/leasehold/cluster"
+)
+
+// Timings of test clusters: Raft fast enough for quick elections, executor
+// timings that only matter through the fake clocks.
+const (
+	Renew      = 100 * time.Millisecond
+	Grace      = time.Second
+	Toleration = 2 * time.Second
+	// Tick is the expiry loop's period at these timings (min(renew/2,
+	// grace/4)): advance a clock by at most this much per step to avoid
+	// triggering the absence rule.
+	Tick = 50 * time.Millisecond
+)
+
+// Cluster is a set of in-process nodes.
+type Cluster struct {
+	t     testing.TB
+	Net   *Net
+	Nodes []*Node
+	mod   func(i int, c *cluster.Config)
+}
+
+// Node is one member. Node.Node is nil while it is killed.
+type Node struct {
+	*cluster.Node
+	Index   int
+	Host    string // 127.0.0.(10+Index)
+	Addr    string // Raft address, stable across restarts
+	APIAddr string
+	Dir     string
+	Clock   *FakeClock
+}
+
+// Option changes every node's configuration before it starts.
+type Option func(i int, c *cluster.Config)
+
+// New starts n nodes that bootstrap one cluster together (bootstrap-expect
+// n, each with the full join list) and registers their shutdown with
+// t.Cleanup.
+func New(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, Net: newNet()}
+	c.mod = func(i int, cfg *cluster.Config) {
+		for _, o := range opts {
+			o(i, cfg)
+		}
+	}
+	for i := range n {
+		host := "127.0.0." + strconv.Itoa(10+i)
+		ln, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		p, _ := strconv.Atoi(port)
+		c.Nodes = append(c.Nodes, &Node{
+			Index: i, Host: host, Addr: ln.Addr().String(),
+			APIAddr: net.JoinHostPort(host, strconv.Itoa(p+1)), Dir: t.TempDir(), Clock: NewFakeClock(),
+		})
+		ln.Close()
+	}
+	t.Cleanup(c.Shutdown)
+	for _, node := range c.Nodes {
+		c.start(node)
+	}
+	return c
+}
+
+// Config returns node i's configuration (as New and Restart build it).
+func (c *Cluster) Config(i int) cluster.Config {
+	node := c.Nodes[i]
+	cfg := cluster.DefaultConfig()
+	cfg.NodeID = fmt.Sprintf("node-%d", i)
+	cfg.DataDir = node.Dir
+	cfg.RaftBind = node.Addr
+	cfg.APIAddr = node.APIAddr
+	cfg.BootstrapExpect = len(c.Nodes)
+	if len(c.Nodes) == 2 || len(c.Nodes) == 4 {
+		cfg.BootstrapExpect = 0
+	}
+	for _, o := range c.Nodes {
+		cfg.Join = append(cfg.Join, o.Addr)
+	}
+	cfg.JoinRetry = 100 * time.Millisecond
+	cfg.Renew, cfg.Grace, cfg.Toleration = Renew, Grace, Toleration
+	cfg.HeartbeatTimeout = 200 * time.Millisecond
+	cfg.ElectionTimeout = 200 * time.Millisecond
+	cfg.LeaderLeaseTimeout = 100 * time.Millisecond
+	cfg.CommitTimeout = 5 * time.Millisecond
+	cfg.ApplyTimeout = 5 * time.Second
+	cfg.Clock = node.Clock
+	cfg.Dial = c.Net.dialer(node.Host)
+	cfg.Logger = hclog.New(&hclog.LoggerOptions{
+		Name: cfg.NodeID, Level: hclog.LevelFromString(os.Getenv("LEASEHOLD_TEST_LOG")), Output: testWriter{c.t},
+	})
+	if os.Getenv("LEASEHOLD_TEST_LOG") == "" {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	c.mod(i, &cfg)
+	return cfg
+}
+
+func (c *Cluster) start(node *Node) {
+	c.t.Helper()
+	cfg := c.Config(node.Index)
+	var ln net.Listener
+	var err error
+	// The port was free a moment ago (or was this node's before a kill);
+	// another process may grab it in between, so retry briefly.
+	for try := 0; try < 50; try++ {
+		if ln, err = net.Listen("tcp", node.Addr); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		c.t.Fatalf("node %d: listen %s: %v", node.Index, node.Addr, err)
+	}
+	cfg.Listener = &listener{Listener: ln, net: c.Net}
+	n, err := cluster.New(cfg)
+	if err != nil {
+		c.t.Fatalf("node %d: %v", node.Index, err)
+	}
+	node.Node = n
+}
+
+// Kill stops node i abruptly (no leadership transfer). Its data stays.
+func (c *Cluster) Kill(i int) {
+	c.t.Helper()
+	if n := c.Nodes[i]; n.Node != nil {
+		n.Node.Kill()
+		n.Node = nil
+	}
+}
+
+// Restart starts a killed node again from its data dir, at its address.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	if c.Nodes[i].Node != nil {
+		c.t.Fatalf("node %d is running", i)
+	}
+	c.start(c.Nodes[i])
+}
+
+// Shutdown stops every running node gracefully.
+func (c *Cluster) Shutdown() {
+	for _, n := range c.Nodes {
+		if n.Node != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			n.Node.Shutdown(ctx)
+			cancel()
+			n.Node = nil
+		}
+	}
+}
+
+// Running returns the nodes that are not killed.
+func (c *Cluster) Running() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Node != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// WaitFor polls cond until it holds or timeout passes, then fails the test
+// with msg. Polling is on real time; cond is the condition the test needs,
+// never a duration.
+func (c *Cluster) WaitFor(timeout time.Duration, msg string, cond func() bool) {
+	c.t.Helper()
+	WaitFor(c.t, timeout, msg, cond)
+}
+
+// WaitFor is Cluster.WaitFor without a cluster.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for wait := time.Millisecond; !cond(); wait = min(2*wait, 50*time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for: %s", timeout, msg)
+		}
+		time.Sleep(wait)
+	}
+}
+
+// Leader waits for exactly one running node to be the established leader,
+// with every other running node agreeing, and returns it.
+func (c *Cluster) Leader() *Node {
+	c.t.Helper()
+	var leader *Node
+	c.WaitFor(10*time.Second, "one established leader", func() bool {
+		leader = nil
+		for _, n := range c.Running() {
+			st := n.Status()
+			if st.State == "Leader" && st.Ready {
+				if leader != nil {
+					return false
+				}
+				leader = n
+			}
+		}
+		if leader == nil {
+			return false
+		}
+		for _, n := range c.Running() {
+			if n.Status().LeaderID != leader.ID() {
+				return false
+			}
+		}
+		return true
+	})
+	return leader
+}
+
+// Partition cuts every link between the groups (node indexes); links inside
+// a group stay. Nodes in no group are cut from everyone.
+func (c *Cluster) Partition(groups ...[]int) {
+	group := map[int]int{}
+	for g, members := range groups {
+		for _, i := range members {
+			group[i] = g + 1
+		}
+	}
+	for i := range c.Nodes {
+		for j := i + 1; j < len(c.Nodes); j++ {
+			if group[i] == 0 || group[i] != group[j] {
+				c.Net.Cut(c.Nodes[i].Host, c.Nodes[j].Host)
+			}
+		}
+	}
+}
+
+// Heal restores every link.
+func (c *Cluster) Heal() { c.Net.HealAll() }
+
+// Step advances node i's clock by d and, when node i is the established
+// leader, lets its expiry loop process the step: it waits for the loop to
+// be waiting on its timer first, and after the step for it to re-arm (which
+// it does once it has finished the tick). Steps of at most Tick are normal
+// time; a longer step is an absence of the leader.
+func (c *Cluster) Step(i int, d time.Duration) {
+	c.t.Helper()
+	n := c.Nodes[i]
+	leading := func() bool {
+		if n.Node == nil {
+			return false
+		}
+		st := n.Status()
+		return st.State == "Leader" && st.Ready
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for leading() {
+		pending, armed := n.Clock.Pending()
+		if pending > 0 {
+			break
+		}
+		select {
+		case <-armed:
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %d: expiry loop never waited on its timer", i)
+		}
+	}
+	fired, rearmed := n.Clock.Advance(d)
+	if fired == 0 {
+		return
+	}
+	for time.Now().Before(deadline) {
+		select {
+		case <-rearmed:
+			return
+		case <-time.After(20 * time.Millisecond):
+			if !leading() {
+				return
+			}
+		}
+	}
+	c.t.Fatalf("node %d: expiry loop did not finish a tick", i)
+}
+
+// Run advances node i's clock by total in steps of Tick.
+func (c *Cluster) Run(i int, total time.Duration) {
+	c.t.Helper()
+	for total > 0 {
+		d := min(total, Tick)
+		c.Step(i, d)
+		total -= d
+	}
+}
+
+// Converged waits until every running node has applied the same log and
+// holds the same state hash.
+func (c *Cluster) Converged() {
+	c.t.Helper()
+	c.WaitFor(15*time.Second, "state hashes to converge", func() bool {
+		running := c.Running()
+		if len(running) == 0 {
+			return true
+		}
+		idx := running[0].Status().AppliedIndex
+		hash := running[0].FSM().Hash()
+		for _, n := range running[1:] {
+			if n.Status().AppliedIndex != idx || !bytes.Equal(hashBytes(n.FSM().Hash()), hashBytes(hash)) {
+				return false
+			}
+		}
+		return idx > 0
+	})
+}
+
+func hashBytes(h [32]byte) []byte { return h[:] }
+
+type testWriter struct{ t testing.TB }
+
+var logMu sync.Mutex
+
+func (w testWriter) Write(p []byte) (int, error) {
+	logMu.Lock()
+	defer logMu.Unlock()
+	w.t.Log(string(bytes.TrimRight(p, "\n")))
+	return len(p), nil
+}

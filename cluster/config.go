@@ -1,0 +1,223 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leasehold/leasehold/transport"
+)
+
+// Config is one node's configuration. DefaultConfig fills every field;
+// Validate checks each field and the rules between them and never changes
+// anything.
+type Config struct {
+	// NodeID is the node's stable id. Empty: read from DataDir/node-id, or
+	// generated and written there on first start.
+	NodeID string
+	// DataDir holds the Raft log (raft.db), snapshots and the node id.
+	DataDir string
+	// RaftBind is the address the Raft port listens on (Raft and the
+	// node-to-node RPC share it). RaftAdvertise is the address peers dial;
+	// empty means the bound address.
+	RaftBind      string
+	RaftAdvertise string
+	// APIAddr is the address clients reach this node's API on. It is
+	// replicated so any node can point a client at the leader's API.
+	APIAddr string
+
+	// BootstrapExpect is the number of voters to wait for before forming a
+	// new cluster (3 or 5; 1 for a single-node development cluster; 0 never
+	// bootstraps, the node only joins). Join lists peers' Raft addresses;
+	// the same list on every node works on first boot and on restart.
+	BootstrapExpect int
+	Join            []string
+	// JoinRetry is how often a node that is in no cluster retries.
+	JoinRetry time.Duration
+
+	// The executor timings of SPEC section 4.
+	Renew      time.Duration // a worker heartbeats this often
+	Grace      time.Duration // silent this long: unreachable, no new lease
+	Toleration time.Duration // silent this long: its leases expire
+	// ExpiryRate bounds the leases expired per second (a mass expiry
+	// drains instead of falling off a cliff); ExpiryBurst is how many may
+	// go at once.
+	ExpiryRate  float64
+	ExpiryBurst int
+
+	// Raft timings.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
+	// Snapshots: every SnapshotInterval, if SnapshotThreshold entries were
+	// written since the last; TrailingLogs entries stay after a snapshot;
+	// SnapshotRetain snapshots are kept on disk.
+	SnapshotInterval  time.Duration
+	SnapshotThreshold uint64
+	TrailingLogs      uint64
+	SnapshotRetain    int
+
+	// ApplyTimeout bounds a proposal when the caller's context has no
+	// deadline.
+	ApplyTimeout time.Duration
+	// Retention keeps finished jobs this long, EventRetention events;
+	// CompactInterval is how often the leader compacts.
+	Retention       time.Duration
+	EventRetention  time.Duration
+	CompactInterval time.Duration
+
+	// Seams. RaftTLS and RaftClientTLS turn on TLS (mutual when the server
+	// config requires client certificates) on the Raft port. Listener, if
+	// set, is used instead of listening on RaftBind; Dial replaces the
+	// default dialer. Clock is the time the expiry table runs on.
+	RaftTLS       *tls.Config
+	RaftClientTLS *tls.Config
+	Listener      net.Listener
+	Dial          transport.Dialer
+	Clock         Clock
+	Logger        hclog.Logger
+}
+
+// DefaultConfig returns a complete configuration with SPEC's executor
+// timings (10 s / 50 s / 300 s) and hashicorp/raft's Raft timings. Callers
+// set at least DataDir, RaftBind and APIAddr.
+func DefaultConfig() Config {
+	return Config{
+		JoinRetry:          time.Second,
+		Renew:              10 * time.Second,
+		Grace:              50 * time.Second,
+		Toleration:         300 * time.Second,
+		ExpiryRate:         1000,
+		ExpiryBurst:        1000,
+		HeartbeatTimeout:   1000 * time.Millisecond,
+		ElectionTimeout:    1000 * time.Millisecond,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+		SnapshotRetain:     2,
+		ApplyTimeout:       10 * time.Second,
+		Retention:          24 * time.Hour,
+		EventRetention:     24 * time.Hour,
+		CompactInterval:    time.Minute,
+		Clock:              SystemClock(),
+		Logger:             hclog.NewNullLogger(),
+	}
+}
+
+// ConfigError names the field that failed validation.
+type ConfigError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("invalid config: %s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Unwrap makes every ConfigError match ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// Validate checks every field and the rules between them. It never
+// modifies the config.
+func (c *Config) Validate() error {
+	bad := func(field string, v any, format string, args ...any) error {
+		return &ConfigError{Field: field, Value: v, Reason: fmt.Sprintf(format, args...)}
+	}
+	if c.DataDir == "" {
+		return bad("data_dir", c.DataDir, "must be set")
+	}
+	if c.Listener == nil {
+		if _, _, err := net.SplitHostPort(c.RaftBind); err != nil {
+			return bad("raft_bind", c.RaftBind, "not host:port: %v", err)
+		}
+	}
+	if c.RaftAdvertise != "" {
+		if err := checkDialable(c.RaftAdvertise); err != nil {
+			return bad("raft_advertise", c.RaftAdvertise, "%v", err)
+		}
+	}
+	if err := checkDialable(c.APIAddr); err != nil {
+		return bad("api_addr", c.APIAddr, "%v", err)
+	}
+	switch c.BootstrapExpect {
+	case 0, 1, 3, 5:
+	default:
+		return bad("bootstrap_expect", c.BootstrapExpect, "must be 0, 1, 3 or 5")
+	}
+	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
+		return bad("join", c.Join, "bootstrap_expect %d needs the peers' addresses", c.BootstrapExpect)
+	}
+	for _, p := range c.Join {
+		if err := checkDialable(p); err != nil {
+			return bad("join", p, "%v", err)
+		}
+	}
+	for _, d := range []struct {
+		field string
+		v     time.Duration
+	}{
+		{"join_retry", c.JoinRetry}, {"renew_seconds", c.Renew}, {"grace_seconds", c.Grace},
+		{"toleration_seconds", c.Toleration}, {"raft_heartbeat_timeout", c.HeartbeatTimeout},
+		{"raft_election_timeout", c.ElectionTimeout}, {"raft_leader_lease_timeout", c.LeaderLeaseTimeout},
+		{"raft_commit_timeout", c.CommitTimeout}, {"snapshot_interval", c.SnapshotInterval},
+		{"apply_timeout", c.ApplyTimeout}, {"retention", c.Retention}, {"event_retention", c.EventRetention},
+		{"compact_interval", c.CompactInterval},
+	} {
+		if d.v <= 0 {
+			return bad(d.field, d.v, "must be positive")
+		}
+	}
+	// SPEC section 4: the three executor timings.
+	if c.Renew >= c.Grace {
+		return bad("renew_seconds", c.Renew, "must be less than grace_seconds (%s)", c.Grace)
+	}
+	if c.Grace >= c.Toleration {
+		return bad("grace_seconds", c.Grace, "must be less than toleration_seconds (%s)", c.Toleration)
+	}
+	if c.Toleration < 3*c.Renew {
+		return bad("toleration_seconds", c.Toleration, "must be at least 3 x renew_seconds (%s)", 3*c.Renew)
+	}
+	// A failover must finish well inside grace, or workers would be marked
+	// unreachable by an election. "Well under": a quarter.
+	if 4*c.ElectionTimeout > c.Grace {
+		return bad("raft_election_timeout", c.ElectionTimeout, "must be at most a quarter of grace_seconds (%s)", c.Grace)
+	}
+	if c.ElectionTimeout < c.HeartbeatTimeout {
+		return bad("raft_election_timeout", c.ElectionTimeout, "must be at least raft_heartbeat_timeout (%s)", c.HeartbeatTimeout)
+	}
+	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
+		return bad("raft_leader_lease_timeout", c.LeaderLeaseTimeout, "must be at most raft_heartbeat_timeout (%s)", c.HeartbeatTimeout)
+	}
+	if c.ExpiryRate <= 0 || c.ExpiryBurst < 1 {
+		return bad("expiry_rate", c.ExpiryRate, "rate and burst (%d) must be positive", c.ExpiryBurst)
+	}
+	if c.SnapshotRetain < 1 {
+		return bad("snapshot_retain", c.SnapshotRetain, "must be at least 1")
+	}
+	if c.SnapshotThreshold == 0 || c.TrailingLogs == 0 {
+		return bad("snapshot_threshold", c.SnapshotThreshold, "threshold and trailing logs (%d) must be positive", c.TrailingLogs)
+	}
+	if c.Clock == nil || c.Logger == nil {
+		return bad("clock", c.Clock, "clock and logger must be set (DefaultConfig sets both)")
+	}
+	return nil
+}
+
+// checkDialable accepts host:port with a non-zero port.
+func checkDialable(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "" || port == "" || port == "0" {
+		return fmt.Errorf("%q needs a host and a non-zero port", addr)
+	}
+	return nil
+}

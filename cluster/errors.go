@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. The API maps each to a wire code; fsm's sentinels pass
+// through unchanged (a refused command is the state machine's answer).
+var (
+	// ErrNotLeader: this node is not the leader. The error is a
+	// *NotLeaderError naming the leader when one is known.
+	ErrNotLeader = errors.New("not the leader")
+	// ErrNoLeader: there is no leader at the moment (an election is on).
+	ErrNoLeader = errors.New("no leader")
+	// ErrNotReady: this node is the leader but has not finished taking
+	// office (barrier, timers); retry shortly.
+	ErrNotReady = errors.New("leader not ready")
+	// ErrLeadershipLost: leadership was lost while a proposal was in flight;
+	// whether it committed is unknown.
+	ErrLeadershipLost = errors.New("leadership lost; outcome unknown")
+	// ErrTimeout: the proposal or read did not finish in time; a proposal's
+	// outcome is unknown.
+	ErrTimeout = errors.New("timed out")
+	// ErrUnreachable: the worker has been silent past grace and gets no new
+	// lease until it heartbeats again.
+	ErrUnreachable = errors.New("worker unreachable")
+	// ErrShutdown: the node is shutting down.
+	ErrShutdown = errors.New("node shutting down")
+	// ErrInvalidConfig: Config.Validate refused a field (a *ConfigError).
+	ErrInvalidConfig = errors.New("invalid config")
+	// ErrInvalidSnapshot: a snapshot to restore failed its checks.
+	ErrInvalidSnapshot = errors.New("invalid snapshot")
+)
+
+// NotLeaderError is returned by a node that cannot serve a request only the
+// leader can. It names the leader, when known, with its API address, so
+// the API can forward the request (one hop) and hint the client.
+type NotLeaderError struct {
+	LeaderID   string
+	LeaderRaft string
+	LeaderAPI  string
+}
+
+func (e *NotLeaderError) Error() string {
+	if e.LeaderID == "" {
+		return ErrNoLeader.Error()
+	}
+	return fmt.Sprintf("%s: leader is %s (api %s)", ErrNotLeader, e.LeaderID, e.LeaderAPI)
+}
+
+// Unwrap is ErrNotLeader when a leader is known, ErrNoLeader otherwise.
+func (e *NotLeaderError) Unwrap() error {
+	if e.LeaderID == "" {
+		return ErrNoLeader
+	}
+	return ErrNotLeader
+}

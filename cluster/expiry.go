@@ -1,0 +1,181 @@
+package cluster
+
+import (
+	"slices"
+	"sync"
+	"time"
+)
+
+// expiryTable is the leader's memory of when it last heard from each
+// worker. It exists only while this node is the established leader: built
+// at takeover, discarded when leadership is lost. Heartbeats never touch
+// the log; they move a worker's lastHeard here.
+//
+// Deadlines only ever move later. A worker's leases are due when it has
+// been silent for toleration since lastHeard; lastHeard moves forward on
+// every request from the worker, restarts at takeover for every worker
+// (the new leader did not witness the silence before it), and shifts by
+// the gap when the timer loop itself was absent for longer than grace.
+type expiryTable struct {
+	mu         sync.Mutex
+	grace      time.Duration
+	toleration time.Duration
+	workers    map[string]*workerClock
+	lastTick   time.Time
+}
+
+type workerClock struct {
+	lastHeard time.Time
+	// unreachable is set once the loop announced the worker unreachable and
+	// cleared when it announces it reachable again.
+	unreachable bool
+	// expiring holds tokens whose expiry the loop decided. From that moment
+	// a heartbeat answers them lost, even before the expiry commits: a
+	// worker must never be told to keep going on a lease the leader is
+	// ending.
+	expiring map[uint64]bool
+}
+
+// newExpiryTable starts every worker with live leases afresh at takeover:
+// a new leader never charges a worker for a silence it did not witness.
+func newExpiryTable(grace, toleration time.Duration, takeover time.Time, workers []string) *expiryTable {
+	t := &expiryTable{grace: grace, toleration: toleration, workers: map[string]*workerClock{}, lastTick: takeover}
+	for _, w := range workers {
+		t.workers[w] = &workerClock{lastHeard: takeover}
+	}
+	return t
+}
+
+// heard records a request from the worker that arrived at `at`, and returns
+// the tokens whose expiry is already decided.
+func (t *expiryTable) heard(worker string, at time.Time) map[uint64]bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.workers[worker]
+	if w == nil {
+		w = &workerClock{lastHeard: at}
+		t.workers[worker] = w
+	}
+	if at.After(w.lastHeard) {
+		w.lastHeard = at
+	}
+	if len(w.expiring) == 0 {
+		return nil
+	}
+	out := make(map[uint64]bool, len(w.expiring))
+	for tok := range w.expiring {
+		out[tok] = true
+	}
+	return out
+}
+
+// reachable reports whether the worker was heard within grace. A worker the
+// table has never heard from is reachable: its first request is arriving.
+func (t *expiryTable) reachable(worker string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.workers[worker]
+	return w == nil || now.Sub(w.lastHeard) <= t.grace
+}
+
+// tickResult is what one pass of the timer loop found.
+type tickResult struct {
+	gap         time.Duration // > 0: the loop was absent that long and shifted every deadline
+	unreachable []string      // newly silent past grace
+	reachable   []string      // heard again after being unreachable
+	overdue     []string      // silent past toleration
+}
+
+// tick applies the absence rule and reports the workers whose state
+// changed. A gap longer than grace between two ticks means this leader was
+// not watching (paused, starved, the machine asleep): every lastHeard moves
+// forward by the gap, so nothing comes due because of it.
+func (t *expiryTable) tick(now time.Time) tickResult {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var res tickResult
+	if gap := now.Sub(t.lastTick); gap > t.grace {
+		res.gap = gap
+		for _, w := range t.workers {
+			// A request handled after the gap already restarted its clock:
+			// never beyond now, which is a full toleration from here.
+			w.lastHeard = minTime(w.lastHeard.Add(gap), now)
+		}
+	}
+	if now.After(t.lastTick) {
+		t.lastTick = now
+	}
+	for id, w := range t.workers {
+		silent := now.Sub(w.lastHeard)
+		switch {
+		case silent > t.grace && !w.unreachable:
+			w.unreachable = true
+			res.unreachable = append(res.unreachable, id)
+		case silent <= t.grace && w.unreachable:
+			w.unreachable = false
+			res.reachable = append(res.reachable, id)
+		}
+		if silent > t.toleration {
+			res.overdue = append(res.overdue, id)
+		}
+	}
+	slices.Sort(res.unreachable)
+	slices.Sort(res.reachable)
+	slices.Sort(res.overdue)
+	return res
+}
+
+// markExpiring decides the expiry of a worker's tokens if, checked again
+// under the lock, the worker is still silent past toleration. After it
+// returns true, heartbeats answer those tokens lost.
+func (t *expiryTable) markExpiring(worker string, tokens []uint64, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.workers[worker]
+	if w == nil || now.Sub(w.lastHeard) <= t.toleration {
+		return false
+	}
+	if w.expiring == nil {
+		w.expiring = map[uint64]bool{}
+	}
+	for _, tok := range tokens {
+		w.expiring[tok] = true
+	}
+	return true
+}
+
+// expired clears tokens whose expiry committed: the state now says they are
+// not live, and heartbeats learn that from it.
+func (t *expiryTable) expired(worker string, tokens []uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.workers[worker]; w != nil {
+		for _, tok := range tokens {
+			delete(w.expiring, tok)
+		}
+	}
+}
+
+// forget drops a worker that holds no lease and has been silent past
+// toleration: there is nothing left to time for it.
+func (t *expiryTable) forget(worker string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.workers[worker]; w != nil && now.Sub(w.lastHeard) > t.toleration && len(w.expiring) == 0 {
+		delete(t.workers, worker)
+	}
+}
+
+// size is the number of workers timed.
+func (t *expiryTable) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.workers)
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

@@ -1,0 +1,181 @@
+package cluster_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// heartbeat sends one heartbeat for the worker's leases to node n.
+func heartbeat(t testing.TB, n *clustertest.Node, worker string, held ...fsm.Grant) cluster.HeartbeatResult {
+	t.Helper()
+	refs := make([]fsm.LeaseRef, len(held))
+	for i, g := range held {
+		refs[i] = fsm.LeaseRef{JobID: g.Job.ID, Token: g.Lease.Token}
+	}
+	res, err := n.Heartbeat(ctx(t), worker, refs)
+	if err != nil {
+		t.Fatalf("heartbeat of %s: %v", worker, err)
+	}
+	return res
+}
+
+func countEvents(n *clustertest.Node, typ fsm.EventType) int {
+	count := 0
+	for _, ev := range n.FSM().Events(0, fsm.MaxPageSize).Events {
+		if ev.Type == typ {
+			count++
+		}
+	}
+	return count
+}
+
+func liveToken(n *clustertest.Node, job string) uint64 {
+	j, err := n.FSM().Job(job)
+	if err != nil {
+		return 0
+	}
+	if l, ok := j.CurrentLease(); ok {
+		return l.Token
+	}
+	return 0
+}
+
+// Kill the leader: the new leader holds the timers and restarts every
+// lease's clock at takeover; nothing expires before toleration after it;
+// then the silent worker's lease expires exactly once and a re-grant gets a
+// strictly larger token.
+func TestFailoverRestartsClocksAndExpiresOnce(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "silent", Capacity: 1})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "next", Capacity: 1})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	g := acquire(t, old, "silent", "r1")
+	heartbeat(t, old, "silent", g)
+	// The old leader's clock has run far: its view must not travel.
+	c.Run(old.Index, clustertest.Toleration-clustertest.Tick)
+	c.Converged()
+
+	c.Kill(old.Index)
+	leader := c.Leader()
+	if st := leader.Status(); st.WorkersTimed != 1 {
+		t.Fatalf("new leader times %d workers, want 1", st.WorkersTimed)
+	}
+	for _, n := range c.Running() {
+		if n != leader && n.Status().WorkersTimed != 0 {
+			t.Fatalf("follower %d holds timers", n.Index)
+		}
+	}
+	// Just short of toleration after takeover: still live.
+	c.Run(leader.Index, clustertest.Toleration-clustertest.Tick)
+	if liveToken(leader, "a") != g.Lease.Token {
+		t.Fatal("lease expired before toleration after takeover")
+	}
+	// Past it: expired, once.
+	c.Run(leader.Index, 3*clustertest.Tick)
+	c.WaitFor(5*time.Second, "the silent worker's lease to expire", func() bool {
+		return liveToken(leader, "a") == 0
+	})
+	c.Run(leader.Index, clustertest.Toleration)
+	if n := countEvents(leader, fsm.EventLeaseExpired); n != 1 {
+		t.Fatalf("%d lease.expired events, want 1", n)
+	}
+	g2 := acquire(t, leader, "next", "r2")
+	if g2.Job.ID != "a" || g2.Lease.Token <= g.Lease.Token {
+		t.Fatalf("re-grant %s token %d, first token %d", g2.Job.ID, g2.Lease.Token, g.Lease.Token)
+	}
+	c.Restart(old.Index)
+	c.Converged()
+}
+
+// A leader that was absent (its clock jumped past grace, or past toleration,
+// between two ticks) shifts every deadline by the gap: nothing expires for
+// it, and the rule is recorded.
+func TestAbsenceRule(t *testing.T) {
+	for _, gap := range []time.Duration{clustertest.Grace + clustertest.Tick, 2 * clustertest.Toleration} {
+		t.Run(gap.String(), func(t *testing.T) {
+			c := clustertest.New(t, 3)
+			leader := c.Leader()
+			do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+			do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostFail)})
+			g := acquire(t, leader, "w", "r1")
+			before := countEvents(leader, fsm.EventAbsenceRule)
+			c.Run(leader.Index, clustertest.Toleration/2)
+			heartbeat(t, leader, "w", g)
+			c.Step(leader.Index, gap) // one jump: the leader was not watching
+			c.WaitFor(5*time.Second, "the absence rule event", func() bool {
+				return countEvents(leader, fsm.EventAbsenceRule) > before
+			})
+			c.Run(leader.Index, clustertest.Toleration-clustertest.Tick)
+			if liveToken(leader, "a") != g.Lease.Token {
+				t.Fatal("a lease expired because of the leader's absence")
+			}
+			// Real silence after the gap is still charged.
+			c.Run(leader.Index, 3*clustertest.Tick)
+			c.WaitFor(5*time.Second, "the lease to expire after real silence", func() bool {
+				j, _ := leader.FSM().Job("a")
+				return j.State == fsm.JobLost
+			})
+		})
+	}
+}
+
+// A deposed leader cut off in a minority can neither acknowledge a
+// heartbeat nor commit an expiry, and drops its timers.
+func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	g := acquire(t, old, "w", "r1")
+	c.Converged()
+
+	var others []int
+	for _, n := range c.Nodes {
+		if n != old {
+			others = append(others, n.Index)
+		}
+	}
+	c.Partition([]int{old.Index}, others)
+	// Its clock runs past toleration while it may still believe it leads.
+	c.Run(old.Index, clustertest.Toleration+5*clustertest.Tick)
+	_, err := old.Heartbeat(ctx(t), "w", []fsm.LeaseRef{{JobID: "a", Token: g.Lease.Token}})
+	if err == nil {
+		t.Fatal("a leader cut off from its quorum acknowledged a heartbeat")
+	}
+	c.WaitFor(5*time.Second, "the cut-off leader to step down and drop its timers", func() bool {
+		st := old.Status()
+		return st.State != "Leader" && !st.Ready && st.WorkersTimed == 0
+	})
+	if liveToken(old, "a") != g.Lease.Token {
+		t.Fatal("the cut-off leader committed an expiry")
+	}
+	// The majority elects a leader that restarted the lease's clock.
+	var leader *clustertest.Node
+	c.WaitFor(10*time.Second, "a leader in the majority", func() bool {
+		for _, i := range others {
+			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
+				leader = c.Nodes[i]
+				return true
+			}
+		}
+		return false
+	})
+	if liveToken(leader, "a") != g.Lease.Token {
+		t.Fatal("the lease did not survive the partition")
+	}
+	c.Heal()
+	c.Converged()
+	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
+		t.Fatalf("%d expiries committed, want 0", n)
+	}
+	_, err = old.Apply(ctx(t), &fsm.RegisterWorker{WorkerID: "x", Capacity: 1})
+	if !errors.Is(err, cluster.ErrNotLeader) {
+		t.Fatalf("deposed leader's apply: %v", err)
+	}
+}

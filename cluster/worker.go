@@ -1,0 +1,214 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// Verdict is the heartbeat's answer for one lease.
+type Verdict uint8
+
+const (
+	// VerdictKeep: the lease is live; keep going.
+	VerdictKeep Verdict = 1
+	// VerdictStop: the lease is live but revoked (see LeaseStatus.Revoke):
+	// stop the job and report.
+	VerdictStop Verdict = 2
+	// VerdictLost: the token is not a live lease of this worker (expired,
+	// ended, another worker's, unknown) or its expiry is under way: stop now.
+	VerdictLost Verdict = 3
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case VerdictKeep:
+		return "keep"
+	case VerdictStop:
+		return "stop"
+	case VerdictLost:
+		return "lost"
+	}
+	return "unknown"
+}
+
+// LeaseStatus is the heartbeat's answer for one lease the worker named.
+type LeaseStatus struct {
+	JobID   string
+	Token   uint64
+	Verdict Verdict
+	Revoke  fsm.Revoke // with VerdictStop: cancel or kill
+}
+
+// HeartbeatResult answers one heartbeat.
+type HeartbeatResult struct {
+	// Leases answers each lease the worker named, in its order.
+	Leases []LeaseStatus
+	// Unnamed lists live leases of the worker that it did not name (the
+	// reply to its acquire was lost, or it restarted): it should take them
+	// up or release them.
+	Unnamed []fsm.Lease
+}
+
+// Heartbeat renews every lease of a worker, in the leader's memory only,
+// and answers each lease it holds. The renewal takes effect, and the reply
+// is sent, only after a quorum has confirmed this node's leadership since
+// the heartbeat arrived: a deposed leader cannot acknowledge anything.
+func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
+	if err := fsm.ValidateHeld(workerID, held); err != nil {
+		return HeartbeatResult{}, err
+	}
+	ls, err := n.established()
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	expiring := ls.table.heard(workerID, n.clock.Now())
+	if err := n.check.confirm(ctx); err != nil {
+		return HeartbeatResult{}, n.raftError(err)
+	}
+	// Leadership may have changed hands (and back) during the check: the
+	// renewal went into this term's table, so only this term may answer.
+	if cur, err := n.established(); err != nil || cur != ls {
+		return HeartbeatResult{}, n.notLeader()
+	}
+	live := map[uint64]fsm.Lease{}
+	for _, l := range n.fsm.WorkerLeases(workerID) {
+		live[l.Token] = l
+	}
+	res := HeartbeatResult{Leases: make([]LeaseStatus, 0, len(held))}
+	named := make(map[uint64]bool, len(held))
+	for _, h := range held {
+		named[h.Token] = true
+		st := LeaseStatus{JobID: h.JobID, Token: h.Token, Verdict: VerdictLost}
+		if l, ok := live[h.Token]; ok && l.JobID == h.JobID && !expiring[h.Token] {
+			st.Verdict, st.Revoke = VerdictKeep, l.Revoke
+			if l.Revoke != fsm.RevokeNone {
+				st.Verdict = VerdictStop
+			}
+		}
+		res.Leases = append(res.Leases, st)
+	}
+	for tok, l := range live {
+		if !named[tok] && !expiring[tok] {
+			res.Unnamed = append(res.Unnamed, l)
+		}
+	}
+	slices.SortFunc(res.Unnamed, func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) })
+	return res, nil
+}
+
+// Acquire grants leases to a worker, waiting up to wait for a job to be
+// queued (a long poll, not a busy one). The request counts as hearing from
+// the worker when it arrives; while it waits, a worker that falls silent
+// past grace becomes unreachable and the wait ends without a grant. A
+// retried request id gets the first answer.
+func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration) (fsm.AcquireResult, error) {
+	if err := req.Validate(); err != nil {
+		return fsm.AcquireResult{}, err
+	}
+	ls, err := n.established()
+	if err != nil {
+		return fsm.AcquireResult{}, err
+	}
+	ls.table.heard(req.WorkerID, n.clock.Now())
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	key := gateKey(&req)
+	for {
+		if cur, err := n.established(); err != nil || cur != ls {
+			return fsm.AcquireResult{}, n.notLeader()
+		}
+		if res, ok := n.fsm.AcquireReplay(req.WorkerID, req.RequestID); ok {
+			return res, nil
+		}
+		if !ls.table.reachable(req.WorkerID, n.clock.Now()) {
+			return fsm.AcquireResult{}, ErrUnreachable
+		}
+		changed, gateChanged := n.fsm.Changed(), n.gate.changed()
+		if n.canGrant(&req) && n.gate.enter(key, n.fsm.Ready(req.Queues, req.Kinds)) {
+			v, err := n.raftApply(ctx, &req)
+			n.gate.leave(key)
+			if err != nil {
+				return fsm.AcquireResult{}, err
+			}
+			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
+				return res, nil
+			}
+			continue
+		}
+		select {
+		case <-changed:
+		case <-gateChanged:
+		case <-timer.C:
+			return fsm.AcquireResult{}, nil
+		case <-ctx.Done():
+			return fsm.AcquireResult{}, ctx.Err()
+		case <-n.shutdownCh:
+			return fsm.AcquireResult{}, ErrShutdown
+		}
+	}
+}
+
+// canGrant reports whether an acquire could grant anything now: the worker
+// is registered with free capacity and a job is queued for it. An unknown
+// worker is let through so the state machine refuses it.
+func (n *Node) canGrant(req *fsm.Acquire) bool {
+	w, err := n.fsm.Worker(req.WorkerID)
+	if err != nil {
+		return true
+	}
+	return len(n.fsm.WorkerLeases(req.WorkerID)) < int(w.Capacity) && n.fsm.Ready(req.Queues, req.Kinds) > 0
+}
+
+// acquireGate keeps parked long-polls from stampeding: when one job is
+// queued, a thousand waiting acquires must not each propose a command that
+// grants nothing. A proposal for a set of queues enters only while the jobs
+// ready for it outnumber the proposals for it in flight.
+type acquireGate struct {
+	mu       sync.Mutex
+	inflight map[string]int
+	notify   chan struct{} // closed when a proposal leaves
+}
+
+func newAcquireGate() *acquireGate {
+	return &acquireGate{inflight: map[string]int{}, notify: make(chan struct{})}
+}
+
+func (g *acquireGate) changed() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.notify
+}
+
+func (g *acquireGate) enter(key string, ready int) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight[key] >= ready {
+		return false
+	}
+	g.inflight[key]++
+	return true
+}
+
+func (g *acquireGate) leave(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.inflight[key]--; g.inflight[key] <= 0 {
+		delete(g.inflight, key)
+	}
+	close(g.notify)
+	g.notify = make(chan struct{})
+}
+
+// gateKey names the set of queues and kinds an acquire picks from.
+func gateKey(req *fsm.Acquire) string {
+	q, k := slices.Clone(req.Queues), slices.Clone(req.Kinds)
+	slices.Sort(q)
+	slices.Sort(k)
+	return strings.Join(q, ",") + "|" + strings.Join(k, ",")
+}

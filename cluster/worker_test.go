@@ -1,0 +1,109 @@
+package cluster_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+func TestHeartbeatVerdicts(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 3})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "other", Capacity: 1})
+	for _, id := range []string{"keep", "stop", "lost", "theirs"} {
+		do(t, c, &fsm.SubmitJob{Spec: spec(id, fsm.LostRequeue)})
+	}
+	keep := acquire(t, leader, "w", "r1")
+	stop := acquire(t, leader, "w", "r2")
+	lost := acquire(t, leader, "w", "r3")
+	theirs := acquire(t, leader, "other", "r4")
+	do(t, c, &fsm.Cancel{JobID: stop.Job.ID, Kill: true})
+	do(t, c, &fsm.Release{WorkerID: "w", JobID: lost.Job.ID, Token: lost.Lease.Token})
+	unnamed := acquire(t, leader, "w", "r5") // the worker "lost" this reply
+
+	res := heartbeat(t, leader, "w", keep, stop, lost, theirs)
+	want := []cluster.Verdict{cluster.VerdictKeep, cluster.VerdictStop, cluster.VerdictLost, cluster.VerdictLost}
+	for i, st := range res.Leases {
+		if st.Verdict != want[i] {
+			t.Errorf("lease %d (%s): %s, want %s", i, st.JobID, st.Verdict, want[i])
+		}
+	}
+	if res.Leases[1].Revoke != fsm.RevokeKill {
+		t.Errorf("revoke %s, want kill", res.Leases[1].Revoke)
+	}
+	if len(res.Unnamed) != 1 || res.Unnamed[0].Token != unnamed.Lease.Token {
+		t.Errorf("unnamed %+v, want lease %d", res.Unnamed, unnamed.Lease.Token)
+	}
+	// Bad input is refused before anything happens.
+	if _, err := leader.Heartbeat(ctx(t), "bad id", nil); !errors.Is(err, fsm.ErrInvalidArgument) {
+		t.Errorf("bad worker id: %v", err)
+	}
+}
+
+// A worker silent past grace is unreachable: a long-poll it parked is not
+// answered with a grant, and the leader records it. Heard again, it is
+// reachable.
+func TestUnreachableWorkerGetsNoGrant(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	type result struct {
+		res fsm.AcquireResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "parked", Queues: []string{"default"}, Max: 1}, 8*time.Second)
+		done <- result{res, err}
+	}()
+	c.WaitFor(5*time.Second, "the worker to be timed", func() bool { return leader.Status().WorkersTimed == 1 })
+	c.Run(leader.Index, clustertest.Grace+2*clustertest.Tick)
+	c.WaitFor(5*time.Second, "worker.unreachable", func() bool { return countEvents(leader, fsm.EventWorkerUnreachable) == 1 })
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	r := <-done
+	if !errors.Is(r.err, cluster.ErrUnreachable) || len(r.res.Grants) != 0 {
+		t.Fatalf("parked acquire of an unreachable worker: %+v %v", r.res, r.err)
+	}
+	heartbeat(t, leader, "w")
+	c.Run(leader.Index, 2*clustertest.Tick)
+	c.WaitFor(5*time.Second, "worker.reachable", func() bool { return countEvents(leader, fsm.EventWorkerReachable) == 1 })
+	if g := acquire(t, leader, "w", "fresh"); g.Job.ID != "a" {
+		t.Fatalf("reachable again, granted %s", g.Job.ID)
+	}
+}
+
+// A long poll waits for a job instead of returning at once, and a retried
+// request id gets the first answer.
+func TestLongPollAcquire(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	req := fsm.Acquire{WorkerID: "w", RequestID: "poll", Queues: []string{"default"}, Max: 1}
+	got := make(chan fsm.AcquireResult, 1)
+	go func() {
+		res, err := leader.Acquire(ctx(t), req, 8*time.Second)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- res
+	}()
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	first := <-got
+	if len(first.Grants) != 1 {
+		t.Fatalf("long poll: %+v", first)
+	}
+	again, err := leader.Acquire(ctx(t), req, time.Second)
+	if err != nil || !again.Replayed || again.Grants[0].Lease.Token != first.Grants[0].Lease.Token {
+		t.Fatalf("retried request: %+v %v", again, err)
+	}
+	// Nothing queued and nothing to replay: the poll returns empty at its bound.
+	empty, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "idle", Queues: []string{"default"}, Max: 1}, 50*time.Millisecond)
+	if err != nil || len(empty.Grants) != 0 {
+		t.Fatalf("idle poll: %+v %v", empty, err)
+	}
+}
