@@ -1,6 +1,3 @@
-// Package clustertest runs real leasehold nodes in one test process: Raft
-// with raft-boltdb in temporary directories, real TCP over loopback, a fake
-// clock per node, and a network that can be partitioned.
 package clustertest
 
 import (
