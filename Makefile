@@ -4,7 +4,7 @@ PKGS    := ./...
 # Test time budget: the whole suite must stay well under 15 minutes on 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test test-short vet fmt bench-fsm fuzz-fsm
+.PHONY: all build test test-short vet fmt bench-fsm fuzz-fsm generate
 
 all: build
 
@@ -33,3 +33,15 @@ FUZZTIME ?= 60s
 fuzz-fsm:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeApply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/
+
+# Regenerate the API's Go code from transport/proto (needs protoc: apt-get
+# install protobuf-compiler; the Go plugins are pinned in go.mod's tool block).
+PROTO_DIR := transport/proto
+generate:
+	rm -rf transport/gen
+	mkdir -p transport/gen
+	PATH="$$(dirname $$($(GO) tool -n protoc-gen-go)):$$(dirname $$($(GO) tool -n protoc-gen-connect-go)):$$PATH" \
+	protoc -I $(PROTO_DIR) \
+		--go_out=transport/gen --go_opt=paths=source_relative \
+		--connect-go_out=transport/gen --connect-go_opt=paths=source_relative \
+		$$(find $(PROTO_DIR) -name '*.proto' | sort)
