@@ -417,3 +417,19 @@ func (n *Node) Status() Status {
 	}
 	return st
 }
+
+// Leader returns the leader's id and API address as this node knows them
+// (empty when there is no leader or its address is not yet in the table).
+func (n *Node) Leader() (id, api string) {
+	_, lid := n.raft.LeaderWithID()
+	id = string(lid)
+	if node, ok := n.fsm.Node(id); ok {
+		api = node.APIAddr
+	}
+	return id, api
+}
+
+// Timings returns the executor timings this node runs with.
+func (n *Node) Timings() (renew, grace, toleration time.Duration) {
+	return n.cfg.Renew, n.cfg.Grace, n.cfg.Toleration
+}

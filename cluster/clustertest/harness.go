@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/api"
 )
 
 // Timings of test clusters: Raft fast enough for quick elections, executor
@@ -39,6 +40,7 @@ type Cluster struct {
 // Node is one member. Node.Node is nil while it is killed.
 type Node struct {
 	*cluster.Node
+	API     *api.HTTPServer // the node's API, served at APIAddr
 	Index   int
 	Host    string // 127.0.0.(10+Index)
 	Addr    string // Raft address, stable across restarts
@@ -63,17 +65,20 @@ func New(t testing.TB, n int, opts ...Option) *Cluster {
 	}
 	for i := range n {
 		host := "127.0.0." + strconv.Itoa(10+i)
-		ln, err := net.Listen("tcp", host+":0")
+		raftLn, err := net.Listen("tcp", host+":0")
 		if err != nil {
 			t.Fatalf("listen: %v", err)
 		}
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		p, _ := strconv.Atoi(port)
+		apiLn, err := net.Listen("tcp", host+":0")
+		if err != nil {
+			t.Fatalf("listen: %v", err)
+		}
 		c.Nodes = append(c.Nodes, &Node{
-			Index: i, Host: host, Addr: ln.Addr().String(),
-			APIAddr: net.JoinHostPort(host, strconv.Itoa(p+1)), Dir: t.TempDir(), Clock: NewFakeClock(),
+			Index: i, Host: host, Addr: raftLn.Addr().String(), APIAddr: apiLn.Addr().String(),
+			Dir: t.TempDir(), Clock: NewFakeClock(),
 		})
-		ln.Close()
+		raftLn.Close()
+		apiLn.Close()
 	}
 	t.Cleanup(c.Shutdown)
 	for _, node := range c.Nodes {
@@ -119,34 +124,62 @@ func (c *Cluster) Config(i int) cluster.Config {
 func (c *Cluster) start(node *Node) {
 	c.t.Helper()
 	cfg := c.Config(node.Index)
-	var ln net.Listener
-	var err error
-	// The port was free a moment ago (or was this node's before a kill);
-	// another process may grab it in between, so retry briefly.
-	for try := 0; try < 50; try++ {
-		if ln, err = net.Listen("tcp", node.Addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		c.t.Fatalf("node %d: listen %s: %v", node.Index, node.Addr, err)
-	}
-	cfg.Listener = &listener{Listener: ln, net: c.Net}
+	cfg.Listener = &listener{Listener: c.listen(node.Addr), net: c.Net}
 	n, err := cluster.New(cfg)
 	if err != nil {
 		c.t.Fatalf("node %d: %v", node.Index, err)
 	}
 	node.Node = n
+	node.API = api.Serve(c.listen(node.APIAddr), api.NewServer(api.Options{Node: n, Logger: cfg.Logger}).Handler(), nil)
+}
+
+// listen binds addr. The port was free a moment ago (or was this node's
+// before a kill); another process may grab it in between, so retry briefly.
+func (c *Cluster) listen(addr string) net.Listener {
+	c.t.Helper()
+	var err error
+	for try := 0; try < 50; try++ {
+		var ln net.Listener
+		if ln, err = net.Listen("tcp", addr); err == nil {
+			return ln
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.t.Fatalf("listen %s: %v", addr, err)
+	return nil
+}
+
+func (c *Cluster) stopAPI(n *Node) {
+	if n.API != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		n.API.Shutdown(ctx)
+		cancel()
+		n.API = nil
+	}
 }
 
 // Kill stops node i abruptly (no leadership transfer). Its data stays.
 func (c *Cluster) Kill(i int) {
 	c.t.Helper()
 	if n := c.Nodes[i]; n.Node != nil {
+		c.stopAPI(n)
 		n.Node.Kill()
 		n.Node = nil
 	}
+}
+
+// Stop shuts node i down gracefully (a leader hands leadership over first).
+func (c *Cluster) Stop(i int) error {
+	n := c.Nodes[i]
+	if n.Node == nil {
+		return nil
+	}
+	c.stopAPI(n)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := n.Node.Shutdown(ctx)
+	n.Node = nil
+	return err
 }
 
 // Restart starts a killed node again from its data dir, at its address.
@@ -160,13 +193,8 @@ func (c *Cluster) Restart(i int) {
 
 // Shutdown stops every running node gracefully.
 func (c *Cluster) Shutdown() {
-	for _, n := range c.Nodes {
-		if n.Node != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			n.Node.Shutdown(ctx)
-			cancel()
-			n.Node = nil
-		}
+	for i := range c.Nodes {
+		c.Stop(i)
 	}
 }
 

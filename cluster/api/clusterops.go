@@ -1,0 +1,182 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sort"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+type clusterService struct{ s *Server }
+
+func (c clusterService) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
+	return connect.NewResponse(c.s.status()), nil
+}
+
+func (s *Server) status() *pb.StatusResponse {
+	st := s.node.Status()
+	stats := s.node.FSM().Stats()
+	out := &pb.StatusResponse{
+		Id: st.ID, RaftAddr: st.RaftAddr, ApiAddr: st.APIAddr, State: st.State, Term: st.Term,
+		LeaderId: st.LeaderID, LeaderApi: st.LeaderAPI, CommitIndex: st.CommitIndex,
+		AppliedIndex: st.AppliedIndex, LastIndex: st.LastIndex, Ready: st.Ready,
+		WorkersTimed: uint32(st.WorkersTimed), LastToken: stats.LastToken, Workers: uint32(stats.Workers),
+		LiveLeases: uint32(stats.LiveLeases), LastEventSeq: stats.LastEventSeq,
+		Timings: timingsToProto(s.node.Timings()),
+	}
+	for state, n := range stats.Jobs {
+		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})
+	}
+	sort.Slice(out.Jobs, func(i, j int) bool { return out.Jobs[i].State < out.Jobs[j].State })
+	return out
+}
+
+func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.MembersRequest]) (*connect.Response[pb.MembersResponse], error) {
+	members, err := c.s.node.Members()
+	if err != nil {
+		return nil, toWire(err)
+	}
+	out := &pb.MembersResponse{}
+	for _, m := range members {
+		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.AddNodeRequest]) (*connect.Response[pb.AddNodeResponse], error) {
+	m := req.Msg
+	err := c.s.node.AddNode(ctx, transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()})
+	if p := c.s.leaderFor(req.Header(), err); p != nil {
+		return forward(ctx, req, p.cluster.AddNode)
+	}
+	if err != nil {
+		return nil, toWire(err)
+	}
+	return connect.NewResponse(&pb.AddNodeResponse{}), nil
+}
+
+func (c clusterService) RemoveNode(ctx context.Context, req *connect.Request[pb.RemoveNodeRequest]) (*connect.Response[pb.RemoveNodeResponse], error) {
+	err := c.s.node.RemoveNode(ctx, req.Msg.GetId())
+	if p := c.s.leaderFor(req.Header(), err); p != nil {
+		return forward(ctx, req, p.cluster.RemoveNode)
+	}
+	if err != nil {
+		return nil, toWire(err)
+	}
+	return connect.NewResponse(&pb.RemoveNodeResponse{}), nil
+}
+
+func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Request[pb.TransferLeadershipRequest]) (*connect.Response[pb.TransferLeadershipResponse], error) {
+	err := c.s.node.TransferLeadership(ctx, req.Msg.GetId())
+	if p := c.s.leaderFor(req.Header(), err); p != nil {
+		return forward(ctx, req, p.cluster.TransferLeadership)
+	}
+	if err != nil {
+		return nil, toWire(err)
+	}
+	id, _ := c.s.node.Leader()
+	return connect.NewResponse(&pb.TransferLeadershipResponse{LeaderId: id}), nil
+}
+
+// --- plain HTTP: snapshots and health ---
+
+// saveSnapshot streams a backup of the state, read linearizably on the
+// leader; a follower proxies the request there.
+func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !s.allowHTTP(w, r) {
+		return
+	}
+	if err := s.node.ReadBarrier(r.Context()); err != nil {
+		s.proxyOrFail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if _, err := s.node.SaveSnapshot(r.Context(), w); err != nil {
+		s.log.Warn("snapshot_save_failed", "error", err)
+	}
+}
+
+// restoreSnapshot makes the request body the cluster's state (on the
+// leader; a follower proxies).
+func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
+	if !s.allowHTTP(w, r) {
+		return
+	}
+	stats, err := s.node.RestoreSnapshot(r.Context(), r.Body)
+	if err != nil {
+		s.proxyOrFail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"last_index": stats.LastIndex, "last_token": stats.LastToken, "workers": stats.Workers})
+}
+
+func (s *Server) proxyOrFail(w http.ResponseWriter, r *http.Request, err error) {
+	if p := s.leaderFor(r.Header, err); p != nil {
+		target, _ := url.Parse(p.base)
+		proxy := httputil.NewSingleHostReverseProxy(target)
+		proxy.Transport = s.client.Transport
+		r.Header.Set(transport.HeaderForwarded, "1")
+		proxy.ServeHTTP(w, r)
+		return
+	}
+	writeError(w, toWire(err))
+}
+
+func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is 200 once the node is ready: the leader after taking office, a
+// follower once it knows the leader.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	st := s.node.Status()
+	code := http.StatusOK
+	if !st.Ready {
+		code = http.StatusServiceUnavailable
+	}
+	writeJSON(w, code, map[string]any{"ready": st.Ready, "state": st.State, "leader_id": st.LeaderID, "leader_api": st.LeaderAPI})
+}
+
+// httpStatus maps Connect codes to HTTP for the plain endpoints.
+var httpStatus = map[connect.Code]int{
+	connect.CodeUnavailable:        http.StatusServiceUnavailable,
+	connect.CodeAborted:            http.StatusConflict,
+	connect.CodeDeadlineExceeded:   http.StatusGatewayTimeout,
+	connect.CodeInvalidArgument:    http.StatusBadRequest,
+	connect.CodeResourceExhausted:  http.StatusRequestEntityTooLarge,
+	connect.CodeNotFound:           http.StatusNotFound,
+	connect.CodeAlreadyExists:      http.StatusConflict,
+	connect.CodeFailedPrecondition: http.StatusPreconditionFailed,
+	connect.CodePermissionDenied:   http.StatusForbidden,
+	connect.CodeUnauthenticated:    http.StatusUnauthorized,
+	connect.CodeCanceled:           499,
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	status := http.StatusInternalServerError
+	var cerr *connect.Error
+	if errors.As(err, &cerr) {
+		if s, ok := httpStatus[cerr.Code()]; ok {
+			status = s
+		}
+	}
+	body := map[string]string{"message": err.Error()}
+	if d := transport.DetailOf(err); d != nil {
+		body["reason"], body["field"], body["leader_api"] = d.GetReason(), d.GetField(), d.GetLeaderApi()
+	}
+	writeJSON(w, status, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasehold/leasehold/fsm"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// Conversions between the wire's messages and the state machine's types.
+// Only this package (and so only package cluster) translates between them.
+
+// Defaults the API fills into a submitted spec; the state machine requires
+// every policy field explicitly.
+const (
+	DefaultQueue           = "default"
+	DefaultKind            = "default"
+	DefaultMaxAttempts     = 3
+	DefaultMaxWorkerLosses = 5
+	// MaxWait bounds a long poll.
+	MaxWait = 60 * time.Second
+)
+
+// specFromProto fills defaults and returns the state machine's spec. The
+// caller validates it (through the command), so nothing invalid reaches the
+// log.
+func specFromProto(s *pb.JobSpec) fsm.JobSpec {
+	if s == nil {
+		s = &pb.JobSpec{}
+	}
+	spec := fsm.JobSpec{
+		ID: s.GetId(), Queue: s.GetQueue(), Kind: s.GetKind(), Payload: s.GetPayload(),
+		Priority: s.GetPriority(), Submitter: s.GetSubmitter(), MaxAttempts: s.GetMaxAttempts(),
+		OnWorkerLost: fsm.LostPolicy(s.GetOnWorkerLost()), MaxWorkerLosses: s.GetMaxWorkerLosses(),
+	}
+	if spec.Queue == "" {
+		spec.Queue = DefaultQueue
+	}
+	if spec.Kind == "" {
+		spec.Kind = DefaultKind
+	}
+	if spec.MaxAttempts == 0 {
+		spec.MaxAttempts = DefaultMaxAttempts
+	}
+	if spec.MaxWorkerLosses == 0 {
+		spec.MaxWorkerLosses = DefaultMaxWorkerLosses
+	}
+	if s.GetOnWorkerLost() == pb.LostPolicy_LOST_POLICY_UNSPECIFIED {
+		// A run has side effects a second run would repeat: fail it on
+		// worker loss. Anything else is safe to run again.
+		spec.OnWorkerLost = fsm.LostRequeue
+		if spec.Kind == "run" {
+			spec.OnWorkerLost = fsm.LostFail
+		}
+	}
+	return spec
+}
+
+func ts(unixNano int64) *timestamppb.Timestamp {
+	if unixNano == 0 {
+		return nil
+	}
+	return timestamppb.New(time.Unix(0, unixNano))
+}
+
+func specToProto(s *fsm.JobSpec) *pb.JobSpec {
+	return &pb.JobSpec{
+		Id: s.ID, Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Priority: s.Priority,
+		Submitter: s.Submitter, MaxAttempts: s.MaxAttempts, OnWorkerLost: pb.LostPolicy(s.OnWorkerLost),
+		MaxWorkerLosses: s.MaxWorkerLosses,
+	}
+}
+
+func leaseToProto(l *fsm.Lease) *pb.Lease {
+	return &pb.Lease{
+		Token: l.Token, JobId: l.JobID, WorkerId: l.WorkerID, RequestId: l.RequestID,
+		State: pb.LeaseState(l.State), Revoke: pb.Revoke(l.Revoke), GrantedAt: ts(l.GrantedAt),
+		StartedAt: ts(l.StartedAt), EndedAt: ts(l.EndedAt), ReportId: l.ReportID,
+		Outcome: pb.Outcome(l.Outcome), Retryable: l.Retryable, Ref: l.Ref, Message: l.Message,
+	}
+}
+
+func jobToProto(j *fsm.Job) *pb.Job {
+	out := &pb.Job{
+		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Attempts,
+		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
+		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
+	}
+	for i := range j.Leases {
+		out.Leases = append(out.Leases, leaseToProto(&j.Leases[i]))
+	}
+	return out
+}
+
+func workerToProto(w *fsm.Worker) *pb.Worker {
+	return &pb.Worker{Id: w.ID, Capacity: w.Capacity, RegisteredAt: ts(w.RegisteredAt), UpdatedAt: ts(w.UpdatedAt)}
+}
+
+func eventToProto(e *fsm.Event) *pb.Event {
+	return &pb.Event{
+		Seq: e.Seq, Index: e.Index, Time: ts(e.Time), Type: e.Type.String(), JobId: e.JobID,
+		Token: e.Token, WorkerId: e.WorkerID, Ref: e.Ref, Detail: e.Detail,
+	}
+}
+
+func grantsToProto(gs []fsm.Grant) []*pb.Grant {
+	out := make([]*pb.Grant, 0, len(gs))
+	for i := range gs {
+		out = append(out, &pb.Grant{Job: jobToProto(&gs[i].Job), Lease: leaseToProto(&gs[i].Lease)})
+	}
+	return out
+}
+
+func refsFromProto(refs []*pb.LeaseRef) []fsm.LeaseRef {
+	out := make([]fsm.LeaseRef, len(refs))
+	for i, r := range refs {
+		out[i] = fsm.LeaseRef{JobID: r.GetJobId(), Token: r.GetToken()}
+	}
+	return out
+}
+
+func refsToProto(refs []fsm.LeaseRef) []*pb.LeaseRef {
+	out := make([]*pb.LeaseRef, len(refs))
+	for i, r := range refs {
+		out[i] = &pb.LeaseRef{JobId: r.JobID, Token: r.Token}
+	}
+	return out
+}
+
+func timingsToProto(renew, grace, toleration time.Duration) *pb.Timings {
+	return &pb.Timings{Renew: durationpb.New(renew), Grace: durationpb.New(grace), Toleration: durationpb.New(toleration)}
+}
+
+// waitOf bounds a requested long-poll wait.
+func waitOf(d *durationpb.Duration) time.Duration {
+	if d == nil {
+		return 0
+	}
+	return min(max(d.AsDuration(), 0), MaxWait)
+}

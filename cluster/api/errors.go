@@ -1,0 +1,76 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// errorTable maps the node's and the state machine's sentinels to the
+// API's reasons. Order matters only where one error matches two entries.
+var errorTable = []struct {
+	err    error
+	reason string
+}{
+	{cluster.ErrNotLeader, transport.ReasonNotLeader},
+	{cluster.ErrNoLeader, transport.ReasonNoLeader},
+	{cluster.ErrNotReady, transport.ReasonNotReady},
+	{cluster.ErrShutdown, transport.ReasonShuttingDown},
+	{cluster.ErrLeadershipLost, transport.ReasonOutcomeUnknown},
+	{cluster.ErrTimeout, transport.ReasonTimeout},
+	{cluster.ErrUnreachable, transport.ReasonUnreachable},
+	{cluster.ErrInvalidSnapshot, transport.ReasonInvalidArgument},
+	{fsm.ErrInvalidArgument, transport.ReasonInvalidArgument},
+	{fsm.ErrTooLarge, transport.ReasonTooLarge},
+	{fsm.ErrNotFound, transport.ReasonNotFound},
+	{fsm.ErrConflict, transport.ReasonConflict},
+	{fsm.ErrStaleToken, transport.ReasonStaleToken},
+	{fsm.ErrNotOwner, transport.ReasonNotOwner},
+	{fsm.ErrUnknownWorker, transport.ReasonUnknownWorker},
+	{fsm.ErrFinished, transport.ReasonJobFinished},
+	{fsm.ErrTokensExhausted, transport.ReasonTokensExhausted},
+	{errUnauthenticated, transport.ReasonUnauthenticated},
+	{errForbidden, transport.ReasonForbidden},
+	{context.DeadlineExceeded, transport.ReasonTimeout},
+}
+
+var (
+	errUnauthenticated = errors.New("missing or unknown bearer token")
+	errForbidden       = errors.New("the token's role may not call this")
+)
+
+// toWire turns any error of a handler into an API error with a reason and
+// details. A *connect.Error (a forwarded call's answer) passes unchanged.
+func toWire(err error) error {
+	if err == nil {
+		return nil
+	}
+	var cerr *connect.Error
+	if errors.As(err, &cerr) {
+		return cerr
+	}
+	if errors.Is(err, context.Canceled) {
+		return connect.NewError(connect.CodeCanceled, err)
+	}
+	detail := &pb.ErrorDetail{}
+	var nl *cluster.NotLeaderError
+	if errors.As(err, &nl) {
+		detail.LeaderId, detail.LeaderApi = nl.LeaderID, nl.LeaderAPI
+	}
+	var fe *fsm.FieldError
+	if errors.As(err, &fe) {
+		detail.Field = fe.Field
+	}
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return transport.NewError(e.reason, err, detail)
+		}
+	}
+	return transport.NewError(transport.ReasonInternal, err, detail)
+}
