@@ -19,12 +19,18 @@ import (
 // Commands a worker sends (start, report, release) count as hearing from
 // it. Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
+	switch cmd.(type) {
+	case *fsm.Acquire, *fsm.Expire:
+		// Grants go through Acquire (reachability, long poll), expiries
+		// through the leader's own timers, never from outside.
+		return nil, fmt.Errorf("%w: %T is not accepted here", fsm.ErrInvalidArgument, cmd)
+	}
 	ls, err := n.established()
 	if err != nil {
 		return nil, err
 	}
 	if w := workerOf(cmd); w != "" {
-		ls.table.heard(w, n.clock.Now())
+		ls.table.Load().heard(w, n.clock.Now())
 	}
 	return n.raftApply(ctx, cmd)
 }
@@ -85,9 +91,13 @@ func (n *Node) raftError(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader):
 		return n.notLeader()
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
-		errors.Is(err, raft.ErrAbortedByRestore):
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it was appended: nothing happened; retry.
+		return fmt.Errorf("%w: %v", ErrNotReady, err)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrAbortedByRestore):
 		return fmt.Errorf("%w: %v", ErrLeadershipLost, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w: %w", ErrTimeout, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	case errors.Is(err, raft.ErrRaftShutdown):

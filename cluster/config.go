@@ -151,8 +151,9 @@ func (c *Config) Validate() error {
 	default:
 		return bad("bootstrap_expect", c.BootstrapExpect, "must be 0, 1, 3 or 5")
 	}
-	if c.BootstrapExpect > 1 && len(c.Join) == 0 {
-		return bad("join", c.Join, "bootstrap_expect %d needs the peers' addresses", c.BootstrapExpect)
+	if c.BootstrapExpect > 1 && (len(c.Join) < c.BootstrapExpect-1 || len(c.Join) > c.BootstrapExpect) {
+		return bad("join", c.Join, "bootstrap_expect %d needs the other %d nodes' Raft addresses (this node's own may be listed too)",
+			c.BootstrapExpect, c.BootstrapExpect-1)
 	}
 	for _, p := range c.Join {
 		if err := checkDialable(p); err != nil {

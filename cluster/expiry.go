@@ -69,13 +69,59 @@ func (t *expiryTable) heard(worker string, at time.Time) map[uint64]bool {
 	return out
 }
 
-// reachable reports whether the worker was heard within grace. A worker the
-// table has never heard from is reachable: its first request is arriving.
-func (t *expiryTable) reachable(worker string, now time.Time) bool {
+// reachable reports whether the worker was heard within grace: by the
+// table, or by a request that arrived at `arrived` (a parked long poll's
+// worker may have been forgotten by the table meanwhile).
+func (t *expiryTable) reachable(worker string, arrived, now time.Time) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	w := t.workers[worker]
-	return w == nil || now.Sub(w.lastHeard) <= t.grace
+	last := arrived
+	if w := t.workers[worker]; w != nil && w.lastHeard.After(last) {
+		last = w.lastHeard
+	}
+	return now.Sub(last) <= t.grace
+}
+
+// adopt starts timing, as heard at now, every worker in holders the table
+// does not know. Holders come from the state: a live lease whose worker is
+// not timed would never expire (a grant to a worker forgotten while its
+// long poll was parked, one that committed while a restore rebuilt the
+// table).
+func (t *expiryTable) adopt(holders []string, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range holders {
+		if t.workers[w] == nil {
+			t.workers[w] = &workerClock{lastHeard: now}
+		}
+	}
+}
+
+// ticked records when a tick's work ended; the next tick measures the
+// leader's absence from here.
+func (t *expiryTable) ticked(end time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if end.After(t.lastTick) {
+		t.lastTick = end
+	}
+}
+
+// decided returns the tokens whose expiry was decided and not yet seen to
+// commit, by worker.
+func (t *expiryTable) decided() map[string][]uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string][]uint64{}
+	for id, w := range t.workers {
+		for tok := range w.expiring {
+			out[id] = append(out[id], tok)
+		}
+	}
+	for _, toks := range out {
+		slices.Sort(toks)
+	}
+	return out
 }
 
 // tickResult is what one pass of the timer loop found.
@@ -157,13 +203,17 @@ func (t *expiryTable) expired(worker string, tokens []uint64) {
 }
 
 // forget drops a worker that holds no lease and has been silent past
-// toleration: there is nothing left to time for it.
-func (t *expiryTable) forget(worker string, now time.Time) {
+// toleration: there is nothing left to time for it. A registered worker
+// announced unreachable is kept, so that hearing it again is announced as
+// reachable (registered workers are bounded by the state).
+func (t *expiryTable) forget(worker string, registered bool, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if w := t.workers[worker]; w != nil && now.Sub(w.lastHeard) > t.toleration && len(w.expiring) == 0 {
-		delete(t.workers, worker)
+	w := t.workers[worker]
+	if w == nil || now.Sub(w.lastHeard) <= t.toleration || len(w.expiring) > 0 || registered && w.unreachable {
+		return
 	}
+	delete(t.workers, worker)
 }
 
 // size is the number of workers timed.

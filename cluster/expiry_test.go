@@ -30,8 +30,11 @@ func TestExpiryTableRules(t *testing.T) {
 		t.Fatalf("just after takeover: %+v", r)
 	}
 	tab.heard("fresh", at(500*time.Millisecond))
-	if !tab.reachable("never-heard", at(time.Hour)) {
-		t.Fatal("a worker never heard from is unreachable")
+	if !tab.reachable("never-heard", at(time.Hour), at(time.Hour)) {
+		t.Fatal("a worker whose request just arrived is unreachable")
+	}
+	if tab.reachable("never-heard", at(0), at(2*grace)) {
+		t.Fatal("a parked request's worker, silent past grace since, is reachable")
 	}
 
 	// Past grace: unreachable once; heard again: reachable once.
@@ -63,8 +66,13 @@ func TestExpiryTableRules(t *testing.T) {
 	if exp := tab.heard("held", at(4800*time.Millisecond)); !exp[9] {
 		t.Fatal("a heartbeat after the decision was not told the lease is expiring")
 	}
+	// The worker was heard again, but the decision stands until the expiry
+	// commits (the loop re-proposes whatever decided() lists).
+	if d := tab.decided(); !slices.Equal(d["held"], []uint64{9}) {
+		t.Fatalf("decided %v", d)
+	}
 	tab.expired("held", []uint64{9})
-	if exp := tab.heard("held", at(4900*time.Millisecond)); len(exp) != 0 {
+	if exp := tab.heard("held", at(4900*time.Millisecond)); len(exp) != 0 || len(tab.decided()) != 0 {
 		t.Fatalf("expired tokens still marked: %v", exp)
 	}
 }

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func TestFailoverRestartsClocksAndExpiresOnce(t *testing.T) {
 	g := acquire(t, old, "silent", "r1")
 	heartbeat(t, old, "silent", g)
 	// The old leader's clock has run far: its view must not travel.
-	c.Run(old.Index, clustertest.Toleration-clustertest.Tick)
+	c.Run(old.Index, clustertest.Toleration-c.Tick(0))
 	c.Converged()
 
 	c.Kill(old.Index)
@@ -72,12 +73,12 @@ func TestFailoverRestartsClocksAndExpiresOnce(t *testing.T) {
 		}
 	}
 	// Just short of toleration after takeover: still live.
-	c.Run(leader.Index, clustertest.Toleration-clustertest.Tick)
+	c.Run(leader.Index, clustertest.Toleration-c.Tick(0))
 	if liveToken(leader, "a") != g.Lease.Token {
 		t.Fatal("lease expired before toleration after takeover")
 	}
 	// Past it: expired, once.
-	c.Run(leader.Index, 3*clustertest.Tick)
+	c.Run(leader.Index, 3*c.Tick(0))
 	c.WaitFor(5*time.Second, "the silent worker's lease to expire", func() bool {
 		return liveToken(leader, "a") == 0
 	})
@@ -97,7 +98,7 @@ func TestFailoverRestartsClocksAndExpiresOnce(t *testing.T) {
 // between two ticks) shifts every deadline by the gap: nothing expires for
 // it, and the rule is recorded.
 func TestAbsenceRule(t *testing.T) {
-	for _, gap := range []time.Duration{clustertest.Grace + clustertest.Tick, 2 * clustertest.Toleration} {
+	for _, gap := range []time.Duration{clustertest.Grace + 50*time.Millisecond, 2 * clustertest.Toleration} {
 		t.Run(gap.String(), func(t *testing.T) {
 			c := clustertest.New(t, 3)
 			leader := c.Leader()
@@ -111,12 +112,12 @@ func TestAbsenceRule(t *testing.T) {
 			c.WaitFor(5*time.Second, "the absence rule event", func() bool {
 				return countEvents(leader, fsm.EventAbsenceRule) > before
 			})
-			c.Run(leader.Index, clustertest.Toleration-clustertest.Tick)
+			c.Run(leader.Index, clustertest.Toleration-c.Tick(0))
 			if liveToken(leader, "a") != g.Lease.Token {
 				t.Fatal("a lease expired because of the leader's absence")
 			}
 			// Real silence after the gap is still charged.
-			c.Run(leader.Index, 3*clustertest.Tick)
+			c.Run(leader.Index, 3*c.Tick(0))
 			c.WaitFor(5*time.Second, "the lease to expire after real silence", func() bool {
 				j, _ := leader.FSM().Job("a")
 				return j.State == fsm.JobLost
@@ -126,10 +127,13 @@ func TestAbsenceRule(t *testing.T) {
 }
 
 // A deposed leader cut off in a minority can neither acknowledge a
-// heartbeat nor commit an expiry, and drops its timers.
+// heartbeat nor propose an expiry (nor anything else), and drops its
+// timers. Raft is slow here so the cut-off leader goes on believing it
+// leads while its clock runs far past toleration.
 func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
-	c := clustertest.New(t, 3)
+	c := clustertest.New(t, 3, clustertest.SlowRaft())
 	old := c.Leader()
+	tol := c.Config(old.Index).Toleration
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
 	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
 	g := acquire(t, old, "w", "r1")
@@ -142,22 +146,32 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 		}
 	}
 	c.Partition([]int{old.Index}, others)
-	// Its clock runs past toleration while it may still believe it leads.
-	c.Run(old.Index, clustertest.Toleration+5*clustertest.Tick)
-	_, err := old.Heartbeat(ctx(t), "w", []fsm.LeaseRef{{JobID: "a", Token: g.Lease.Token}})
-	if err == nil {
+	before := old.Status().LastIndex
+	if st := old.Status(); st.State != "Leader" || !st.Ready {
+		t.Fatalf("the cut-off leader stepped down at once (%+v): the test proves nothing", st)
+	}
+	// While it still leads: a heartbeat, and its clock past toleration.
+	hb := make(chan error, 1)
+	go func() {
+		_, err := old.Heartbeat(ctx(t), "w", []fsm.LeaseRef{{JobID: "a", Token: g.Lease.Token}})
+		hb <- err
+	}()
+	c.Run(old.Index, tol+5*c.Tick(old.Index))
+	if got := old.Status().LastIndex; got != before {
+		t.Fatalf("the cut-off leader appended %d entries", got-before)
+	}
+	if err := <-hb; err == nil {
 		t.Fatal("a leader cut off from its quorum acknowledged a heartbeat")
 	}
-	c.WaitFor(5*time.Second, "the cut-off leader to step down and drop its timers", func() bool {
+	c.WaitFor(10*time.Second, "the cut-off leader to step down and drop its timers", func() bool {
 		st := old.Status()
 		return st.State != "Leader" && !st.Ready && st.WorkersTimed == 0
 	})
 	if liveToken(old, "a") != g.Lease.Token {
 		t.Fatal("the cut-off leader committed an expiry")
 	}
-	// The majority elects a leader that restarted the lease's clock.
 	var leader *clustertest.Node
-	c.WaitFor(10*time.Second, "a leader in the majority", func() bool {
+	c.WaitFor(15*time.Second, "a leader in the majority", func() bool {
 		for _, i := range others {
 			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
 				leader = c.Nodes[i]
@@ -174,8 +188,32 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
 		t.Fatalf("%d expiries committed, want 0", n)
 	}
-	_, err = old.Apply(ctx(t), &fsm.RegisterWorker{WorkerID: "x", Capacity: 1})
+	_, err := old.Apply(ctx(t), &fsm.RegisterWorker{WorkerID: "x", Capacity: 1})
 	if !errors.Is(err, cluster.ErrNotLeader) {
 		t.Fatalf("deposed leader's apply: %v", err)
 	}
+}
+
+// The expiry rate limit drains a mass expiry instead of ending every lease
+// at once; on the fake timeline the drain is exact.
+func TestExpiryRateLimited(t *testing.T) {
+	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) { cfg.ExpiryRate, cfg.ExpiryBurst = 10, 2 })
+	leader := c.Leader()
+	for i := range 6 {
+		w := fmt.Sprintf("w%d", i)
+		do(t, c, &fsm.RegisterWorker{WorkerID: w, Capacity: 1})
+		do(t, c, &fsm.SubmitJob{Spec: spec(fmt.Sprintf("j%d", i), fsm.LostRequeue)})
+		acquire(t, leader, w, "r")
+	}
+	expired := func() int { return countEvents(leader, fsm.EventLeaseExpired) }
+	tick := c.Tick(leader.Index)
+	c.Run(leader.Index, clustertest.Toleration)
+	c.Step(leader.Index, tick) // first tick past toleration: the burst
+	c.WaitFor(5*time.Second, "the burst to expire", func() bool { return expired() == 2 })
+	// 10 per second: one more per 100 ms of the leader's clock.
+	c.Step(leader.Index, tick)
+	c.Step(leader.Index, tick)
+	c.WaitFor(5*time.Second, "one more after 100 ms", func() bool { return expired() == 3 })
+	c.Run(leader.Index, 6*tick)
+	c.WaitFor(5*time.Second, "all six", func() bool { return expired() == 6 })
 }

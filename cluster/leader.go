@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -79,23 +80,27 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	n.establishLeadership(ctx)
 	defer n.revokeLeadership()
 
+	// Compaction runs beside the timers, so a long compaction never delays
+	// an expiry or looks like the leader's absence.
+	compacted := make(chan struct{})
+	go func() {
+		defer close(compacted)
+		n.compactLoop(ctx)
+	}()
+	defer func() { <-compacted }()
+
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
 	limiter := rate.NewLimiter(rate.Limit(n.cfg.ExpiryRate), n.cfg.ExpiryBurst)
-	compact := time.NewTicker(n.cfg.CompactInterval)
-	defer compact.Stop()
 	for {
 		timer := n.clock.NewTimer(interval)
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
-		case <-compact.C:
-			timer.Stop()
-			n.compact(ctx)
 		case <-timer.C():
-			// The table is read afresh: a restore replaces it.
+			// The state is read afresh: a restore replaces the table.
 			if ls, err := n.established(); err == nil {
-				n.expiryTick(ctx, ls.table, limiter)
+				n.expiryTick(ctx, ls, limiter)
 			}
 		}
 	}
@@ -106,17 +111,22 @@ func (n *Node) leaderLoop(ctx context.Context) {
 // heartbeats and acquires.
 func (n *Node) establishLeadership(ctx context.Context) {
 	term := n.raft.CurrentTerm()
-	workers, leases := n.restartClocks(term)
+	n.mu.Lock()
+	n.leader = &leaderState{term: term}
+	n.mu.Unlock()
+	workers, leases := n.restartClocks(n.leader)
 	n.logger.Named("leader").Info("leadership_established", "term", term, "workers", workers, "leases", leases)
-	n.recordEvent(ctx, fsm.EventLeaderChanged, "", fmt.Sprintf("%s leads term %d", n.id, term))
-	n.recordEvent(ctx, fsm.EventAbsenceRule, "",
-		fmt.Sprintf("takeover: clocks of %d leases of %d workers restarted at term %d", leases, workers, term))
+	n.recordEvents(ctx,
+		fsm.RecordEvent{Event: fsm.EventLeaderChanged, Detail: fmt.Sprintf("%s leads term %d", n.id, term)},
+		fsm.RecordEvent{Event: fsm.EventAbsenceRule,
+			Detail: fmt.Sprintf("takeover: clocks of %d leases of %d workers restarted at term %d", leases, workers, term)})
 	n.publishSelf(ctx)
 }
 
-// restartClocks installs a fresh expiry table in which every worker with a
-// live lease was heard just now.
-func (n *Node) restartClocks(term uint64) (workers, leases int) {
+// restartClocks gives the leader state a fresh expiry table in which every
+// worker with a live lease was heard just now, if ls is still this node's
+// leader state (a restore racing a step-down must not resurrect it).
+func (n *Node) restartClocks(ls *leaderState) (workers, leases int) {
 	now := n.clock.Now()
 	live := n.fsm.LiveLeases()
 	ids := make([]string, 0, len(live))
@@ -126,8 +136,10 @@ func (n *Node) restartClocks(term uint64) (workers, leases int) {
 	}
 	table := newExpiryTable(n.cfg.Grace, n.cfg.Toleration, now, ids)
 	n.mu.Lock()
-	n.leader = &leaderState{term: term, table: table}
-	n.mu.Unlock()
+	defer n.mu.Unlock()
+	if n.leader == ls {
+		ls.table.Store(table)
+	}
 	return len(ids), leases
 }
 
@@ -143,8 +155,8 @@ func (n *Node) revokeLeadership() {
 	}
 }
 
-// established returns the leader state if this node is the leader and has
-// taken office.
+// established returns the leader state if this node is the leader, has
+// taken office, and is still in the term it took office in.
 func (n *Node) established() (*leaderState, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, n.notLeader()
@@ -152,7 +164,7 @@ func (n *Node) established() (*leaderState, error) {
 	n.mu.Lock()
 	ls := n.leader
 	n.mu.Unlock()
-	if ls == nil {
+	if ls == nil || ls.table.Load() == nil || ls.term != n.raft.CurrentTerm() {
 		return nil, ErrNotReady
 	}
 	return ls, nil
@@ -160,76 +172,134 @@ func (n *Node) established() (*leaderState, error) {
 
 // expiryTick is one pass of the leader's timers: the absence rule,
 // reachability announcements, and expiry of the overdue, rate-limited.
-func (n *Node) expiryTick(ctx context.Context, table *expiryTable, limiter *rate.Limiter) {
+func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Limiter) {
 	log := n.logger.Named("expiry")
+	table := ls.table.Load()
 	now := n.clock.Now()
+	// The gap is measured from the end of the previous tick's work: a tick
+	// slowed by its own proposals is not the leader being away.
+	defer func() { table.ticked(n.clock.Now()) }()
+	// A live lease whose holder the table does not time would never
+	// expire; adopt any such holder as heard now (the safe direction).
+	table.adopt(n.fsm.LeaseHolders(), now)
 	res := table.tick(now)
+	var events []fsm.RecordEvent
 	if res.gap > 0 {
 		log.Warn("absence_rule_applied", "gap", res.gap)
-		n.recordEvent(ctx, fsm.EventAbsenceRule, "", fmt.Sprintf("leader absent %s: every deadline shifted by it", res.gap.Round(time.Millisecond)))
+		events = append(events, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
+			Detail: fmt.Sprintf("leader absent %s: every deadline shifted by it", res.gap.Round(time.Millisecond))})
 	}
 	for _, w := range res.unreachable {
 		log.Info("worker_unreachable", "worker_id", w)
-		n.recordEvent(ctx, fsm.EventWorkerUnreachable, w, fmt.Sprintf("silent past grace %s", n.cfg.Grace))
+		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerUnreachable, WorkerID: w,
+			Detail: fmt.Sprintf("silent past grace %s", n.cfg.Grace)})
 	}
 	for _, w := range res.reachable {
 		log.Info("worker_reachable", "worker_id", w)
-		n.recordEvent(ctx, fsm.EventWorkerReachable, w, "heard again")
+		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerReachable, WorkerID: w, Detail: "heard again"})
 	}
+	n.recordEvents(ctx, events...)
 
-	type due struct {
-		worker string
-		refs   []fsm.LeaseRef
-	}
-	var batch []due
+	// A decided expiry is finished whatever happens after the decision:
+	// its worker was told "lost" and dropped the job, so the lease must
+	// end even if the worker speaks again.
+	due := map[string][]uint64{}
 	count := 0
+	for w, toks := range table.decided() {
+		live := liveTokens(n.fsm.WorkerLeases(w))
+		for _, tok := range toks {
+			if !live[tok] {
+				table.expired(w, []uint64{tok})
+			} else if count < fsm.MaxExpireBatch {
+				due[w] = append(due[w], tok)
+				count++
+			}
+		}
+	}
 	for _, w := range res.overdue {
 		leases := n.fsm.WorkerLeases(w)
 		if len(leases) == 0 {
-			table.forget(w, now)
+			_, err := n.fsm.Worker(w)
+			table.forget(w, err == nil, now)
 			continue
 		}
-		var refs []fsm.LeaseRef
 		var toks []uint64
 		for _, l := range leases {
-			if count+len(refs) == fsm.MaxExpireBatch || !limiter.AllowN(now, 1) {
+			if count+len(toks) == fsm.MaxExpireBatch || !limiter.AllowN(now, 1) {
 				break
 			}
-			refs = append(refs, fsm.LeaseRef{JobID: l.JobID, Token: l.Token})
 			toks = append(toks, l.Token)
 		}
-		if len(refs) == 0 || !table.markExpiring(w, toks, now) {
+		if len(toks) == 0 || !table.markExpiring(w, toks, now) {
 			continue
 		}
-		batch = append(batch, due{w, refs})
-		count += len(refs)
+		due[w] = append(due[w], toks...)
+		count += len(toks)
 		if count == fsm.MaxExpireBatch {
 			break
 		}
 	}
-	if len(batch) == 0 {
+	if count == 0 {
 		return
 	}
-	// A deposed leader must not expire anything: confirm with a quorum first.
+	// A deposed leader must not expire anything: confirm with a quorum
+	// first, and that this is still the term that decided.
 	if err := n.check.confirm(ctx); err != nil {
-		log.Warn("expiry_skipped_not_leader", "error", err)
+		log.Warn("expiry_deferred_not_confirmed", "error", err)
+		return
+	}
+	if cur, err := n.established(); err != nil || cur != ls {
 		return
 	}
 	cmd := &fsm.Expire{Reason: fmt.Sprintf("worker silent past toleration %s", n.cfg.Toleration)}
-	for _, d := range batch {
-		cmd.Leases = append(cmd.Leases, d.refs...)
+	workers := make([]string, 0, len(due))
+	for w := range due {
+		workers = append(workers, w)
 	}
-	if _, err := n.raftApply(ctx, cmd); err != nil {
-		log.Warn("expiry_failed", "leases", len(cmd.Leases), "error", err)
+	slices.Sort(workers)
+	jobOf := map[uint64]string{}
+	for _, w := range workers {
+		for _, l := range n.fsm.WorkerLeases(w) {
+			jobOf[l.Token] = l.JobID
+		}
+		for _, tok := range due[w] {
+			if job, ok := jobOf[tok]; ok {
+				cmd.Leases = append(cmd.Leases, fsm.LeaseRef{JobID: job, Token: tok})
+			}
+		}
+	}
+	if len(cmd.Leases) == 0 {
 		return
 	}
-	for _, d := range batch {
-		toks := make([]uint64, len(d.refs))
-		for i, r := range d.refs {
-			toks[i] = r.Token
+	if _, err := n.raftApply(ctx, cmd); err != nil {
+		log.Warn("expiry_failed_will_retry", "leases", len(cmd.Leases), "error", err)
+		return
+	}
+	for _, w := range workers {
+		table.expired(w, due[w])
+		log.Info("leases_expired", "worker_id", w, "leases", len(due[w]))
+	}
+}
+
+func liveTokens(leases []fsm.Lease) map[uint64]bool {
+	out := make(map[uint64]bool, len(leases))
+	for _, l := range leases {
+		out[l.Token] = true
+	}
+	return out
+}
+
+// compactLoop compacts every CompactInterval while this term lasts.
+func (n *Node) compactLoop(ctx context.Context) {
+	t := time.NewTicker(n.cfg.CompactInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			n.compact(ctx)
 		}
-		table.expired(d.worker, toks)
-		log.Info("leases_expired", "worker_id", d.worker, "leases", len(d.refs))
 	}
 }
 
@@ -255,10 +325,24 @@ func (n *Node) compact(ctx context.Context) {
 	}
 }
 
-// recordEvent records a leader observation; failure is logged, not fatal
-// (the observation is informational, the rules do not depend on it).
-func (n *Node) recordEvent(ctx context.Context, typ fsm.EventType, worker, detail string) {
-	if _, err := n.raftApply(ctx, &fsm.RecordEvent{Event: typ, WorkerID: worker, Detail: detail}); err != nil {
-		n.logger.Named("leader").Warn("record_event_failed", "event", typ.String(), "error", err)
+// recordEvents records leader observations in one entry; failure is
+// logged, not fatal (they are informational: no rule depends on them).
+func (n *Node) recordEvents(ctx context.Context, events ...fsm.RecordEvent) {
+	if len(events) == 0 {
+		return
+	}
+	// A leader that cannot reach a quorum proposes nothing at all, not even
+	// observations: its log stays as the cluster left it.
+	if err := n.check.confirm(ctx); err != nil {
+		n.logger.Named("leader").Warn("record_events_skipped_not_confirmed", "events", len(events), "error", err)
+		return
+	}
+	for len(events) > 0 {
+		batch := events[:min(len(events), fsm.MaxRecordBatch)]
+		events = events[len(batch):]
+		if _, err := n.raftApply(ctx, &fsm.RecordEvents{Events: batch}); err != nil {
+			n.logger.Named("leader").Warn("record_events_failed", "events", len(batch), "error", err)
+			return
+		}
 	}
 }

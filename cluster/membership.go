@@ -55,14 +55,17 @@ func (n *Node) self() transport.NodeAddr {
 	return transport.NodeAddr{ID: n.id, RaftAddr: n.advertise, APIAddr: n.cfg.APIAddr}
 }
 
-// bootstrapOrJoin is one attempt of a node without data: if any peer is in
-// a cluster, ask its leader to add this node; otherwise, once exactly
-// BootstrapExpect nodes (this one included) are up and agree, form the
-// cluster. Every such node computes the same configuration, and Raft
-// accepts the same bootstrap on every member.
+// bootstrapOrJoin is one attempt of a node without data. If any peer is
+// in a cluster, it asks that cluster's leader to add this node, and never
+// bootstraps: a cluster exists, even if it has no leader this moment.
+// Otherwise, once every node of its member set (its join list and itself,
+// exactly BootstrapExpect addresses) answers naming the same set and the
+// same expectation, it forms the cluster. Every such node computes the same
+// configuration, and Raft accepts the same bootstrap on every member.
 func (n *Node) bootstrapOrJoin(ctx context.Context) {
 	log := n.logger.Named("bootstrap")
 	var infos []transport.PeerInfo
+	inCluster := false
 	for _, addr := range n.cfg.Join {
 		if addr == n.advertise {
 			continue
@@ -80,11 +83,10 @@ func (n *Node) bootstrapOrJoin(ctx context.Context) {
 		}
 		infos = append(infos, info)
 		n.remember(info.Node)
-	}
-	for _, info := range infos {
 		if !info.InCluster {
 			continue
 		}
+		inCluster = true
 		target := info.LeaderRaftAddr
 		if target == "" {
 			target = info.Node.RaftAddr
@@ -97,20 +99,26 @@ func (n *Node) bootstrapOrJoin(ctx context.Context) {
 		return
 	}
 	want := n.cfg.BootstrapExpect
-	if want == 0 || len(infos)+1 < want {
+	if inCluster || want == 0 {
 		return
+	}
+	members := n.memberSet()
+	if len(members) != want {
+		log.Warn("bootstrap_refused", "reason", "the join list and this node do not name exactly bootstrap_expect nodes",
+			"members", members, "expect", want)
+		return
+	}
+	if len(infos)+1 < want {
+		return // not everyone is up yet
 	}
 	servers := []raft.Server{{ID: raft.ServerID(n.id), Address: raft.ServerAddress(n.advertise), Suffrage: raft.Voter}}
 	for _, info := range infos {
-		if info.BootstrapExpect != want {
-			log.Warn("bootstrap_disagreement", "peer", info.Node.ID, "peer_expect", info.BootstrapExpect, "expect", want)
+		if info.BootstrapExpect != want || !slices.Equal(info.Members, members) {
+			log.Warn("bootstrap_disagreement", "peer", info.Node.ID, "peer_expect", info.BootstrapExpect,
+				"peer_members", info.Members, "expect", want, "members", members)
 			return
 		}
 		servers = append(servers, raft.Server{ID: raft.ServerID(info.Node.ID), Address: raft.ServerAddress(info.Node.RaftAddr), Suffrage: raft.Voter})
-	}
-	if len(servers) != want {
-		log.Warn("bootstrap_refused", "reason", "more nodes answer than bootstrap_expect", "nodes", len(servers), "expect", want)
-		return
 	}
 	slices.SortFunc(servers, func(a, b raft.Server) int { return cmp.Compare(a.ID, b.ID) })
 	err := n.raft.BootstrapCluster(raft.Configuration{Servers: servers}).Error()
@@ -123,13 +131,21 @@ func (n *Node) bootstrapOrJoin(ctx context.Context) {
 	}
 }
 
+// memberSet is the sorted set of Raft addresses this node would bootstrap
+// with: its join list and itself.
+func (n *Node) memberSet() []string {
+	set := append([]string{n.advertise}, n.cfg.Join...)
+	slices.Sort(set)
+	return slices.Compact(set)
+}
+
 // askJoin asks the node at addr (the leader, or a node that names it) to
 // add this node as a voter.
 func (n *Node) askJoin(ctx context.Context, addr string) error {
 	for hop := 0; hop < 2; hop++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 		var reply transport.PeerJoinReply
-		err := n.peers.Call(cctx, addr, transport.MethodPeerJoin, transport.PeerJoinRequest{Node: n.self()}, &reply)
+		err := n.peers.Call(cctx, addr, transport.MethodPeerJoin, transport.PeerJoinRequest{Node: n.self(), Fresh: !n.inCluster()}, &reply)
 		cancel()
 		var rerr *transport.RPCError
 		if errors.As(err, &rerr) && rerr.Code == transport.CodeNotLeader && rerr.Details["leader_raft_addr"] != "" {
@@ -226,7 +242,7 @@ func (n *Node) registerRPC() {
 		}
 		leader, leaderID := n.raft.LeaderWithID()
 		return transport.PeerInfo{
-			Node: n.self(), InCluster: n.inCluster(), BootstrapExpect: n.cfg.BootstrapExpect,
+			Node: n.self(), InCluster: n.inCluster(), BootstrapExpect: n.cfg.BootstrapExpect, Members: n.memberSet(),
 			LeaderID: string(leaderID), LeaderRaftAddr: string(leader),
 		}, nil
 	})
@@ -234,6 +250,10 @@ func (n *Node) registerRPC() {
 		var req transport.PeerJoinRequest
 		if err := json.Unmarshal(body, &req); err != nil {
 			return nil, err
+		}
+		if req.Fresh && n.isVoter(req.Node.ID) {
+			return nil, &rpcError{code: transport.CodeRejoinRefused, err: fmt.Errorf(
+				"node %s is a voter but lost its data (and its vote): remove it first (leasehold cluster remove %s)", req.Node.ID, req.Node.ID)}
 		}
 		if err := n.AddNode(ctx, req.Node); err != nil {
 			return nil, peerError(err)
@@ -263,6 +283,15 @@ func peerError(err error) error {
 			details: map[string]string{"leader_id": nl.LeaderID, "leader_raft_addr": nl.LeaderRaft}}
 	}
 	return err
+}
+
+func (n *Node) isVoter(id string) bool {
+	for _, s := range n.voters() {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // --- operator actions ---
@@ -307,13 +336,16 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 	if _, err := n.established(); err != nil {
 		return err
 	}
+	if id == n.id {
+		// Raft would stop this node the moment the removal commits, with
+		// the node table still naming it and nobody leading. Hand over
+		// first; the new leader removes it.
+		return fmt.Errorf("%w: %s leads the cluster: transfer leadership first (leasehold cluster transfer-leader)", fsm.ErrInvalidArgument, id)
+	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
 		return n.raftError(err)
 	}
 	n.logger.Named("membership").Info("voter_removed", "node_id", id)
-	if id == n.id {
-		return nil // no longer a member: the new leader's node table keeps the entry until removed there
-	}
 	_, err := n.raftApply(ctx, &fsm.RemoveNode{NodeID: id})
 	return err
 }
@@ -323,6 +355,9 @@ func (n *Node) RemoveNode(ctx context.Context, id string) error {
 func (n *Node) TransferLeadership(ctx context.Context, id string) error {
 	if _, err := n.established(); err != nil {
 		return err
+	}
+	if id == n.id {
+		return nil // already leads
 	}
 	var f raft.Future
 	if id == "" {
@@ -411,7 +446,7 @@ func (n *Node) Status() Status {
 		st.LeaderAPI = node.APIAddr
 	}
 	if ls, err := n.established(); err == nil {
-		st.Ready, st.WorkersTimed = true, ls.table.size()
+		st.Ready, st.WorkersTimed = true, ls.table.Load().size()
 	} else if n.raft.State() == raft.Follower && st.LeaderID != "" {
 		st.Ready = true
 	}

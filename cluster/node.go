@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -51,16 +52,16 @@ type Node struct {
 	wg           sync.WaitGroup
 }
 
-// leaderState exists from the end of establishLeadership to the start of
-// revokeLeadership.
+// leaderState exists from establishLeadership to revokeLeadership. Its
+// table is swapped whole when a restore restarts every clock.
 type leaderState struct {
 	term  uint64
-	table *expiryTable
+	table atomic.Pointer[expiryTable]
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,
 // and returns. A node with data rejoins its cluster from disk; a node
-// without data joins or bootstraps from Config.Join (see bootstrap.go).
+// without data joins or bootstraps from Config.Join (see membership.go).
 func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -21,9 +22,10 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 }
 
 // RestoreSnapshot makes a backup the cluster's state, on the leader. The
-// backup's token counter is raised to the floor of this moment
-// (fsm.TokenFloorFor), so no token the old cluster granted after the backup
-// is granted again. The snapshot is checked in full before Raft sees it:
+// backup's token counter is raised above this cluster's counter and the
+// time floor of this moment (fsm.TokenFloorFor), so no token the old
+// cluster granted after the backup, nor any this cluster granted, is
+// granted again. The snapshot is checked in full before Raft sees it:
 // Raft cannot undo a restore that fails halfway.
 func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, error) {
 	if _, err := n.established(); err != nil {
@@ -35,7 +37,13 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	floor := fsm.TokenFloorFor(n.clock.Wall().Unix())
+	// The floor is above the counter of this cluster, the time floor of
+	// this leader's clock, and the time floor of the state's own clock: a
+	// leader whose clock is wrong (fast once, right later; unset after a
+	// boot) cannot make tokens go backwards.
+	live := n.fsm.Stats()
+	floor := max(fsm.TokenFloorFor(n.clock.Wall().Unix()), fsm.TokenFloorFor(live.LastTime/int64(time.Second)),
+		min(live.LastToken+1, fsm.MaxTokenFloor))
 	if err := fsm.RaiseSnapshotFloor(tmp, r, floor); err != nil {
 		return fsm.Stats{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
@@ -61,7 +69,9 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	}
 	// The restored leases start their clocks now, like at a takeover.
 	if ls, err := n.established(); err == nil {
-		n.restartClocks(ls.term)
+		workers, leases := n.restartClocks(ls)
+		n.recordEvents(ctx, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
+			Detail: fmt.Sprintf("restore: clocks of %d leases of %d workers restarted", leases, workers)})
 	}
 	n.logger.Named("leader").Warn("snapshot_restored", "jobs_index", stats.LastIndex, "token_floor", floor)
 	return n.fsm.Stats(), nil

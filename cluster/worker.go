@@ -56,9 +56,11 @@ type HeartbeatResult struct {
 }
 
 // Heartbeat renews every lease of a worker, in the leader's memory only,
-// and answers each lease it holds. The renewal takes effect, and the reply
-// is sent, only after a quorum has confirmed this node's leadership since
-// the heartbeat arrived: a deposed leader cannot acknowledge anything.
+// and answers each lease it holds. The renewal is recorded on arrival (it
+// only ever delays an expiry), but the reply, the acknowledgement the
+// worker's self-stop counts from, is sent only after a quorum has confirmed
+// this node's leadership since the heartbeat arrived: a deposed leader
+// cannot acknowledge anything.
 func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
@@ -67,7 +69,7 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	expiring := ls.table.heard(workerID, n.clock.Now())
+	expiring := ls.table.Load().heard(workerID, n.clock.Now())
 	if err := n.check.confirm(ctx); err != nil {
 		return HeartbeatResult{}, n.raftError(err)
 	}
@@ -115,7 +117,8 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 	if err != nil {
 		return fsm.AcquireResult{}, err
 	}
-	ls.table.heard(req.WorkerID, n.clock.Now())
+	arrived := n.clock.Now()
+	ls.table.Load().heard(req.WorkerID, arrived)
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	key := gateKey(&req)
@@ -126,7 +129,7 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 		if res, ok := n.fsm.AcquireReplay(req.WorkerID, req.RequestID); ok {
 			return res, nil
 		}
-		if !ls.table.reachable(req.WorkerID, n.clock.Now()) {
+		if !ls.table.Load().reachable(req.WorkerID, arrived, n.clock.Now()) {
 			return fsm.AcquireResult{}, ErrUnreachable
 		}
 		changed, gateChanged := n.fsm.Changed(), n.gate.changed()
@@ -137,6 +140,9 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 				return fsm.AcquireResult{}, err
 			}
 			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
+				// Its leases are timed from its last hearing, even if the
+				// table forgot the worker while the poll was parked.
+				ls.table.Load().heard(req.WorkerID, arrived)
 				return res, nil
 			}
 			continue

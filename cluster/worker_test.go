@@ -49,6 +49,15 @@ func TestHeartbeatVerdicts(t *testing.T) {
 // answered with a grant, and the leader records it. Heard again, it is
 // reachable.
 func TestUnreachableWorkerGetsNoGrant(t *testing.T) {
+	for _, silence := range []time.Duration{clustertest.Grace, 2 * clustertest.Toleration} {
+		t.Run(silence.String(), func(t *testing.T) { testUnreachable(t, silence) })
+	}
+}
+
+// testUnreachable parks an acquire, lets the worker stay silent a little
+// longer than silence (past toleration the leader also forgets it), then
+// queues a job.
+func testUnreachable(t *testing.T, silence time.Duration) {
 	c := clustertest.New(t, 3)
 	leader := c.Leader()
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
@@ -62,7 +71,7 @@ func TestUnreachableWorkerGetsNoGrant(t *testing.T) {
 		done <- result{res, err}
 	}()
 	c.WaitFor(5*time.Second, "the worker to be timed", func() bool { return leader.Status().WorkersTimed == 1 })
-	c.Run(leader.Index, clustertest.Grace+2*clustertest.Tick)
+	c.Run(leader.Index, silence+2*c.Tick(leader.Index))
 	c.WaitFor(5*time.Second, "worker.unreachable", func() bool { return countEvents(leader, fsm.EventWorkerUnreachable) == 1 })
 	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
 	r := <-done
@@ -70,7 +79,7 @@ func TestUnreachableWorkerGetsNoGrant(t *testing.T) {
 		t.Fatalf("parked acquire of an unreachable worker: %+v %v", r.res, r.err)
 	}
 	heartbeat(t, leader, "w")
-	c.Run(leader.Index, 2*clustertest.Tick)
+	c.Run(leader.Index, 2*c.Tick(leader.Index))
 	c.WaitFor(5*time.Second, "worker.reachable", func() bool { return countEvents(leader, fsm.EventWorkerReachable) == 1 })
 	if g := acquire(t, leader, "w", "fresh"); g.Job.ID != "a" {
 		t.Fatalf("reachable again, granted %s", g.Job.ID)

@@ -145,6 +145,13 @@ func applyRemoveNode(s *state, cmd Command) (any, error) {
 	return nil, nil
 }
 
+func applyRecordEvents(s *state, cmd Command) (any, error) {
+	for _, e := range cmd.(*RecordEvents).Events {
+		s.emit(Event{Type: e.Event, WorkerID: e.WorkerID, Detail: e.Detail})
+	}
+	return nil, nil
+}
+
 func applyRecordEvent(s *state, cmd Command) (any, error) {
 	c := cmd.(*RecordEvent)
 	s.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})

@@ -27,6 +27,7 @@ func sampleCommands() []Command {
 		&RecordEvent{Event: EventWorkerUnreachable, WorkerID: "w1", Detail: "silent 50s"},
 		&SetNode{NodeID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:7001"},
 		&RemoveNode{NodeID: "node-1"},
+		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 	}
 }
 

@@ -22,6 +22,7 @@ const (
 	CmdRecordEvent      CommandType = 13
 	CmdSetNode          CommandType = 14
 	CmdRemoveNode       CommandType = 15
+	CmdRecordEvents     CommandType = 16
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -128,6 +129,15 @@ type RaiseTokenFloor struct {
 	Floor uint64
 }
 
+// RecordEvents records several leader observations in one entry (a batch of
+// workers turning unreachable, say), so they cost one commit, not many.
+type RecordEvents struct {
+	Events []RecordEvent
+}
+
+// MaxRecordBatch bounds RecordEvents.
+const MaxRecordBatch = 1024
+
 // SetNode records a cluster node's addresses, so every node can tell a
 // client where the leader's API is.
 type SetNode struct {
@@ -163,6 +173,7 @@ func (*RaiseTokenFloor) Type() CommandType  { return CmdRaiseTokenFloor }
 func (*RecordEvent) Type() CommandType      { return CmdRecordEvent }
 func (*SetNode) Type() CommandType          { return CmdSetNode }
 func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
+func (*RecordEvents) Type() CommandType     { return CmdRecordEvents }
 
 // --- validation ---
 
@@ -346,6 +357,21 @@ func (c *SetNode) Validate() error {
 
 func (c *RemoveNode) Validate() error { return checkID("node_id", c.NodeID) }
 
+func (c *RecordEvents) Validate() error {
+	if len(c.Events) == 0 {
+		return invalid("events", "name at least one event")
+	}
+	if len(c.Events) > MaxRecordBatch {
+		return tooLarge("events", len(c.Events), MaxRecordBatch)
+	}
+	for i := range c.Events {
+		if err := c.Events[i].Validate(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // --- encoding: fields in declaration order ---
 
 func (c *RegisterWorker) encode(e *encoder) { e.str(c.WorkerID); e.uvarint(uint64(c.Capacity)) }
@@ -510,6 +536,22 @@ func (c *SetNode) decode(d *decoder) {
 	c.APIAddr = d.str(MaxAddrLen)
 }
 
+func (c *RecordEvents) encode(e *encoder) {
+	e.uvarint(uint64(len(c.Events)))
+	for i := range c.Events {
+		c.Events[i].encode(e)
+	}
+}
+
+func (c *RecordEvents) decode(d *decoder) {
+	if n := d.count(MaxRecordBatch); n > 0 {
+		c.Events = make([]RecordEvent, n)
+		for i := range c.Events {
+			c.Events[i].decode(d)
+		}
+	}
+}
+
 func (c *RemoveNode) encode(e *encoder) { e.str(c.NodeID) }
 func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 
@@ -546,6 +588,7 @@ func init() {
 	registerCommand(func() Command { return new(RecordEvent) })
 	registerCommand(func() Command { return new(SetNode) })
 	registerCommand(func() Command { return new(RemoveNode) })
+	registerCommand(func() Command { return new(RecordEvents) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -42,6 +42,7 @@ func New() *FSM {
 	f.register(CmdRecordEvent, applyRecordEvent)
 	f.register(CmdSetNode, applySetNode)
 	f.register(CmdRemoveNode, applyRemoveNode)
+	f.register(CmdRecordEvents, applyRecordEvents)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

@@ -88,6 +88,18 @@ func (f *FSM) WorkerLeases(workerID string) []Lease {
 	return out
 }
 
+// LeaseHolders returns the workers that hold a live lease, sorted.
+func (f *FSM) LeaseHolders() []string {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]string, 0, len(f.st.workerLeases))
+	for w := range f.st.workerLeases {
+		out = append(out, w)
+	}
+	slices.Sort(out)
+	return out
+}
+
 // LiveLeases returns every live lease grouped by worker. A new leader arms
 // its expiry timers from it.
 func (f *FSM) LiveLeases() map[string][]LeaseRef {

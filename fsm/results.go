@@ -17,6 +17,7 @@ package fsm
 //	RecordEvent      Event
 //	SetNode          Node
 //	RemoveNode       nil
+//	RecordEvents     nil
 //
 // Every value is a copy: holding it never pins or races with the state.
 

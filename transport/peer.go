@@ -29,15 +29,23 @@ type PeerInfo struct {
 	InCluster bool `json:"in_cluster"`
 	// BootstrapExpect is the node's configured expectation; nodes bootstrap
 	// together only when they agree on it.
-	BootstrapExpect int    `json:"bootstrap_expect"`
-	LeaderID        string `json:"leader_id,omitempty"`
-	LeaderRaftAddr  string `json:"leader_raft_addr,omitempty"`
+	BootstrapExpect int `json:"bootstrap_expect"`
+	// Members is the sorted set of Raft addresses the node would form a
+	// cluster with: its join list and itself. Nodes bootstrap together only
+	// when they all name the same set.
+	Members        []string `json:"members"`
+	LeaderID       string   `json:"leader_id,omitempty"`
+	LeaderRaftAddr string   `json:"leader_raft_addr,omitempty"`
 }
 
 // PeerJoinRequest asks the leader to add a node as a voter (idempotent: a
 // member asking again updates its addresses).
 type PeerJoinRequest struct {
 	Node NodeAddr `json:"node"`
+	// Fresh: the node has no Raft state. A fresh node whose id is already a
+	// voter lost its data, and with it its vote: it must be removed before
+	// it can join again.
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // PeerJoinReply confirms the join.
@@ -49,4 +57,7 @@ type PeerJoinReply struct {
 const (
 	CodeNotLeader = "not_leader" // details: leader_id, leader_raft_addr
 	CodeNoLeader  = "no_leader"
+	// CodeRejoinRefused: a node that lost its data asked to join under the
+	// id of a voter; an operator must remove that voter first.
+	CodeRejoinRefused = "rejoin_refused"
 )

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"math/rand/v2"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/cluster"
@@ -23,18 +25,17 @@ const (
 	Renew      = 100 * time.Millisecond
 	Grace      = time.Second
 	Toleration = 2 * time.Second
-	// Tick is the expiry loop's period at these timings (min(renew/2,
-	// grace/4)): advance a clock by at most this much per step to avoid
-	// triggering the absence rule.
-	Tick = 50 * time.Millisecond
 )
 
 // Cluster is a set of in-process nodes.
 type Cluster struct {
-	t     testing.TB
-	Net   *Net
-	Nodes []*Node
-	mod   func(i int, c *cluster.Config)
+	t      testing.TB
+	Net    *Net
+	Nodes  []*Node
+	mod    func(i int, c *cluster.Config)
+	subnet string // "127.a.b.": each cluster its own, so parallel test processes never share an address
+	expect int
+	join   []string
 }
 
 // Node is one member. Node.Node is nil while it is killed.
@@ -42,7 +43,7 @@ type Node struct {
 	*cluster.Node
 	API     *api.HTTPServer // the node's API, served at APIAddr
 	Index   int
-	Host    string // 127.0.0.(10+Index)
+	Host    string // 127.a.b.(10+Index)
 	Addr    string // Raft address, stable across restarts
 	APIAddr string
 	Dir     string
@@ -52,39 +53,91 @@ type Node struct {
 // Option changes every node's configuration before it starts.
 type Option func(i int, c *cluster.Config)
 
-// New starts n nodes that bootstrap one cluster together (bootstrap-expect
-// n, each with the full join list) and registers their shutdown with
-// t.Cleanup.
+// New starts n nodes (1, 3 or 5) that bootstrap one cluster together
+// (bootstrap-expect n, each with the full join list) and registers their
+// shutdown with t.Cleanup.
 func New(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t, Net: newNet()}
+	c := Prepare(t, n, opts...)
+	for _, node := range c.Nodes {
+		c.start(node)
+	}
+	return c
+}
+
+// Prepare sets up n nodes (addresses, data dirs, clocks) without starting
+// them; Start starts one. New is Prepare plus starting them all.
+func Prepare(t testing.TB, n int, opts ...Option) *Cluster {
+	t.Helper()
+	if n != 1 && n != 3 && n != 5 {
+		t.Fatalf("clustertest: %d nodes; clusters have 1, 3 or 5", n)
+	}
+	c := &Cluster{t: t, Net: newNet(), expect: n,
+		subnet: fmt.Sprintf("127.%d.%d.", 1+rand.IntN(250), 1+rand.IntN(250))}
 	c.mod = func(i int, cfg *cluster.Config) {
 		for _, o := range opts {
 			o(i, cfg)
 		}
 	}
-	for i := range n {
-		host := "127.0.0." + strconv.Itoa(10+i)
-		raftLn, err := net.Listen("tcp", host+":0")
-		if err != nil {
-			t.Fatalf("listen: %v", err)
-		}
-		apiLn, err := net.Listen("tcp", host+":0")
-		if err != nil {
-			t.Fatalf("listen: %v", err)
-		}
-		c.Nodes = append(c.Nodes, &Node{
-			Index: i, Host: host, Addr: raftLn.Addr().String(), APIAddr: apiLn.Addr().String(),
-			Dir: t.TempDir(), Clock: NewFakeClock(),
-		})
-		raftLn.Close()
-		apiLn.Close()
+	for range n {
+		c.addSlot()
+	}
+	for _, node := range c.Nodes {
+		c.join = append(c.join, node.Addr)
 	}
 	t.Cleanup(c.Shutdown)
-	for _, node := range c.Nodes {
-		c.start(node)
-	}
 	return c
+}
+
+// addSlot reserves addresses and a data dir for one more node.
+func (c *Cluster) addSlot() *Node {
+	i := len(c.Nodes)
+	host := c.subnet + strconv.Itoa(10+i)
+	raftLn := c.listen(host + ":0")
+	apiLn := c.listen(host + ":0")
+	node := &Node{
+		Index: i, Host: host, Addr: raftLn.Addr().String(), APIAddr: apiLn.Addr().String(),
+		Dir: c.t.TempDir(), Clock: NewFakeClock(),
+	}
+	raftLn.Close()
+	apiLn.Close()
+	c.Nodes = append(c.Nodes, node)
+	return node
+}
+
+// Start starts node i (prepared, or killed: it restarts from its data).
+func (c *Cluster) Start(i int) {
+	c.t.Helper()
+	if c.Nodes[i].Node != nil {
+		c.t.Fatalf("node %d is running", i)
+	}
+	c.start(c.Nodes[i])
+}
+
+// Add starts one more node, without data, with the original members' join
+// list, and returns it.
+func (c *Cluster) Add() *Node {
+	c.t.Helper()
+	node := c.addSlot()
+	c.start(node)
+	return node
+}
+
+// SlowRaft makes Raft's timings a second long (executor timings scaled to
+// stay valid): a leader cut off from its quorum keeps believing it leads
+// for about a second, and no election can finish faster than that, which
+// tests of deposed leaders and of leadership transfer rely on.
+func SlowRaft() Option {
+	return func(_ int, c *cluster.Config) {
+		c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = time.Second, time.Second, time.Second
+		c.Renew, c.Grace, c.Toleration = time.Second, 5*time.Second, 10*time.Second
+	}
+}
+
+// Tick is node i's expiry loop period: min(renew/2, grace/4).
+func (c *Cluster) Tick(i int) time.Duration {
+	cfg := c.Config(i)
+	return min(cfg.Renew/2, cfg.Grace/4)
 }
 
 // Config returns node i's configuration (as New and Restart build it).
@@ -95,13 +148,8 @@ func (c *Cluster) Config(i int) cluster.Config {
 	cfg.DataDir = node.Dir
 	cfg.RaftBind = node.Addr
 	cfg.APIAddr = node.APIAddr
-	cfg.BootstrapExpect = len(c.Nodes)
-	if len(c.Nodes) == 2 || len(c.Nodes) == 4 {
-		cfg.BootstrapExpect = 0
-	}
-	for _, o := range c.Nodes {
-		cfg.Join = append(cfg.Join, o.Addr)
-	}
+	cfg.BootstrapExpect = c.expect
+	cfg.Join = append([]string(nil), c.join...)
 	cfg.JoinRetry = 100 * time.Millisecond
 	cfg.Renew, cfg.Grace, cfg.Toleration = Renew, Grace, Toleration
 	cfg.HeartbeatTimeout = 200 * time.Millisecond
@@ -183,13 +231,7 @@ func (c *Cluster) Stop(i int) error {
 }
 
 // Restart starts a killed node again from its data dir, at its address.
-func (c *Cluster) Restart(i int) {
-	c.t.Helper()
-	if c.Nodes[i].Node != nil {
-		c.t.Fatalf("node %d is running", i)
-	}
-	c.start(c.Nodes[i])
-}
+func (c *Cluster) Restart(i int) { c.t.Helper(); c.Start(i) }
 
 // Shutdown stops every running node gracefully.
 func (c *Cluster) Shutdown() {
@@ -325,11 +367,12 @@ func (c *Cluster) Step(i int, d time.Duration) {
 	c.t.Fatalf("node %d: expiry loop did not finish a tick", i)
 }
 
-// Run advances node i's clock by total in steps of Tick.
+// Run advances node i's clock by total in steps of its tick.
 func (c *Cluster) Run(i int, total time.Duration) {
 	c.t.Helper()
+	tick := c.Tick(i)
 	for total > 0 {
-		d := min(total, Tick)
+		d := min(total, tick)
 		c.Step(i, d)
 		total -= d
 	}
