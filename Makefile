@@ -4,7 +4,7 @@ PKGS    := ./...
 # Test time budget: the whole suite must stay well under 15 minutes on 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test test-short vet fmt bench-fsm fuzz-fsm generate
+.PHONY: all build test test-short vet fmt bench-fsm fuzz generate
 
 all: build
 
@@ -26,13 +26,15 @@ vet:
 bench-fsm:
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime 1x ./fsm/ -timeout 60m
 
-# Fuzz the command decoder + apply path and the snapshot decoder, FUZZTIME
-# each. Minimizing a new input re-runs it thousands of times on inputs of
-# tens of kilobytes (snapshots), so minimization is kept short.
+# Fuzz every decoder, FUZZTIME each: log entries (decode + apply),
+# snapshots, and the API's requests. Minimizing a new input re-runs it
+# thousands of times on inputs of tens of kilobytes (snapshots), so
+# minimization is kept short.
 FUZZTIME ?= 60s
-fuzz-fsm:
+fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeApply$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/
 	$(GO) test -run '^$$' -fuzz '^FuzzRestore$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./fsm/
+	$(GO) test -run '^$$' -fuzz '^FuzzRequestDecoders$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s ./cluster/api/
 
 # Regenerate the API's Go code from transport/proto (needs protoc: apt-get
 # install protobuf-compiler; the Go plugins are pinned in go.mod's tool block).

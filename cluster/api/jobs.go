@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -13,6 +14,15 @@ import (
 )
 
 type jobService struct{ s *Server }
+
+// apply proposes the command a write request translates to.
+func (s *Server) apply(ctx context.Context, m proto.Message) (any, error) {
+	cmd, ok := commandOf(m)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T is not a write", fsm.ErrInvalidArgument, m)
+	}
+	return s.node.Apply(ctx, cmd)
+}
 
 // read returns the state to read from: after a read barrier on the leader,
 // or as it is here with CONSISTENCY_STALE. A follower asked for a
@@ -26,7 +36,7 @@ func (s *Server) read(ctx context.Context, h http.Header, c pb.Consistency) (*fs
 }
 
 func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.SubmitJobRequest]) (*connect.Response[pb.SubmitJobResponse], error) {
-	v, err := j.s.node.Apply(ctx, &fsm.SubmitJob{Spec: specFromProto(req.Msg.GetSpec())})
+	v, err := j.s.apply(ctx, req.Msg)
 	if p := j.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.jobs.SubmitJob)
 	}
@@ -76,7 +86,7 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 }
 
 func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.CancelJobRequest]) (*connect.Response[pb.CancelJobResponse], error) {
-	v, err := j.s.node.Apply(ctx, &fsm.Cancel{JobID: req.Msg.GetId(), Kill: req.Msg.GetKill(), Reason: req.Msg.GetReason()})
+	v, err := j.s.apply(ctx, req.Msg)
 	if p := j.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.jobs.CancelJob)
 	}
@@ -88,11 +98,7 @@ func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.Cance
 }
 
 func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Request[pb.CancelSubmitterJobsRequest]) (*connect.Response[pb.CancelSubmitterJobsResponse], error) {
-	limit := req.Msg.GetLimit()
-	if limit == 0 {
-		limit = fsm.MaxCancelBatch
-	}
-	v, err := j.s.node.Apply(ctx, &fsm.CancelSubmitter{Submitter: req.Msg.GetSubmitter(), Limit: limit, Reason: req.Msg.GetReason()})
+	v, err := j.s.apply(ctx, req.Msg)
 	if p := j.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.jobs.CancelSubmitterJobs)
 	}

@@ -17,7 +17,7 @@ func (w workerService) timings() *pb.Timings {
 }
 
 func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
-	v, err := w.s.node.Apply(ctx, &fsm.RegisterWorker{WorkerID: req.Msg.GetWorkerId(), Capacity: req.Msg.GetCapacity()})
+	v, err := w.s.apply(ctx, req.Msg)
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.RegisterWorker)
 	}
@@ -29,7 +29,7 @@ func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[
 }
 
 func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Request[pb.DeregisterWorkerRequest]) (*connect.Response[pb.DeregisterWorkerResponse], error) {
-	v, err := w.s.node.Apply(ctx, &fsm.DeregisterWorker{WorkerID: req.Msg.GetWorkerId()})
+	v, err := w.s.apply(ctx, req.Msg)
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.DeregisterWorker)
 	}
@@ -40,15 +40,8 @@ func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Reques
 }
 
 func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
-	m := req.Msg
-	max := m.GetMax()
-	if max == 0 {
-		max = 1
-	}
-	res, err := w.s.node.Acquire(ctx, fsm.Acquire{
-		WorkerID: m.GetWorkerId(), RequestID: m.GetRequestId(), Queues: m.GetQueues(), Kinds: m.GetKinds(),
-		Max: max, Start: m.GetStart(),
-	}, waitOf(m.GetWait()))
+	cmd, _ := commandOf(req.Msg)
+	res, err := w.s.node.Acquire(ctx, *cmd.(*fsm.Acquire), waitOf(req.Msg.GetWait()))
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.Acquire)
 	}
@@ -59,8 +52,7 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 }
 
 func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.StartLeaseRequest]) (*connect.Response[pb.StartLeaseResponse], error) {
-	m := req.Msg
-	v, err := w.s.node.Apply(ctx, &fsm.Start{WorkerID: m.GetWorkerId(), JobID: m.GetJobId(), Token: m.GetToken()})
+	v, err := w.s.apply(ctx, req.Msg)
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.StartLease)
 	}
@@ -102,11 +94,7 @@ func verdictToProto(v cluster.Verdict) pb.Verdict {
 }
 
 func (w workerService) Report(ctx context.Context, req *connect.Request[pb.ReportRequest]) (*connect.Response[pb.ReportResponse], error) {
-	m := req.Msg
-	v, err := w.s.node.Apply(ctx, &fsm.Report{
-		WorkerID: m.GetWorkerId(), JobID: m.GetJobId(), Token: m.GetToken(), ReportID: m.GetReportId(),
-		Outcome: fsm.Outcome(m.GetOutcome()), Retryable: m.GetRetryable(), Ref: m.GetRef(), Message: m.GetMessage(),
-	})
+	v, err := w.s.apply(ctx, req.Msg)
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.Report)
 	}
@@ -120,8 +108,7 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 }
 
 func (w workerService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
-	m := req.Msg
-	v, err := w.s.node.Apply(ctx, &fsm.Release{WorkerID: m.GetWorkerId(), JobID: m.GetJobId(), Token: m.GetToken(), Reason: m.GetReason()})
+	v, err := w.s.apply(ctx, req.Msg)
 	if p := w.s.leaderFor(req.Header(), err); p != nil {
 		return forward(ctx, req, p.workers.Release)
 	}

@@ -1,0 +1,167 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// Every error the server can produce maps to its reason and code, with its
+// details; and every reason a client can see is produced by something.
+func TestErrorReasons(t *testing.T) {
+	field := &fsm.FieldError{}
+	_, encErr := fsm.Encode(1, &fsm.Start{WorkerID: "w", JobID: "j"})
+	if !errors.As(encErr, &field) {
+		t.Fatalf("a validation error is not a FieldError: %v", encErr)
+	}
+	_, bigErr := fsm.Encode(1, &fsm.Acquire{WorkerID: "w", RequestID: "r", Queues: []string{"q"}, Max: fsm.MaxAcquireBatch + 1})
+	cases := []struct {
+		err    error
+		reason string
+		code   connect.Code
+		check  func(*pb.ErrorDetail) bool
+	}{
+		{&cluster.NotLeaderError{LeaderID: "n2", LeaderAPI: "h:2"}, transport.ReasonNotLeader, connect.CodeUnavailable,
+			func(d *pb.ErrorDetail) bool { return d.GetLeaderId() == "n2" && d.GetLeaderApi() == "h:2" }},
+		{&cluster.NotLeaderError{}, transport.ReasonNoLeader, connect.CodeUnavailable, nil},
+		{cluster.ErrNotReady, transport.ReasonNotReady, connect.CodeUnavailable, nil},
+		{cluster.ErrShutdown, transport.ReasonShuttingDown, connect.CodeUnavailable, nil},
+		{fmt.Errorf("x: %w", cluster.ErrLeadershipLost), transport.ReasonOutcomeUnknown, connect.CodeAborted, nil},
+		{fmt.Errorf("%w: %w", cluster.ErrTimeout, context.DeadlineExceeded), transport.ReasonTimeout, connect.CodeDeadlineExceeded, nil},
+		{context.DeadlineExceeded, transport.ReasonTimeout, connect.CodeDeadlineExceeded, nil},
+		{cluster.ErrUnreachable, transport.ReasonUnreachable, connect.CodeFailedPrecondition, nil},
+		{encErr, transport.ReasonInvalidArgument, connect.CodeInvalidArgument,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "token" }},
+		{bigErr, transport.ReasonTooLarge, connect.CodeResourceExhausted,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "max" }},
+		{fsm.ErrNotFound, transport.ReasonNotFound, connect.CodeNotFound, nil},
+		{fsm.ErrConflict, transport.ReasonConflict, connect.CodeAlreadyExists, nil},
+		{fsm.ErrStaleToken, transport.ReasonStaleToken, connect.CodeFailedPrecondition, nil},
+		{fsm.ErrNotOwner, transport.ReasonNotOwner, connect.CodePermissionDenied, nil},
+		{fsm.ErrUnknownWorker, transport.ReasonUnknownWorker, connect.CodeFailedPrecondition, nil},
+		{fsm.ErrFinished, transport.ReasonJobFinished, connect.CodeFailedPrecondition, nil},
+		{fsm.ErrTokensExhausted, transport.ReasonTokensExhausted, connect.CodeResourceExhausted, nil},
+		{errUnauthenticated, transport.ReasonUnauthenticated, connect.CodeUnauthenticated, nil},
+		{errForbidden, transport.ReasonForbidden, connect.CodePermissionDenied, nil},
+		{errors.New("boom"), transport.ReasonInternal, connect.CodeInternal, nil},
+	}
+	produced := map[string]bool{}
+	for _, tc := range cases {
+		wire := toWire(tc.err)
+		var cerr *connect.Error
+		if !errors.As(wire, &cerr) || cerr.Code() != tc.code {
+			t.Errorf("%v: code %v, want %v", tc.err, cerr.Code(), tc.code)
+			continue
+		}
+		d := transport.DetailOf(wire)
+		if d.GetReason() != tc.reason || tc.check != nil && !tc.check(d) {
+			t.Errorf("%v: detail %+v, want reason %s", tc.err, d, tc.reason)
+		}
+		produced[tc.reason] = true
+	}
+	for _, r := range transport.Reasons() {
+		if !produced[r] {
+			t.Errorf("reason %s is produced by no error", r)
+		}
+	}
+	if toWire(context.Canceled).(*connect.Error).Code() != connect.CodeCanceled {
+		t.Error("a cancelled call is not CANCELED")
+	}
+}
+
+func TestRoles(t *testing.T) {
+	for _, tc := range []struct {
+		role      Role
+		procedure string
+		want      bool
+	}{
+		{RoleAdmin, "/leasehold.v1.ClusterService/RemoveNode", true},
+		{RoleSubmitter, "/leasehold.v1.JobService/SubmitJob", true},
+		{RoleSubmitter, "/leasehold.v1.WorkerService/Acquire", false},
+		{RoleSubmitter, "/leasehold.v1.ClusterService/RemoveNode", false},
+		{RoleWorker, "/leasehold.v1.WorkerService/Heartbeat", true},
+		{RoleWorker, "/leasehold.v1.JobService/CheckFence", true},
+		{RoleWorker, "/leasehold.v1.JobService/SubmitJob", false},
+		{RoleWorker, "/leasehold.v1.Admin/Snapshot", false},
+		{"", "/leasehold.v1.JobService/GetJob", false},
+	} {
+		if got := allowed(tc.role, tc.procedure); got != tc.want {
+			t.Errorf("%s %s: %t, want %t", tc.role, tc.procedure, got, tc.want)
+		}
+	}
+}
+
+// writeRequests are the request types commandOf translates, one of each.
+func writeRequests() []proto.Message {
+	return []proto.Message{
+		&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Payload: []byte("x"), Kind: "run"}},
+		&pb.CancelJobRequest{Id: "j", Kill: true}, &pb.CancelSubmitterJobsRequest{Submitter: "s"},
+		&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, &pb.DeregisterWorkerRequest{WorkerId: "w"},
+		&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}},
+		&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1},
+		&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED},
+		&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1},
+	}
+}
+
+func TestSubmitDefaults(t *testing.T) {
+	cmd, _ := commandOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Kind: "run"}})
+	s := cmd.(*fsm.SubmitJob).Spec
+	if s.Queue != DefaultQueue || s.OnWorkerLost != fsm.LostFail || s.MaxAttempts != DefaultMaxAttempts {
+		t.Fatalf("run defaults: %+v", s)
+	}
+	cmd, _ = commandOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b"}})
+	if s := cmd.(*fsm.SubmitJob).Spec; s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
+		t.Fatalf("default kind: %+v", s)
+	}
+	if err := cmd.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// FuzzRequestDecoders: any bytes decode into each write request (or fail
+// cleanly), translate to a command, and either fail validation with an
+// invalid-argument error or encode, decode and apply to a fresh state
+// machine without panicking.
+func FuzzRequestDecoders(f *testing.F) {
+	for _, m := range writeRequests() {
+		b, _ := proto.Marshal(m)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, m := range writeRequests() {
+			msg := m.ProtoReflect().New().Interface()
+			if proto.Unmarshal(data, msg) != nil {
+				continue
+			}
+			cmd, ok := commandOf(msg)
+			if !ok {
+				t.Fatalf("%T is not translated", msg)
+			}
+			enc, err := fsm.Encode(1, cmd)
+			if err != nil {
+				if !errors.Is(err, fsm.ErrInvalidArgument) && !errors.Is(err, fsm.ErrTooLarge) {
+					t.Fatalf("%T: validation failed without a validation error: %v", msg, err)
+				}
+				continue
+			}
+			env, err := fsm.Decode(enc)
+			if err != nil || !reflect.DeepEqual(env.Command, cmd) {
+				t.Fatalf("%T: round trip: %v", msg, err)
+			}
+			if _, err := fsm.New().Apply(1, enc); fsm.IsFatal(err) {
+				t.Fatalf("%T: apply: %v", msg, err)
+			}
+		}
+	})
+}
