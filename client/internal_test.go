@@ -1,0 +1,53 @@
+package client
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// Backoff is full jitter: the n-th wait is anywhere in [0, min(max,
+// base×2^n)], and both halves of that range come up.
+func TestBackoffFullJitter(t *testing.T) {
+	c := &Client{cfg: Config{RetryBase: 10 * time.Millisecond, RetryMax: 200 * time.Millisecond}}
+	for n := range 70 {
+		ceil := c.cfg.RetryMax
+		if n < 5 {
+			ceil = c.cfg.RetryBase << n
+		}
+		low, high := false, false
+		for range 2000 {
+			d := c.backoff(n)
+			if d < 0 || d > ceil {
+				t.Fatalf("backoff(%d) = %v, outside [0, %v]", n, d, ceil)
+			}
+			low = low || d < ceil/2
+			high = high || d > ceil/2
+		}
+		if !low || !high {
+			t.Fatalf("backoff(%d) never fell in one half of [0, %v]", n, ceil)
+		}
+	}
+}
+
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"short", 10, "short"},
+		{"abcdef", 3, "abc"},
+		{"aé", 2, "a"}, // é is two bytes: not split
+		{"a\xffb", 10, "a\uFFFDb"},
+	} {
+		got := clip(tc.in, tc.n)
+		if got != tc.want || !utf8.ValidString(got) || len(got) > max(tc.n, len(tc.want)) {
+			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
+		}
+	}
+	if got := clip(strings.Repeat("é", 3000), maxMessageLen); len(got) > maxMessageLen || !utf8.ValidString(got) {
+		t.Errorf("clip of a long message: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}

@@ -1,0 +1,168 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"strings"
+
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// task is one lease the worker holds, from grant to report or release. It
+// stays in Worker.tasks, and so in every heartbeat, until then: a handler
+// that is still running keeps its lease renewed, whatever it was told.
+type task struct {
+	job      *Job
+	handler  Handler
+	reportID string // fixed for the lease: a retried report gets the first answer
+
+	ctx    context.Context // the handler's
+	cancel context.CancelCauseFunc
+	// lease ends when the lease is lost; it bounds the report.
+	lease    context.Context
+	endLease context.CancelFunc
+
+	lost bool // guarded by Worker.mu: nothing is reported
+}
+
+// addTaskLocked records a lease and starts its handler.
+func (w *Worker) addTaskLocked(job *Job, h Handler) {
+	if _, ok := w.tasks[job.Token]; ok {
+		return
+	}
+	t := &task{job: job, handler: h, reportID: newID()}
+	t.ctx, t.cancel = context.WithCancelCause(w.hard)
+	t.lease, t.endLease = context.WithCancel(w.hard)
+	w.tasks[job.Token] = t
+	w.work.Add(1)
+	go w.runTask(t)
+}
+
+// loseLocked gives a task's lease up for lost: its handler is cancelled
+// with ErrLeaseLost and nothing will be reported.
+func (w *Worker) loseLocked(t *task, why string) {
+	if t.lost {
+		return
+	}
+	t.lost = true
+	t.cancel(ErrLeaseLost)
+	t.endLease()
+	w.log.Warn("lease lost; stopping the job", "job_id", t.job.ID, "token", t.job.Token, "why", why)
+}
+
+// runTask runs a handler and then reports its result, or releases the
+// lease (shutdown), or does nothing (lease lost).
+func (w *Worker) runTask(t *task) {
+	defer w.work.Done()
+	res, err := w.callHandler(t)
+	cause := context.Cause(t.ctx)
+
+	w.mu.Lock()
+	lost := t.lost
+	w.mu.Unlock()
+	switch {
+	case lost:
+		w.log.Warn("job stopped after its lease was lost; not reporting", "job_id", t.job.ID, "token", t.job.Token)
+	case errors.Is(cause, ErrShutdown) && err != nil:
+		w.release(t.job.ID, t.job.Token, "worker shut down before the job finished")
+	default:
+		w.report(t, res, err, cause)
+	}
+
+	t.cancel(nil)
+	t.endLease()
+	w.mu.Lock()
+	delete(w.tasks, t.job.Token)
+	broadcast(&w.freed)
+	w.mu.Unlock()
+}
+
+// callHandler runs the handler, turning a panic into an error.
+func (w *Worker) callHandler(t *task) (res Result, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			w.log.Error("handler panicked", "job_id", t.job.ID, "token", t.job.Token, "panic", r, "stack", string(debug.Stack()))
+			res, err = Result{}, fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return t.handler(t.ctx, t.job)
+}
+
+// report sends the task's final word with its fixed report id, retrying
+// (in the client) until the lease is lost or toleration has passed.
+func (w *Worker) report(t *task, res Result, herr, cause error) {
+	outcome, retryable, message := outcomeOf(res, herr, cause)
+	req := &leaseholdv1.ReportRequest{
+		WorkerId:  w.id,
+		JobId:     t.job.ID,
+		Token:     t.job.Token,
+		ReportId:  t.reportID,
+		Outcome:   outcome,
+		Retryable: retryable,
+		Ref:       strings.ToValidUTF8(res.Ref, "\uFFFD"),
+		Message:   clip(message, maxMessageLen),
+	}
+	w.mu.Lock()
+	bound := w.timings.toleration
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.lease, bound)
+	defer cancel()
+
+	resp, err := w.c.Report(ctx, req)
+	if err != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
+		// Refused by validation, so never recorded: end the lease with a
+		// failure that says why, rather than leave it renewed forever.
+		w.log.Error("report refused; reporting a failure instead", "job_id", t.job.ID, "token", t.job.Token, "error", err)
+		req = &leaseholdv1.ReportRequest{
+			WorkerId: w.id,
+			JobId:    t.job.ID,
+			Token:    t.job.Token,
+			ReportId: newID(),
+			Outcome:  leaseholdv1.Outcome_OUTCOME_FAILED,
+			Message:  clip("the handler's report was refused: "+err.Error(), maxMessageLen),
+		}
+		resp, err = w.c.Report(ctx, req)
+	}
+	switch {
+	case err == nil:
+		w.log.Info("reported", "job_id", t.job.ID, "token", t.job.Token, "outcome", req.Outcome, "state", resp.GetState(), "requeued", resp.GetRequeued())
+	case errors.Is(err, ErrStaleToken):
+		w.log.Warn("report refused: the lease had already ended (kept by the cluster as a stale report)", "job_id", t.job.ID, "token", t.job.Token)
+	case t.lease.Err() != nil:
+		w.log.Warn("lease lost while reporting", "job_id", t.job.ID, "token", t.job.Token, "error", err)
+	default:
+		w.log.Error("report failed", "job_id", t.job.ID, "token", t.job.Token, "error", err)
+	}
+}
+
+// release gives a lease back and waits for the answer.
+func (w *Worker) release(jobID string, token uint64, reason string) {
+	if _, err := w.c.Release(w.hard, w.id, jobID, token, reason); err != nil {
+		if errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrJobFinished) {
+			w.log.Debug("lease already ended", "job_id", jobID, "token", token)
+			return
+		}
+		w.log.Error("release failed", "job_id", jobID, "token", token, "error", err)
+		return
+	}
+	w.log.Info("lease released", "job_id", jobID, "token", token, "reason", reason)
+}
+
+// releaseLocked releases a lease the worker is not running, in the
+// background, once at a time per token.
+func (w *Worker) releaseLocked(jobID string, token uint64, reason string) {
+	if w.releasing[token] {
+		return
+	}
+	w.releasing[token] = true
+	w.work.Add(1)
+	go func() {
+		defer w.work.Done()
+		w.release(jobID, token, reason)
+		w.mu.Lock()
+		delete(w.releasing, token)
+		w.mu.Unlock()
+	}()
+}

@@ -1,0 +1,508 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasehold/leasehold/client"
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// Acquire → handler with the payload → report with the handler's ref; one
+// heartbeat per renew for the whole worker, naming every lease it holds.
+func TestWorkerHappyPath(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("j1", "echo", 11, "p1")
+	h.grants <- grant("j2", "echo", 12, "p2")
+	started := make(chan *client.Job, 2)
+	finish := make(chan struct{})
+	w := h.run(client.WorkerOptions{
+		Concurrency: 2,
+		Handlers: map[string]client.Handler{"echo": func(ctx context.Context, job *client.Job) (client.Result, error) {
+			started <- job
+			<-finish
+			return client.Result{Ref: "ref-" + string(job.Payload)}, nil
+		}},
+	})
+
+	got := map[string]*client.Job{}
+	for range 2 {
+		j := recv(t, "a handler to start", started)
+		got[j.ID] = j
+	}
+	for id, want := range map[string]struct {
+		token   uint64
+		payload string
+	}{"j1": {11, "p1"}, "j2": {12, "p2"}} {
+		j := got[id]
+		if j == nil || j.Token != want.token || string(j.Payload) != want.payload || j.Kind != "echo" || j.Queue != "default" || j.Submitter != "exec" || j.Attempts != 1 {
+			t.Fatalf("job %s: %+v", id, j)
+		}
+	}
+	reg := h.node.requests("RegisterWorker")[0].msg.(*leaseholdv1.RegisterWorkerRequest)
+	if reg.GetWorkerId() != workerID || reg.GetCapacity() != 2 {
+		t.Fatalf("registered %v, want capacity 2", reg)
+	}
+	acq := h.node.requests("Acquire")[0].msg.(*leaseholdv1.AcquireRequest)
+	if acq.GetMax() != 2 || !acq.GetStart() || acq.GetWait().AsDuration() != client.DefaultPollWait ||
+		!slices.Equal(acq.GetQueues(), []string{"default"}) || !slices.Equal(acq.GetKinds(), []string{"echo"}) {
+		t.Fatalf("acquire request %v", acq)
+	}
+
+	const beats = 3
+	for i := 1; i <= beats; i++ {
+		h.waitTimerAt(time.Duration(i) * renew)
+		h.advanceTo(time.Duration(i) * renew)
+		waitFor(t, fmt.Sprintf("heartbeat %d", i), func() bool { return len(h.heartbeats()) >= i })
+		if hb := h.heartbeats(); len(hb) != i || !slices.Equal(hb[i-1], []uint64{11, 12}) {
+			t.Fatalf("after %d renews, heartbeats %v: want one per renew naming 11 and 12", i, hb)
+		}
+	}
+
+	close(finish)
+	waitFor(t, "two reports", func() bool { return len(h.reports()) == 2 })
+	for _, r := range h.reports() {
+		want := map[uint64]string{11: "ref-p1", 12: "ref-p2"}[r.GetToken()]
+		if r.GetRef() != want || r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_SUCCEEDED || r.GetWorkerId() != workerID || r.GetReportId() == "" {
+			t.Fatalf("report %v, want ref %q, succeeded", r, want)
+		}
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(h.heartbeats()); n != beats {
+		t.Fatalf("%d heartbeats over %d renews", n, beats)
+	}
+	if len(h.released()) != 0 {
+		t.Fatalf("released %v", h.released())
+	}
+}
+
+// A STOP verdict cancels the handler with a *RevokedError (Kill as the
+// server said), and the job still reports, cancelled or killed.
+func TestWorkerRevoke(t *testing.T) {
+	for _, tc := range []struct {
+		revoke  leaseholdv1.Revoke
+		kill    bool
+		outcome leaseholdv1.Outcome
+	}{
+		{leaseholdv1.Revoke_REVOKE_CANCEL, false, leaseholdv1.Outcome_OUTCOME_CANCELLED},
+		{leaseholdv1.Revoke_REVOKE_KILL, true, leaseholdv1.Outcome_OUTCOME_KILLED},
+	} {
+		t.Run(tc.revoke.String(), func(t *testing.T) {
+			h := newWorkerHarness(t)
+			h.grants <- grant("j1", "k", 31, "")
+			b := newBlockingHandler()
+			w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": b.handle}})
+			recv(t, "the handler to start", b.started)
+
+			h.setVerdict(31, leaseholdv1.Verdict_VERDICT_STOP, tc.revoke)
+			h.waitTimerAt(renew)
+			h.advanceTo(renew)
+			cause := recv(t, "the handler to be revoked", b.causes)
+			var rev *client.RevokedError
+			if !errors.Is(cause, client.ErrRevoked) || !errors.As(cause, &rev) || rev.Kill != tc.kill {
+				t.Fatalf("cause %v, want a *RevokedError with Kill %v", cause, tc.kill)
+			}
+			waitFor(t, "the report", func() bool { return len(h.reports()) == 1 })
+			if r := h.reports()[0]; r.GetToken() != 31 || r.GetOutcome() != tc.outcome {
+				t.Fatalf("report %v, want %v", r, tc.outcome)
+			}
+			if err := w.stop(); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
+
+// A LOST verdict cancels the handler with ErrLeaseLost, and nothing is
+// reported or released.
+func TestWorkerLostVerdict(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("j1", "k", 41, "")
+	b := newBlockingHandler()
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": b.handle}})
+	recv(t, "the handler to start", b.started)
+
+	h.setVerdict(41, leaseholdv1.Verdict_VERDICT_LOST, leaseholdv1.Revoke_REVOKE_NONE)
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	if cause := recv(t, "the handler to stop", b.causes); !errors.Is(cause, client.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+	// The task is gone once the worker asks for a job again.
+	waitFor(t, "a second acquire", func() bool { return h.node.count("Acquire") == 2 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if len(h.reports()) != 0 || len(h.released()) != 0 {
+		t.Fatalf("reports %v, released %v: a lost lease gets neither", h.reports(), h.released())
+	}
+}
+
+// Heartbeats go unacknowledged: the worker stops its jobs exactly when its
+// clock passes the send time of the last acknowledged heartbeat +
+// toleration − 2×renew, not a moment before, and reports nothing. It takes
+// no job until a heartbeat is acknowledged again.
+func TestWorkerSelfStop(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("j1", "k", 51, "")
+	b := newBlockingHandler()
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": b.handle}})
+	recv(t, "the handler to start", b.started)
+
+	// The first heartbeat, sent at start+renew, is answered 5s later on
+	// the worker's clock: the deadline counts from the send.
+	h.mu.Lock()
+	h.hbDelay = 5 * time.Second
+	h.mu.Unlock()
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	deadline := renew + toleration - 2*renew // from the send time
+	h.waitTimerAt(deadline)
+	if h.clock.Now() != h.start.Add(renew+5*time.Second) {
+		t.Fatalf("the fake did not delay the answer: now start+%v", h.clock.Now().Sub(h.start))
+	}
+
+	h.setHeartbeatFail(true)
+	h.advanceTo(deadline - time.Millisecond)
+	h.waitTimerAt(deadline - time.Millisecond + renew) // the next tick, re-armed
+	if !slices.Contains(h.clock.Deadlines(), h.start.Add(deadline)) {
+		t.Fatalf("the self-stop timer is gone before its deadline (armed: %v)", h.offsets())
+	}
+	select {
+	case cause := <-b.causes:
+		t.Fatalf("handler stopped at start+%v, before the deadline start+%v: %v", h.clock.Now().Sub(h.start), deadline, cause)
+	default:
+	}
+
+	h.advanceTo(deadline + time.Millisecond)
+	if cause := recv(t, "the self-stop", b.causes); !errors.Is(cause, client.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+
+	// Stopped: the job is not reported, and a waiting job is not taken
+	// until a heartbeat gets through.
+	h.grants <- grant("j2", "k", 52, "")
+	h.setHeartbeatFail(false)
+	next := deadline + 2*time.Millisecond + renew
+	h.advanceTo(next) // the next tick: the heartbeat that gets through
+	if j := recv(t, "a job after the ack", b.started); j.ID != "j2" {
+		t.Fatalf("took %s, want j2", j.ID)
+	}
+	if err := h.stopDraining(w, client.DefaultDrainTimeout); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	for _, r := range h.reports() {
+		if r.GetToken() == 51 {
+			t.Fatalf("self-stopped job reported: %v", r)
+		}
+	}
+}
+
+// Shutdown: stop acquiring; a handler that finishes within the drain bound
+// reports; heartbeats go on meanwhile; one that does not is cancelled with
+// ErrShutdown and its lease released.
+func TestWorkerGracefulShutdown(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("quick", "quick", 61, "")
+	h.grants <- grant("slow", "slow", 62, "")
+	quickStarted := make(chan struct{})
+	finishQuick := make(chan struct{})
+	slow := newBlockingHandler()
+	w := h.run(client.WorkerOptions{
+		Concurrency:  2,
+		DrainTimeout: 30 * time.Second,
+		Handlers: map[string]client.Handler{
+			"quick": func(ctx context.Context, job *client.Job) (client.Result, error) {
+				close(quickStarted)
+				<-finishQuick
+				return client.Result{Ref: "quick-done"}, nil
+			},
+			"slow": slow.handle,
+		},
+	})
+	recv(t, "quick to start", quickStarted)
+	recv(t, "slow to start", slow.started)
+
+	w.cancel()
+	h.waitTimerAt(30 * time.Second) // the drain bound
+
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	waitFor(t, "a heartbeat during the drain", func() bool { return len(h.heartbeats()) == 1 })
+	if hb := h.heartbeats()[0]; !slices.Equal(hb, []uint64{61, 62}) {
+		t.Fatalf("heartbeat during the drain named %v, want both leases", hb)
+	}
+
+	close(finishQuick)
+	waitFor(t, "quick's report", func() bool { return len(h.reports()) == 1 })
+	if r := h.reports()[0]; r.GetToken() != 61 || r.GetRef() != "quick-done" {
+		t.Fatalf("report %v", r)
+	}
+	select {
+	case cause := <-slow.causes:
+		t.Fatalf("slow cancelled before the drain bound: %v", cause)
+	default:
+	}
+
+	h.advanceTo(30 * time.Second)
+	if cause := recv(t, "slow to be cancelled", slow.causes); !errors.Is(cause, client.ErrShutdown) {
+		t.Fatalf("cause %v, want ErrShutdown", cause)
+	}
+	if err := w.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := h.released(); !slices.Equal(got, []uint64{62}) {
+		t.Fatalf("released %v, want [62]", got)
+	}
+	if len(h.reports()) != 1 {
+		t.Fatalf("reports %v: the cancelled job must not report", h.reports())
+	}
+	if n := h.node.count("Acquire"); n != 1 {
+		t.Fatalf("%d acquires: none after shutdown began", n)
+	}
+}
+
+// Re-attach after a restart: the worker's live leases are listed; the one
+// Reattach accepts runs and reports, the other is released.
+func TestWorkerReattach(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.live = []*leaseholdv1.Grant{grant("keep", "k", 71, "kp"), grant("drop", "k", 72, "dp")}
+	asked := make(chan string, 2)
+	w := h.run(client.WorkerOptions{
+		Handlers: map[string]client.Handler{"k": newBlockingHandler().handle},
+		Reattach: func(ctx context.Context, job *client.Job) (client.Handler, bool) {
+			asked <- job.ID
+			if job.ID != "keep" {
+				return nil, false
+			}
+			return func(ctx context.Context, job *client.Job) (client.Result, error) {
+				return client.Result{Ref: "reattached-" + string(job.Payload)}, nil
+			}, true
+		},
+	})
+	waitFor(t, "the report and the release", func() bool { return len(h.reports()) == 1 && len(h.released()) == 1 })
+	if r := h.reports()[0]; r.GetToken() != 71 || r.GetRef() != "reattached-kp" || r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_SUCCEEDED {
+		t.Fatalf("report %v", r)
+	}
+	if got := h.released(); !slices.Equal(got, []uint64{72}) {
+		t.Fatalf("released %v, want [72]", got)
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if a, b := <-asked, <-asked; a != "keep" || b != "drop" {
+		t.Fatalf("asked about %s, %s", a, b)
+	}
+	lreq := h.node.requests("ListLeases")[0].msg.(*leaseholdv1.ListLeasesRequest)
+	if lreq.GetWorkerId() != workerID {
+		t.Fatalf("listed leases of %q", lreq.GetWorkerId())
+	}
+}
+
+// Live leases a heartbeat reply lists as unnamed are released, except one
+// granted to the acquire still in flight, whose answer will bring it.
+func TestWorkerReleasesUnnamedLeases(t *testing.T) {
+	h := newWorkerHarness(t)
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": newBlockingHandler().handle}})
+	waitFor(t, "the acquire to park", func() bool { return h.node.count("Acquire") == 1 })
+	inFlight := h.node.requests("Acquire")[0].msg.(*leaseholdv1.AcquireRequest).GetRequestId()
+
+	h.mu.Lock()
+	h.unnamed = []*leaseholdv1.Lease{
+		{Token: 81, JobId: "lost-reply", WorkerId: workerID, RequestId: "an-earlier-acquire"},
+		{Token: 82, JobId: "in-flight", WorkerId: workerID, RequestId: inFlight},
+	}
+	h.mu.Unlock()
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	waitFor(t, "the release", func() bool { return len(h.released()) == 1 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := h.released(); !slices.Equal(got, []uint64{81}) {
+		t.Fatalf("released %v, want only 81", got)
+	}
+	rel := h.node.requests("Release")[0].msg.(*leaseholdv1.ReleaseRequest)
+	if rel.GetJobId() != "lost-reply" || rel.GetWorkerId() != workerID {
+		t.Fatalf("release %v", rel)
+	}
+}
+
+// Handler errors and panics report failures (retryable when marked); a job
+// of a kind without a handler is released.
+func TestWorkerHandlerOutcomes(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("fail", "fail", 91, "")
+	h.grants <- grant("retry", "retry", 92, "")
+	h.grants <- grant("panic", "panic", 93, "")
+	h.grants <- grant("wrapped", "wrapped", 94, "")
+	h.grants <- grant("explicit", "explicit", 95, "")
+	h.grants <- grant("orphan", "unknown-kind", 96, "")
+	w := h.run(client.WorkerOptions{
+		Concurrency: 8,
+		Handlers: map[string]client.Handler{
+			"fail": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{Ref: "partial"}, errors.New("boom")
+			},
+			"retry": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{}, client.Retryable(errors.New("flaky"))
+			},
+			"panic": func(context.Context, *client.Job) (client.Result, error) {
+				panic("oops")
+			},
+			"wrapped": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{}, fmt.Errorf("try later: %w", client.ErrRetryable)
+			},
+			"explicit": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_FAILED, Retryable: true, Message: "said so"}, nil
+			},
+		},
+	})
+	waitFor(t, "five reports and a release", func() bool { return len(h.reports()) == 5 && len(h.released()) == 1 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	want := map[uint64]struct {
+		retryable bool
+		message   string
+		ref       string
+	}{
+		91: {false, "boom", "partial"},
+		92: {true, "flaky", ""},
+		93: {false, "handler panicked: oops", ""},
+		94: {true, "try later: retryable", ""},
+		95: {true, "said so", ""},
+	}
+	for _, r := range h.reports() {
+		w := want[r.GetToken()]
+		if r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_FAILED || r.GetRetryable() != w.retryable || r.GetMessage() != w.message || r.GetRef() != w.ref {
+			t.Errorf("report %v, want failed, retryable %v, message %q, ref %q", r, w.retryable, w.message, w.ref)
+		}
+	}
+	if got := h.released(); !slices.Equal(got, []uint64{96}) {
+		t.Fatalf("released %v, want the job without a handler", got)
+	}
+}
+
+// A report that meets a leader change is retried with the same report id;
+// a stale answer ends the task without more retries.
+func TestWorkerReportRetriesWithOneID(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.node.script("Report", &leaseholdv1.ReportResponse{}, reasonErr("NO_LEADER", nil), reasonErr("OUTCOME_UNKNOWN", nil))
+	h.grants <- grant("j1", "k", 101, "")
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": func(context.Context, *client.Job) (client.Result, error) {
+		return client.Result{Ref: "r"}, nil
+	}}})
+	waitFor(t, "three report attempts", func() bool { return len(h.reports()) == 3 })
+	waitFor(t, "the worker to ask for more", func() bool { return h.node.count("Acquire") == 2 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rs := h.reports()
+	if id := rs[0].GetReportId(); id == "" || rs[1].GetReportId() != id || rs[2].GetReportId() != id {
+		t.Fatalf("report ids %q %q %q: want one", rs[0].GetReportId(), rs[1].GetReportId(), rs[2].GetReportId())
+	}
+}
+
+func TestWorkerStaleReportIsDropped(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.node.script("Report", nil, reasonErr("STALE_TOKEN", nil))
+	h.grants <- grant("j1", "k", 111, "")
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": func(context.Context, *client.Job) (client.Result, error) {
+		return client.Result{}, nil
+	}}})
+	waitFor(t, "the worker to ask for more", func() bool { return h.node.count("Acquire") == 2 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if n := len(h.reports()); n != 1 {
+		t.Fatalf("%d report attempts, want 1", n)
+	}
+	if len(h.released()) != 0 {
+		t.Fatalf("released %v", h.released())
+	}
+}
+
+func TestNewWorkerValidates(t *testing.T) {
+	h := newWorkerHarness(t)
+	ok := map[string]client.Handler{"k": newBlockingHandler().handle}
+	for name, opts := range map[string]client.WorkerOptions{
+		"no client":          {ID: "w", Handlers: ok},
+		"no id":              {Client: h.client, Handlers: ok},
+		"id with space":      {Client: h.client, ID: "w 1", Handlers: ok},
+		"no handlers":        {Client: h.client, ID: "w"},
+		"nil handler":        {Client: h.client, ID: "w", Handlers: map[string]client.Handler{"k": nil}},
+		"kind without":       {Client: h.client, ID: "w", Handlers: ok, Kinds: []string{"other"}},
+		"bad queue":          {Client: h.client, ID: "w", Handlers: ok, Queues: []string{"a/b"}},
+		"negative conc":      {Client: h.client, ID: "w", Handlers: ok, Concurrency: -1},
+		"poll wait too long": {Client: h.client, ID: "w", Handlers: ok, PollWait: 2 * time.Minute},
+		"negative drain":     {Client: h.client, ID: "w", Handlers: ok, DrainTimeout: -time.Second},
+	} {
+		if _, err := client.NewWorker(opts); !errors.Is(err, client.ErrInvalidConfig) {
+			t.Errorf("%s: %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+func TestWorkerRunsOnce(t *testing.T) {
+	h := newWorkerHarness(t)
+	w := h.newWorker(client.WorkerOptions{Handlers: map[string]client.Handler{"k": newBlockingHandler().handle}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	waitFor(t, "the worker to register", func() bool { return h.node.count("RegisterWorker") == 1 })
+	if err := w.Run(context.Background()); !errors.Is(err, client.ErrWorkerRunning) {
+		t.Fatalf("second Run: %v", err)
+	}
+	cancel()
+	if err := recv(t, "Run to return", done); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A registration the cluster refuses for good ends Run with the error.
+func TestWorkerRegisterRefused(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.node.script("RegisterWorker", nil, reasonErr("PERMISSION_DENIED", nil))
+	w := h.newWorker(client.WorkerOptions{Handlers: map[string]client.Handler{"k": newBlockingHandler().handle}})
+	if err := w.Run(context.Background()); !errors.Is(err, client.ErrPermissionDenied) {
+		t.Fatalf("Run: %v, want permission denied", err)
+	}
+}
+
+// A heartbeat answered UNKNOWN_WORKER (an operator deregistered the worker)
+// makes the worker register again; it is not an acknowledgement.
+func TestWorkerRegistersAgainWhenUnknown(t *testing.T) {
+	h := newWorkerHarness(t)
+	var once sync.Once
+	h.node.on("Heartbeat", func(ctx context.Context, msg proto.Message, hdr http.Header) (proto.Message, error) {
+		var err error
+		once.Do(func() { err = reasonErr("UNKNOWN_WORKER", nil)() })
+		if err != nil {
+			return nil, err
+		}
+		return h.heartbeat(ctx, msg, hdr)
+	})
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": newBlockingHandler().handle}})
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	waitFor(t, "a second registration", func() bool { return h.node.count("RegisterWorker") == 2 })
+	// The self-stop deadline did not move: it still counts from the start.
+	h.waitTimerAt(toleration - 2*renew)
+	if slices.Contains(h.clock.Deadlines(), h.start.Add(renew+toleration-2*renew)) {
+		t.Fatalf("self-stop timer moved as if acknowledged (armed: %v)", h.offsets())
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -1,0 +1,113 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// RegisterWorker registers a worker, or updates its capacity. The answer
+// carries the cluster's timings, which the worker must heartbeat by.
+func (c *Client) RegisterWorker(ctx context.Context, id string, capacity uint32) (*leaseholdv1.RegisterWorkerResponse, error) {
+	return unary(ctx, c, callOpts{}, &leaseholdv1.RegisterWorkerRequest{WorkerId: id, Capacity: capacity},
+		workerSvc, workersAPI.RegisterWorker)
+}
+
+// DeregisterWorker removes a worker and releases its live leases, which it
+// returns.
+func (c *Client) DeregisterWorker(ctx context.Context, id string) ([]*leaseholdv1.LeaseRef, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id},
+		workerSvc, workersAPI.DeregisterWorker)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetReleased(), nil
+}
+
+// Acquire takes up to req.Max leases, waiting up to req.Wait for a job.
+// An empty req.RequestId is filled with a random id before the first
+// attempt (and written into req): every retry of this call, and a caller's
+// own retry with the same req, gets the first answer, never a second lease.
+// The call's deadline covers the wait on top of the CallTimeout.
+func (c *Client) Acquire(ctx context.Context, req *leaseholdv1.AcquireRequest) (*leaseholdv1.AcquireResponse, error) {
+	if req == nil {
+		return nil, fmt.Errorf("leasehold: acquire: %w: nil request", ErrInvalidArgument)
+	}
+	if req.RequestId == "" {
+		req.RequestId = newID()
+	}
+	return unary(ctx, c, callOpts{wait: req.GetWait().AsDuration()}, req, workerSvc, workersAPI.Acquire)
+}
+
+// Start marks an acquired lease running.
+func (c *Client) Start(ctx context.Context, workerID, jobID string, token uint64) (*leaseholdv1.Lease, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.StartLeaseRequest{WorkerId: workerID, JobId: jobID, Token: token},
+		workerSvc, workersAPI.StartLease)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetLease(), nil
+}
+
+// Heartbeat renews every lease of a worker, naming the ones it holds, and
+// answers per lease: keep, stop (revoked) or lost; plus the live leases it
+// did not name. The Worker runtime sends these; most callers never do.
+func (c *Client) Heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef) (*leaseholdv1.HeartbeatResponse, error) {
+	return c.heartbeat(ctx, workerID, leases, 0)
+}
+
+// heartbeat bounds each attempt by perAttempt (CallTimeout when zero). The
+// runtime passes half a renew: a node that has not answered by then is
+// left for another while this heartbeat can still count.
+func (c *Client) heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef, perAttempt time.Duration) (*leaseholdv1.HeartbeatResponse, error) {
+	return unary(ctx, c, callOpts{attempt: perAttempt}, &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases},
+		workerSvc, workersAPI.Heartbeat)
+}
+
+// Report ends a lease with its outcome. An empty req.ReportId is filled with
+// a random id before the first attempt (and written into req), so a retry,
+// even one that lands on a new leader, gets the first report's answer.
+// ErrStaleToken means the lease had already ended; the server keeps the
+// report as a lease.stale_report event.
+func (c *Client) Report(ctx context.Context, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
+	if req == nil {
+		return nil, fmt.Errorf("leasehold: report: %w: nil request", ErrInvalidArgument)
+	}
+	if req.ReportId == "" {
+		req.ReportId = newID()
+	}
+	return unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.Report)
+}
+
+// Release gives a lease back: the job is queued again at once and no
+// attempt is counted.
+func (c *Client) Release(ctx context.Context, workerID, jobID string, token uint64, reason string) (*leaseholdv1.Job, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ReleaseRequest{WorkerId: workerID, JobId: jobID, Token: token, Reason: reason},
+		workerSvc, workersAPI.Release)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetJob(), nil
+}
+
+// Leases lists the live leases of a worker, each with its job.
+func (c *Client) Leases(ctx context.Context, workerID string, opts ...ReadOption) ([]*leaseholdv1.Grant, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ListLeasesRequest{WorkerId: workerID, Consistency: consistency(opts)},
+		workerSvc, workersAPI.ListLeases)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetLeases(), nil
+}
+
+// Workers lists the registered workers.
+func (c *Client) Workers(ctx context.Context, opts ...ReadOption) ([]*leaseholdv1.Worker, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ListWorkersRequest{Consistency: consistency(opts)},
+		workerSvc, workersAPI.ListWorkers)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWorkers(), nil
+}
