@@ -71,11 +71,20 @@ func New(cfg Config) (*Client, error) {
 	return c, nil
 }
 
-// newTransport is an HTTP transport sized for a worker: a long poll, a
-// heartbeat and a report per running job may all be in flight at once, and
-// each takes a connection of its own over HTTP/1.1.
+// newTransport is an HTTP/2 transport (h2c without TLS: the API serves
+// it), so the long poll, the heartbeat and the reports of a worker, or the
+// calls of many goroutines, share one connection per node instead of
+// opening one each.
 func newTransport(tlsConfig *tls.Config) *http.Transport {
+	protocols := new(http.Protocols)
+	if tlsConfig == nil {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+		protocols.SetHTTP1(true)
+	}
 	return &http.Transport{
+		Protocols:           protocols,
 		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
 		TLSClientConfig:     tlsConfig,
 		ForceAttemptHTTP2:   tlsConfig != nil,

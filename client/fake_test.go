@@ -68,7 +68,13 @@ func newFakeNode(t *testing.T) *fakeNode {
 		}
 		h(w, r)
 	})
-	n.srv = httptest.NewServer(mux)
+	// Like the real API: HTTP/1.1 and HTTP/2 without TLS (the client's
+	// default transport speaks h2c).
+	n.srv = httptest.NewUnstartedServer(mux)
+	n.srv.Config.Protocols = new(http.Protocols)
+	n.srv.Config.Protocols.SetHTTP1(true)
+	n.srv.Config.Protocols.SetUnencryptedHTTP2(true)
+	n.srv.Start()
 	n.addr = n.srv.Listener.Addr().String()
 	t.Cleanup(n.srv.Close)
 	return n

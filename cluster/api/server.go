@@ -64,8 +64,16 @@ func NewServer(o Options) *Server {
 		s.scheme = "https"
 	}
 	if s.client == nil {
+		// HTTP/2 (h2c without TLS): every forwarded call shares one
+		// connection to the leader.
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		tr.TLSClientConfig = o.ForwardTLS
+		tr.Protocols = new(http.Protocols)
+		if o.ForwardTLS == nil {
+			tr.Protocols.SetUnencryptedHTTP2(true)
+		} else {
+			tr.Protocols.SetHTTP2(true)
+		}
 		s.client = &http.Client{Transport: tr}
 	}
 	return s
