@@ -1,0 +1,261 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+func clusterCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "cluster",
+		Usage: "operate the cluster",
+		Subcommands: []*cli.Command{
+			{
+				Name: "status", Usage: "the answering node's view of the cluster",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					st, err := cl.Status(ctx)
+					if err != nil {
+						return err
+					}
+					jobs := map[string]uint64{}
+					for _, jc := range st.GetJobs() {
+						jobs[enumName(jc.GetState().String(), "JOB_STATE_")] = jc.GetCount()
+					}
+					v := map[string]any{
+						"node_id": st.GetId(), "state": st.GetState(), "term": st.GetTerm(), "leader_id": st.GetLeaderId(),
+						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": st.GetCommitIndex(),
+						"applied_index": st.GetAppliedIndex(), "last_token": st.GetLastToken(), "workers": st.GetWorkers(),
+						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
+						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
+						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
+					}
+					return output(c, v, func() {
+						w := newTable()
+						fmt.Fprintf(w, "node\t%s (%s, term %d, ready %t)\n", st.GetId(), st.GetState(), st.GetTerm(), st.GetReady())
+						fmt.Fprintf(w, "leader\t%s at %s\n", st.GetLeaderId(), st.GetLeaderApi())
+						fmt.Fprintf(w, "log\tcommitted %d, applied %d\n", st.GetCommitIndex(), st.GetAppliedIndex())
+						fmt.Fprintf(w, "state\tjobs %v, workers %d, live leases %d, last token %d, last event %d\n",
+							jobs, st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
+						fmt.Fprintf(w, "timings\trenew %s, grace %s, toleration %s\n", v["renew"], v["grace"], v["toleration"])
+						w.Flush()
+					})
+				}),
+			},
+			{
+				Name: "members", Usage: "list the voters",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					ms, err := cl.Members(ctx)
+					if err != nil {
+						return err
+					}
+					type view struct {
+						ID       string `json:"id"`
+						RaftAddr string `json:"raft_addr"`
+						APIAddr  string `json:"api_addr"`
+						Voter    bool   `json:"voter"`
+						Leader   bool   `json:"leader"`
+					}
+					views := make([]view, len(ms))
+					for i, m := range ms {
+						views[i] = view{m.GetId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetVoter(), m.GetLeader()}
+					}
+					return output(c, views, func() {
+						w := newTable()
+						fmt.Fprintln(w, "ID\tRAFT\tAPI\tVOTER\tLEADER")
+						for _, v := range views {
+							fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%t\n", v.ID, v.RaftAddr, v.APIAddr, v.Voter, v.Leader)
+						}
+						w.Flush()
+					})
+				}),
+			},
+			{
+				Name: "join", Usage: "add a node as a voter (run against any member)", ArgsUsage: "ID RAFT_ADDR API_ADDR",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					if c.NArg() != 3 {
+						return fmt.Errorf("usage: leasehold cluster join ID RAFT_ADDR API_ADDR")
+					}
+					a := c.Args()
+					if err := cl.AddNode(ctx, a.Get(0), a.Get(1), a.Get(2)); err != nil {
+						return err
+					}
+					return output(c, map[string]string{"added": a.Get(0)}, func() { fmt.Printf("added %s\n", a.Get(0)) })
+				}),
+			},
+			{
+				Name: "remove", Usage: "remove a voter", ArgsUsage: "ID",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					if err := cl.RemoveNode(ctx, id); err != nil {
+						return err
+					}
+					return output(c, map[string]string{"removed": id}, func() { fmt.Printf("removed %s\n", id) })
+				}),
+			},
+			{
+				Name: "transfer-leader", Usage: "hand leadership to ID, or to the most up-to-date voter", ArgsUsage: "[ID]",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					leader, err := cl.TransferLeadership(ctx, c.Args().First())
+					if err != nil {
+						return err
+					}
+					return output(c, map[string]string{"leader_id": leader}, func() { fmt.Printf("leader is %s\n", leader) })
+				}),
+			},
+		},
+	}
+}
+
+func snapshotCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "snapshot",
+		Usage: "back up and restore the cluster's state",
+		Subcommands: []*cli.Command{
+			{
+				Name: "save", Usage: "write a backup of the state to FILE", ArgsUsage: "FILE",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					path, err := oneArg(c, "FILE")
+					if err != nil {
+						return err
+					}
+					tmp, err := os.CreateTemp(filepath.Dir(path), ".snapshot-*")
+					if err != nil {
+						return err
+					}
+					defer os.Remove(tmp.Name())
+					if err := cl.SaveSnapshot(ctx, tmp); err != nil {
+						tmp.Close()
+						return err
+					}
+					if err := tmp.Sync(); err != nil {
+						return err
+					}
+					tmp.Close()
+					if err := os.Rename(tmp.Name(), path); err != nil {
+						return err
+					}
+					return inspect(c, path)
+				}),
+			},
+			{
+				Name: "restore", Usage: "make FILE the cluster's state (tokens jump past anything granted before)", ArgsUsage: "FILE",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					path, err := oneArg(c, "FILE")
+					if err != nil {
+						return err
+					}
+					if _, err := inspectFile(path); err != nil {
+						return err
+					}
+					f, err := os.Open(path)
+					if err != nil {
+						return err
+					}
+					defer f.Close()
+					if err := cl.RestoreSnapshot(ctx, f); err != nil {
+						return err
+					}
+					st, err := cl.Status(ctx)
+					if err != nil {
+						return err
+					}
+					return output(c, map[string]any{"restored": path, "last_token": st.GetLastToken()}, func() {
+						fmt.Printf("restored %s; the next token is above %d\n", path, st.GetLastToken())
+					})
+				}),
+			},
+			{
+				Name: "inspect", Usage: "check a backup and summarize it (offline)", ArgsUsage: "FILE",
+				Action: func(c *cli.Context) error {
+					path, err := oneArg(c, "FILE")
+					if err != nil {
+						return err
+					}
+					return inspect(c, path)
+				},
+			},
+		},
+	}
+}
+
+func inspectFile(path string) (fsm.Stats, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return fsm.Stats{}, err
+	}
+	defer f.Close()
+	st, err := fsm.InspectSnapshot(f)
+	if err != nil {
+		return st, fmt.Errorf("%s: %w", path, err)
+	}
+	return st, nil
+}
+
+func inspect(c *cli.Context, path string) error {
+	st, err := inspectFile(path)
+	if err != nil {
+		return err
+	}
+	jobs := map[string]int{}
+	for s, n := range st.Jobs {
+		jobs[s.String()] = n
+	}
+	info, _ := os.Stat(path)
+	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": st.LastIndex, "last_token": st.LastToken,
+		"jobs": jobs, "workers": st.Workers, "live_leases": st.LiveLeases, "events": st.Events}
+	return output(c, v, func() {
+		fmt.Printf("%s: %d bytes, index %d, last token %d, jobs %v, workers %d, live leases %d, events %d\n",
+			path, info.Size(), st.LastIndex, st.LastToken, jobs, st.Workers, st.LiveLeases, st.Events)
+	})
+}
+
+func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, fsm.MaxPayloadLen+1)) }
+
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "list workers, or run shell commands as a worker",
+		Subcommands: []*cli.Command{
+			{
+				Name: "list", Usage: "list registered workers", Flags: []cli.Flag{staleFlag},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					ws, err := cl.Workers(ctx, readOpts(c)...)
+					if err != nil {
+						return err
+					}
+					type view struct {
+						ID         string `json:"id"`
+						Capacity   uint32 `json:"capacity"`
+						Registered string `json:"registered_at"`
+					}
+					views := make([]view, len(ws))
+					for i, w := range ws {
+						views[i] = view{w.GetId(), w.GetCapacity(), timeOf(w.GetRegisteredAt())}
+					}
+					return output(c, views, func() {
+						w := newTable()
+						fmt.Fprintln(w, "ID\tCAPACITY\tREGISTERED")
+						for _, v := range views {
+							fmt.Fprintf(w, "%s\t%d\t%s\n", v.ID, v.Capacity, v.Registered)
+						}
+						w.Flush()
+					})
+				}),
+			},
+			workerRunCommand(),
+		},
+	}
+}
+
+

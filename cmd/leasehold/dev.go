@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+)
+
+// Dev cluster addresses: the CLI's default endpoints are these API ports,
+// so no flag is needed to talk to `leasehold dev`.
+var (
+	devAPI  = []string{"127.0.0.1:7701", "127.0.0.1:7702", "127.0.0.1:7703"}
+	devRaft = []string{"127.0.0.1:7711", "127.0.0.1:7712", "127.0.0.1:7713"}
+)
+
+func devCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dev",
+		Usage: "run a real 3-node cluster on loopback (data in a temporary directory)",
+		Description: "Three nodes, each with its own Raft log on disk, its own Raft port and API port,\n" +
+			"elect a leader and serve until Ctrl-C. With --demo, it also submits jobs, runs\n" +
+			"workers, kills and restarts the leader, and tells what happened.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "data-dir", Usage: "keep data here (default: a temporary directory, removed on exit)"},
+			&cli.BoolFlag{Name: "demo", Usage: "run the failover demo"},
+			&cli.Float64Flag{Name: "renew-seconds", Value: 1},
+			&cli.Float64Flag{Name: "grace-seconds", Value: 5},
+			&cli.Float64Flag{Name: "toleration-seconds", Value: 15},
+			&cli.StringFlag{Name: "log-level", Value: "off", Usage: "node logs: off, error, warn, info, debug"},
+		},
+		Action: func(c *cli.Context) error {
+			dir := c.String("data-dir")
+			if dir == "" {
+				tmp, err := os.MkdirTemp("", "leasehold-dev-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(tmp)
+				dir = tmp
+			}
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(c.String("log-level")), Output: os.Stderr})
+			d := &devCluster{dir: dir, logger: logger,
+				renew: c.Float64("renew-seconds"), grace: c.Float64("grace-seconds"), toleration: c.Float64("toleration-seconds")}
+			if c.Bool("demo") {
+				d.renew, d.grace, d.toleration = 0.5, 2, 5
+			}
+			if err := d.start(); err != nil {
+				d.stopAll()
+				return err
+			}
+			defer d.stopAll()
+			fmt.Printf("leasehold dev: 3 nodes, data in %s\n", dir)
+			for i := range devAPI {
+				fmt.Printf("  node-%d  api %s  raft %s\n", i+1, devAPI[i], devRaft[i])
+			}
+			fmt.Printf("  timings: renew %gs, grace %gs, toleration %gs\n", d.renew, d.grace, d.toleration)
+			fmt.Printf("try: leasehold cluster status; leasehold job submit --payload hello; leasehold worker run -- cat\n")
+			if c.Bool("demo") {
+				return runDemo(ctx, d)
+			}
+			<-ctx.Done()
+			fmt.Println("\nleasehold dev: stopping")
+			return nil
+		},
+	}
+}
+
+// devCluster is the three nodes of `leasehold dev`, in this process.
+type devCluster struct {
+	dir                      string
+	logger                   hclog.Logger
+	renew, grace, toleration float64
+	nodes                    [3]*runningNode
+}
+
+func (d *devCluster) config(i int) ServerConfig {
+	cfg := defaultServerConfig()
+	cfg.NodeID = fmt.Sprintf("node-%d", i+1)
+	cfg.DataDir = filepath.Join(d.dir, cfg.NodeID)
+	cfg.RaftBind, cfg.APIBind = devRaft[i], devAPI[i]
+	cfg.BootstrapExpect, cfg.Join = 3, devRaft[:]
+	cfg.Plugins.Executor.RenewSeconds, cfg.Plugins.Executor.GraceSeconds = d.renew, d.grace
+	cfg.Plugins.Executor.TolerationSeconds = d.toleration
+	// Raft fast enough for a snappy failover, well under grace.
+	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = duration{300 * time.Millisecond}, duration{300 * time.Millisecond}
+	cfg.Raft.LeaderLeaseTimeout = duration{150 * time.Millisecond}
+	return cfg
+}
+
+func (d *devCluster) start() error {
+	for i := range d.nodes {
+		if err := d.startNode(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *devCluster) startNode(i int) error {
+	n, err := startNode(d.config(i), d.logger.Named(fmt.Sprintf("node-%d", i+1)))
+	if err != nil {
+		if strings.Contains(err.Error(), "address already in use") {
+			return fmt.Errorf("%w (is another leasehold dev running?)", err)
+		}
+		return err
+	}
+	d.nodes[i] = n
+	return nil
+}
+
+// kill stops node i without handing leadership over, as a crash would.
+func (d *devCluster) kill(i int) {
+	if n := d.nodes[i]; n != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		n.http.Shutdown(ctx)
+		cancel()
+		n.node.Kill()
+		d.nodes[i] = nil
+	}
+}
+
+func (d *devCluster) stopAll() {
+	for i, n := range d.nodes {
+		if n != nil {
+			n.stop(5 * time.Second)
+			d.nodes[i] = nil
+		}
+	}
+}
+
+// leader returns the index of the node that leads, or -1.
+func (d *devCluster) leader() int {
+	for i, n := range d.nodes {
+		if n != nil && n.node.Status().State == "Leader" && n.node.Status().Ready {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/client"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+var staleFlag = &cli.BoolFlag{Name: "stale", Usage: "read from the node asked, without a linearizable read"}
+
+func readOpts(c *cli.Context) []client.ReadOption {
+	if c.Bool("stale") {
+		return []client.ReadOption{client.Stale()}
+	}
+	return nil
+}
+
+// payloadOf reads --payload: DATA, or @FILE, or @- for stdin.
+func payloadOf(v string) ([]byte, error) {
+	switch {
+	case v == "@-":
+		b, err := readAll(os.Stdin)
+		return b, err
+	case strings.HasPrefix(v, "@"):
+		return os.ReadFile(v[1:])
+	}
+	return []byte(v), nil
+}
+
+func jobCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "job",
+		Usage: "submit, inspect and cancel jobs",
+		Subcommands: []*cli.Command{
+			{
+				Name:  "submit",
+				Usage: "submit a job (idempotent on --id)",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default"},
+					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
+					&cli.StringFlag{Name: "kind", Aliases: []string{"k"}, Value: "default",
+						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
+					&cli.StringFlag{Name: "id", Usage: "job id (default: generated)"},
+					&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
+					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}},
+					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
+				},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					payload, err := payloadOf(c.String("payload"))
+					if err != nil {
+						return err
+					}
+					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
+						return fmt.Errorf("--priority %d out of range", c.Int("priority"))
+					}
+					job, _, err := cl.Submit(ctx, &pb.JobSpec{
+						Id: c.String("id"), Queue: c.String("queue"), Kind: c.String("kind"), Payload: payload,
+						Priority: int32(c.Int("priority")), Submitter: c.String("submitter"), MaxAttempts: uint32(c.Uint("max-attempts")),
+					})
+					if err != nil {
+						return err
+					}
+					return printJobs(c, []*pb.Job{job}, true)
+				}),
+			},
+			{
+				Name: "get", Usage: "show a job", ArgsUsage: "ID", Flags: []cli.Flag{staleFlag},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					job, err := cl.Job(ctx, id, readOpts(c)...)
+					if err != nil {
+						return err
+					}
+					return printJobs(c, []*pb.Job{job}, true)
+				}),
+			},
+			{
+				Name: "list", Usage: "list jobs",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "queue"}, &cli.StringFlag{Name: "kind"}, &cli.StringFlag{Name: "submitter"},
+					&cli.StringFlag{Name: "worker"}, &cli.StringFlag{Name: "state", Usage: "queued, acquired, running, reported, cancelled, lost, failed"},
+					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}, staleFlag,
+				},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					req := &pb.ListJobsRequest{Queue: c.String("queue"), Kind: c.String("kind"), Submitter: c.String("submitter"), WorkerId: c.String("worker")}
+					if s := c.String("state"); s != "" {
+						v, ok := pb.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
+						if !ok {
+							return fmt.Errorf("--state %q: not a job state", s)
+						}
+						req.State = pb.JobState(v)
+					}
+					if c.Bool("stale") {
+						req.Consistency = pb.Consistency_CONSISTENCY_STALE
+					}
+					var jobs []*pb.Job
+					for limit := c.Int("limit"); limit == 0 || len(jobs) < limit; {
+						res, err := cl.Jobs(ctx, req)
+						if err != nil {
+							return err
+						}
+						jobs = append(jobs, res.GetJobs()...)
+						if res.GetNextPageToken() == 0 {
+							break
+						}
+						req.PageToken = res.GetNextPageToken()
+					}
+					if limit := c.Int("limit"); limit > 0 && len(jobs) > limit {
+						jobs = jobs[:limit]
+					}
+					return printJobs(c, jobs, false)
+				}),
+			},
+			cancelCommand("cancel", false), cancelCommand("kill", true),
+			{
+				Name: "cancel-submitter", Usage: "cancel every queued job of one submitter", ArgsUsage: "SUBMITTER",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					sub, err := oneArg(c, "SUBMITTER")
+					if err != nil {
+						return err
+					}
+					n, err := cl.CancelSubmitter(ctx, sub, c.String("reason"))
+					if err != nil {
+						return err
+					}
+					return output(c, map[string]int{"cancelled": n}, func() { fmt.Printf("cancelled %d queued jobs of %s\n", n, sub) })
+				}),
+			},
+		},
+	}
+}
+
+func cancelCommand(name string, kill bool) *cli.Command {
+	usage := "cancel a queued job, or tell the worker of a leased one to stop"
+	if kill {
+		usage = "cancel a queued job, or tell the worker of a leased one to stop at once"
+	}
+	return &cli.Command{
+		Name: name, Usage: usage, ArgsUsage: "ID", Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+			id, err := oneArg(c, "ID")
+			if err != nil {
+				return err
+			}
+			job, _, err := cl.Cancel(ctx, id, kill, c.String("reason"))
+			if err != nil {
+				return err
+			}
+			return printJobs(c, []*pb.Job{job}, true)
+		}),
+	}
+}
+
+func leaseCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "lease",
+		Usage: "inspect leases and check fencing tokens",
+		Subcommands: []*cli.Command{
+			{
+				Name: "list", Usage: "the live leases of a worker", ArgsUsage: "WORKER", Flags: []cli.Flag{staleFlag},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					w, err := oneArg(c, "WORKER")
+					if err != nil {
+						return err
+					}
+					grants, err := cl.Leases(ctx, w, readOpts(c)...)
+					if err != nil {
+						return err
+					}
+					views := make([]leaseView, len(grants))
+					for i, g := range grants {
+						views[i] = leaseViewOf(g.GetLease())
+					}
+					return printLeases(c, views)
+				}),
+			},
+			{
+				Name: "get", Usage: "show a lease", ArgsUsage: "TOKEN", Flags: []cli.Flag{staleFlag},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					tok, err := tokenArg(c)
+					if err != nil {
+						return err
+					}
+					l, err := cl.Lease(ctx, tok, readOpts(c)...)
+					if err != nil {
+						return err
+					}
+					return printLeases(c, []leaseView{leaseViewOf(l)})
+				}),
+			},
+			{
+				Name: "check", Usage: "is TOKEN the live lease of JOB? (linearizable; exit 3 when it is not)", ArgsUsage: "JOB TOKEN",
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					if c.NArg() != 2 {
+						return fmt.Errorf("usage: leasehold lease check JOB TOKEN")
+					}
+					tok, err := strconv.ParseUint(c.Args().Get(1), 10, 64)
+					if err != nil {
+						return fmt.Errorf("TOKEN %q: %w", c.Args().Get(1), err)
+					}
+					res, err := cl.Fence(ctx, c.Args().Get(0), tok)
+					if err != nil {
+						return err
+					}
+					err = output(c, map[string]any{"current": res.GetCurrent(), "current_token": res.GetCurrentToken(),
+						"state": enumName(res.GetState().String(), "JOB_STATE_")}, func() {
+						fmt.Printf("current=%t current_token=%s state=%s\n", res.GetCurrent(), tokenStr(res.GetCurrentToken()),
+							enumName(res.GetState().String(), "JOB_STATE_"))
+					})
+					if err == nil && !res.GetCurrent() {
+						return cli.Exit("", 3)
+					}
+					return err
+				}),
+			},
+		},
+	}
+}
+
+func printLeases(c *cli.Context, views []leaseView) error {
+	return output(c, views, func() {
+		w := newTable()
+		fmt.Fprintln(w, "TOKEN\tJOB\tWORKER\tSTATE\tREVOKE\tOUTCOME\tREF\tGRANTED")
+		for _, v := range views {
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Token, v.JobID, v.Worker, v.State, v.Revoke, v.Outcome, v.Ref, v.GrantedAt)
+		}
+		w.Flush()
+	})
+}
+
+func eventsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "events",
+		Usage: "print the event log, from a sequence number on",
+		Flags: []cli.Flag{
+			&cli.Uint64Flag{Name: "after", Usage: "events after this seq"},
+			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events"},
+			&cli.StringFlag{Name: "type", Usage: "only events of this type (e.g. lease.stale_report)"},
+		},
+		Action: func(c *cli.Context) error {
+			cl, err := newClient(c)
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			print := func(evs []*pb.Event) error {
+				for _, e := range evs {
+					if t := c.String("type"); t != "" && e.GetType() != t {
+						continue
+					}
+					v := eventViewOf(e)
+					if flagString(c, "output") == "json" {
+						b, _ := json.Marshal(v)
+						fmt.Println(string(b)) // one object per line, so --follow streams
+						continue
+					}
+					fmt.Printf("%d\t%s\t%s\tjob=%s token=%s worker=%s ref=%s %s\n", v.Seq, v.Time, v.Type, v.JobID,
+						tokenStr(v.Token), v.Worker, v.Ref, v.Detail)
+				}
+				return nil
+			}
+			if c.Bool("follow") {
+				return ignoreCancel(cl.Watch(c.Context, c.Uint64("after"), print))
+			}
+			ctx, cancel := context.WithTimeout(c.Context, lookup(c, "timeout").Duration("timeout"))
+			defer cancel()
+			after := c.Uint64("after")
+			for {
+				res, err := cl.Events(ctx, after, 1000, 0)
+				if err != nil {
+					return err
+				}
+				print(res.GetEvents())
+				if len(res.GetEvents()) == 0 {
+					return nil
+				}
+				after = res.GetEvents()[len(res.GetEvents())-1].GetSeq()
+			}
+		},
+	}
+}
+
+func oneArg(c *cli.Context, name string) (string, error) {
+	if c.NArg() != 1 {
+		return "", fmt.Errorf("expected one argument: %s", name)
+	}
+	return c.Args().First(), nil
+}
+
+func tokenArg(c *cli.Context) (uint64, error) {
+	s, err := oneArg(c, "TOKEN")
+	if err != nil {
+		return 0, err
+	}
+	tok, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("TOKEN %q: %w", s, err)
+	}
+	return tok, nil
+}
+
+func ignoreCancel(err error) error {
+	if err != nil && (err == context.Canceled || strings.Contains(err.Error(), context.Canceled.Error())) {
+		return nil
+	}
+	return err
+}
+
+

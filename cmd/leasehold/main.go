@@ -1,0 +1,196 @@
+// Command leasehold is the server and the CLI of leasehold.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/client"
+)
+
+// Set at build time: go build -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = "unknown"
+)
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "leasehold: "+oneLine(err))
+		os.Exit(1)
+	}
+}
+
+// globalFlags may be given before the command or after it.
+func globalFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "endpoints", Aliases: []string{"e"}, EnvVars: []string{"LEASEHOLD_ENDPOINTS"},
+			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (leasehold dev's by default)"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"LEASEHOLD_TOKEN"}, Usage: "bearer token"},
+		&cli.StringFlag{Name: "ca-file", EnvVars: []string{"LEASEHOLD_CA_FILE"}, Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: []string{"LEASEHOLD_OUTPUT"}, Value: "table", Usage: "table or json"},
+		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"LEASEHOLD_TIMEOUT"}, Value: 15 * time.Second, Usage: "bound on each command"},
+	}
+}
+
+// addGlobalFlags gives every command that does something the global flags
+// too, so "leasehold job get X -o json" works like "leasehold -o json job
+// get X".
+func addGlobalFlags(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		if cmd.Action != nil && cmd.Name != "server" && cmd.Name != "dev" {
+			cmd.Flags = append(cmd.Flags, globalFlags()...)
+		}
+		addGlobalFlags(cmd.Subcommands)
+	}
+}
+
+// lookup returns the context, closest first, in which a global flag was set
+// (or the innermost, for its default).
+func lookup(c *cli.Context, name string) *cli.Context {
+	for _, ctx := range c.Lineage() {
+		if ctx.IsSet(name) {
+			return ctx
+		}
+	}
+	return c
+}
+
+func flagString(c *cli.Context, name string) string { return lookup(c, name).String(name) }
+
+func newApp() *cli.App {
+	app := newAppTree()
+	addGlobalFlags(app.Commands)
+	return app
+}
+
+func newAppTree() *cli.App {
+	return &cli.App{
+		Name:                 "leasehold",
+		Usage:                "a highly available lease service for job execution",
+		Version:              version,
+		EnableBashCompletion: true,
+		Flags:                globalFlags(),
+		Commands: []*cli.Command{
+			serverCommand(), devCommand(),
+			clusterCommand(), snapshotCommand(),
+			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(),
+			{
+				Name: "version", Usage: "print the version",
+				Action: func(c *cli.Context) error {
+					return output(c, map[string]string{"version": version, "commit": commit}, func() {
+						fmt.Printf("leasehold %s (%s)\n", version, commit)
+					})
+				},
+			},
+			completionCommand(),
+		},
+	}
+}
+
+// newClient builds the API client from the global flags.
+func newClient(c *cli.Context) (*client.Client, error) {
+	if o := flagString(c, "output"); o != "table" && o != "json" {
+		return nil, fmt.Errorf("--output %q: table or json", o)
+	}
+	cfg := client.Config{Endpoints: splitList(lookup(c, "endpoints").StringSlice("endpoints")), Token: flagString(c, "token")}
+	if ca := flagString(c, "ca-file"); ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--ca-file %s: no PEM certificate", ca)
+		}
+		cfg.TLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return client.New(cfg)
+}
+
+// withClient runs fn with a client and a context bounded by --timeout.
+func withClient(fn func(ctx context.Context, c *cli.Context, cl *client.Client) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		cl, err := newClient(c)
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(c.Context, lookup(c, "timeout").Duration("timeout"))
+		defer cancel()
+		return fn(ctx, c, cl)
+	}
+}
+
+// splitList accepts both repeated flags and comma-separated values.
+func splitList(in []string) []string {
+	var out []string
+	for _, s := range in {
+		for _, p := range strings.Split(s, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
+// oneLine makes an error one line, with the API's reason in front.
+func oneLine(err error) string {
+	var ce *client.Error
+	msg := err.Error()
+	if errors.As(err, &ce) && ce.Reason != "" {
+		msg = ce.Reason + ": " + ce.Message
+		if ce.Field != "" {
+			msg += " (field " + ce.Field + ")"
+		}
+	}
+	return strings.Join(strings.Fields(msg), " ")
+}
+
+func completionCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "completion",
+		Usage: "print a shell completion script (bash or zsh)",
+		Description: "  source <(leasehold completion bash)\n" +
+			"leasehold answers --generate-bash-completion with the commands and flags that fit.",
+		ArgsUsage: "bash|zsh",
+		Action: func(c *cli.Context) error {
+			switch c.Args().First() {
+			case "bash":
+				fmt.Print(bashCompletion)
+			case "zsh":
+				fmt.Print(zshCompletion)
+			default:
+				return fmt.Errorf("completion: bash or zsh")
+			}
+			return nil
+		},
+	}
+}
+
+const bashCompletion = `_leasehold() {
+  local cur opts
+  cur="${COMP_WORDS[COMP_CWORD]}"
+  opts=$("${COMP_WORDS[0]}" "${COMP_WORDS[@]:1:$COMP_CWORD-1}" --generate-bash-completion 2>/dev/null)
+  COMPREPLY=($(compgen -W "${opts}" -- "${cur}"))
+}
+complete -o default -F _leasehold leasehold
+`
+
+const zshCompletion = `#compdef leasehold
+_leasehold() {
+  local -a opts
+  opts=("${(@f)$(${words[1]} ${words[@]:1:$CURRENT-2} --generate-bash-completion 2>/dev/null)}")
+  _describe 'values' opts
+}
+compdef _leasehold leasehold
+`

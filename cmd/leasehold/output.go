@@ -1,0 +1,143 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// output prints v as JSON with -o json, or runs table otherwise.
+func output(c *cli.Context, v any, table func()) error {
+	if flagString(c, "output") == "json" {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	table()
+	return nil
+}
+
+func newTable() *tabwriter.Writer { return tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0) }
+
+// enumName turns JOB_STATE_QUEUED into queued.
+func enumName(s, prefix string) string { return strings.ToLower(strings.TrimPrefix(s, prefix)) }
+
+func timeOf(t *timestamppb.Timestamp) string {
+	if t == nil {
+		return ""
+	}
+	return t.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// jobView is a job as the CLI prints it.
+type jobView struct {
+	ID          string      `json:"id"`
+	State       string      `json:"state"`
+	Queue       string      `json:"queue"`
+	Kind        string      `json:"kind"`
+	Priority    int32       `json:"priority"`
+	Submitter   string      `json:"submitter,omitempty"`
+	Attempts    uint32      `json:"attempts"`
+	Losses      uint32      `json:"losses"`
+	Token       uint64      `json:"token,omitempty"`  // the newest lease's token
+	Worker      string      `json:"worker,omitempty"` // the newest lease's worker
+	Outcome     string      `json:"outcome,omitempty"`
+	Ref         string      `json:"ref,omitempty"`
+	Reason      string      `json:"reason,omitempty"`
+	Payload     string      `json:"payload"`
+	SubmittedAt string      `json:"submitted_at"`
+	FinishedAt  string      `json:"finished_at,omitempty"`
+	Leases      []leaseView `json:"leases,omitempty"`
+}
+
+type leaseView struct {
+	Token     uint64 `json:"token"`
+	JobID     string `json:"job_id"`
+	Worker    string `json:"worker"`
+	State     string `json:"state"`
+	Revoke    string `json:"revoke,omitempty"`
+	Outcome   string `json:"outcome,omitempty"`
+	Ref       string `json:"ref,omitempty"`
+	GrantedAt string `json:"granted_at"`
+	EndedAt   string `json:"ended_at,omitempty"`
+}
+
+func leaseViewOf(l *pb.Lease) leaseView {
+	v := leaseView{Token: l.GetToken(), JobID: l.GetJobId(), Worker: l.GetWorkerId(),
+		State: enumName(l.GetState().String(), "LEASE_STATE_"), Ref: l.GetRef(),
+		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt())}
+	if l.GetRevoke() != pb.Revoke_REVOKE_NONE {
+		v.Revoke = enumName(l.GetRevoke().String(), "REVOKE_")
+	}
+	if l.GetOutcome() != pb.Outcome_OUTCOME_UNSPECIFIED {
+		v.Outcome = enumName(l.GetOutcome().String(), "OUTCOME_")
+	}
+	return v
+}
+
+func jobViewOf(j *pb.Job) jobView {
+	s := j.GetSpec()
+	v := jobView{ID: s.GetId(), State: enumName(j.GetState().String(), "JOB_STATE_"), Queue: s.GetQueue(),
+		Kind: s.GetKind(), Priority: s.GetPriority(), Submitter: s.GetSubmitter(), Attempts: j.GetAttempts(),
+		Losses: j.GetLosses(), Reason: j.GetReason(), Payload: string(s.GetPayload()),
+		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt())}
+	for _, l := range j.GetLeases() {
+		v.Leases = append(v.Leases, leaseViewOf(l))
+	}
+	if n := len(v.Leases); n > 0 {
+		last := v.Leases[n-1]
+		v.Token, v.Worker, v.Outcome, v.Ref = last.Token, last.Worker, last.Outcome, last.Ref
+	}
+	return v
+}
+
+func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
+	views := make([]jobView, len(jobs))
+	for i, j := range jobs {
+		views[i] = jobViewOf(j)
+	}
+	var v any = views
+	if single && len(views) == 1 {
+		v = views[0]
+	}
+	return output(c, v, func() {
+		w := newTable()
+		fmt.Fprintln(w, "ID\tSTATE\tQUEUE\tKIND\tPRIO\tATTEMPTS\tTOKEN\tWORKER\tOUTCOME\tREF")
+		for _, v := range views {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.State, v.Queue, v.Kind, v.Priority,
+				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref)
+		}
+		w.Flush()
+	})
+}
+
+func tokenStr(t uint64) string {
+	if t == 0 {
+		return "-"
+	}
+	return fmt.Sprint(t)
+}
+
+type eventView struct {
+	Seq    uint64 `json:"seq"`
+	Time   string `json:"time"`
+	Type   string `json:"type"`
+	JobID  string `json:"job_id,omitempty"`
+	Token  uint64 `json:"token,omitempty"`
+	Worker string `json:"worker,omitempty"`
+	Ref    string `json:"ref,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+func eventViewOf(e *pb.Event) eventView {
+	return eventView{Seq: e.GetSeq(), Time: timeOf(e.GetTime()), Type: e.GetType(), JobID: e.GetJobId(),
+		Token: e.GetToken(), Worker: e.GetWorkerId(), Ref: e.GetRef(), Detail: e.GetDetail()}
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/api"
+)
+
+// serverFlags override the config file; each has a LEASEHOLD_* variable.
+func serverFlags() []cli.Flag {
+	env := func(name string) []string { return []string{"LEASEHOLD_" + name} }
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: env("CONFIG"), Usage: "TOML configuration file (see leasehold.example.toml)"},
+		&cli.StringFlag{Name: "node-id", EnvVars: env("NODE_ID"), Usage: "stable node id (default: generated and kept in the data dir)"},
+		&cli.StringFlag{Name: "data-dir", EnvVars: env("DATA_DIR"), Usage: "Raft log, snapshots and node id"},
+		&cli.StringFlag{Name: "raft-bind", EnvVars: env("RAFT_BIND"), Usage: "Raft port (host:port)"},
+		&cli.StringFlag{Name: "raft-advertise", EnvVars: env("RAFT_ADVERTISE"), Usage: "Raft address peers dial"},
+		&cli.StringFlag{Name: "api-bind", EnvVars: env("API_BIND"), Usage: "API port (host:port)"},
+		&cli.StringFlag{Name: "api-advertise", EnvVars: env("API_ADVERTISE"), Usage: "API address clients are pointed to"},
+		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster (1, 3 or 5)"},
+		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses (comma separated)"},
+		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error"},
+		&cli.Float64Flag{Name: "renew-seconds", EnvVars: env("RENEW_SECONDS"), Usage: "[plugins.executor] renew_seconds"},
+		&cli.Float64Flag{Name: "grace-seconds", EnvVars: env("GRACE_SECONDS"), Usage: "[plugins.executor] grace_seconds"},
+		&cli.Float64Flag{Name: "toleration-seconds", EnvVars: env("TOLERATION_SECONDS"), Usage: "[plugins.executor] toleration_seconds"},
+	}
+}
+
+// resolveServerConfig builds the configuration: defaults, then the file,
+// then flags and environment variables that were set.
+func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
+	cfg := defaultServerConfig()
+	if path := c.String("config"); path != "" {
+		if err := loadConfigFile(path, &cfg); err != nil {
+			return cfg, err
+		}
+	}
+	str := func(flag string, into *string) {
+		if c.IsSet(flag) {
+			*into = c.String(flag)
+		}
+	}
+	str("node-id", &cfg.NodeID)
+	str("data-dir", &cfg.DataDir)
+	str("raft-bind", &cfg.RaftBind)
+	str("raft-advertise", &cfg.RaftAdvertise)
+	str("api-bind", &cfg.APIBind)
+	str("api-advertise", &cfg.APIAdvertise)
+	str("log-level", &cfg.LogLevel)
+	if c.IsSet("bootstrap-expect") {
+		cfg.BootstrapExpect = c.Int("bootstrap-expect")
+	}
+	if c.IsSet("join") {
+		cfg.Join = splitList(c.StringSlice("join"))
+	}
+	for flag, into := range map[string]*float64{
+		"renew-seconds": &cfg.Plugins.Executor.RenewSeconds, "grace-seconds": &cfg.Plugins.Executor.GraceSeconds,
+		"toleration-seconds": &cfg.Plugins.Executor.TolerationSeconds,
+	} {
+		if c.IsSet(flag) {
+			*into = c.Float64(flag)
+		}
+	}
+	return cfg, nil
+}
+
+func serverCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "server",
+		Usage: "run a leasehold node",
+		Description: "Runs one node. The same command line works on first boot and on restart:\n" +
+			"  leasehold server --data-dir /var/lib/leasehold --bootstrap-expect 3 --join a:7711,b:7711,c:7711",
+		Flags: serverFlags(),
+		Action: func(c *cli.Context) error {
+			cfg, err := resolveServerConfig(c)
+			if err != nil {
+				return err
+			}
+			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(cfg.LogLevel), Output: os.Stderr})
+			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return runServer(ctx, cfg, logger)
+		},
+	}
+}
+
+// runningNode is a node with its API, as `server` and `dev` run them.
+type runningNode struct {
+	node *cluster.Node
+	http *api.HTTPServer
+}
+
+// startNode starts a node and serves its API.
+func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
+	ccfg, err := cfg.clusterConfig(logger)
+	if err != nil {
+		return nil, err
+	}
+	tokens, _ := cfg.tokens()
+	ln, err := net.Listen("tcp", cfg.APIBind)
+	if err != nil {
+		return nil, fmt.Errorf("api port: %w", err)
+	}
+	node, err := cluster.New(ccfg)
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	srv := api.NewServer(api.Options{Node: node, Tokens: tokens, ForwardTLS: ccfg.RaftClientTLS, Logger: logger})
+	return &runningNode{node: node, http: api.Serve(ln, srv.Handler(), ccfg.RaftTLS)}, nil
+}
+
+// stop shuts down in order: the API first (long polls end, clients move
+// on), then the node, which hands leadership over before it stops.
+func (r *runningNode) stop(timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	return errors.Join(r.http.Shutdown(ctx), r.node.Shutdown(ctx))
+}
+
+func runServer(ctx context.Context, cfg ServerConfig, logger hclog.Logger) error {
+	n, err := startNode(cfg, logger)
+	if err != nil {
+		return err
+	}
+	logger.Info("serving", "node_id", n.node.ID(), "api", cfg.APIBind, "raft", n.node.RaftAddr())
+	<-ctx.Done()
+	logger.Info("shutting_down")
+	return n.stop(15 * time.Second)
+}
