@@ -257,5 +257,3 @@ func workerCommand() *cli.Command {
 		},
 	}
 }
-
-

@@ -317,5 +317,3 @@ func ignoreCancel(err error) error {
 	}
 	return err
 }
-
-
