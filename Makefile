@@ -4,12 +4,23 @@ PKGS    := ./...
 # Test time budget: the whole suite must stay well under 15 minutes on 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test test-short vet fmt bench-fsm fuzz generate
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+
+.PHONY: all build test test-short vet fmt bench-fsm fuzz generate dev
 
 all: build
 
+# bin/leasehold, the server and the CLI.
 build:
 	$(GO) build $(PKGS)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/leasehold ./cmd/leasehold
+
+# A real 3-node cluster on loopback, data in a temporary directory; Ctrl-C
+# stops it. The CLI's default endpoints are its API ports.
+dev: build
+	./bin/leasehold dev
 
 # The one test command: vet, then every package's tests with the race detector.
 test: vet
