@@ -140,7 +140,7 @@ func (t *expiryTable) tick(now time.Time) tickResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var res tickResult
-	if gap := now.Sub(t.lastTick); gap > t.grace {
+	if gap := now.Sub(t.lastTick); absenceRule && gap > t.grace {
 		res.gap = gap
 		for _, w := range t.workers {
 			// A request handled after the gap already restarted its clock:

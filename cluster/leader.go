@@ -139,6 +139,7 @@ func (n *Node) restartClocks(ls *leaderState) (workers, leases int) {
 	defer n.mu.Unlock()
 	if n.leader == ls {
 		ls.table.Store(table)
+		n.lastTable = table
 	}
 	return len(ids), leases
 }

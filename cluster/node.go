@@ -46,6 +46,9 @@ type Node struct {
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node is the established leader
+	// lastTable is the newest expiry table this node built, kept after it
+	// stops leading; only the broken chaos_noverify build reads it.
+	lastTable *expiryTable
 
 	shutdownCh   chan struct{}
 	shutdownOnce sync.Once

@@ -65,6 +65,9 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
 	}
+	if !quorumBeforeAck {
+		return n.heartbeatUnchecked(workerID, held)
+	}
 	ls, err := n.established()
 	if err != nil {
 		return HeartbeatResult{}, err
@@ -78,6 +81,23 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if cur, err := n.established(); err != nil || cur != ls {
 		return HeartbeatResult{}, n.notLeader()
 	}
+	return n.heartbeatReply(workerID, held, expiring), nil
+}
+
+// heartbeatUnchecked is the broken build's heartbeat (chaos_noverify):
+// answered from the last table this node had, leader or not.
+func (n *Node) heartbeatUnchecked(workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
+	n.mu.Lock()
+	table := n.lastTable
+	n.mu.Unlock()
+	if table == nil {
+		return HeartbeatResult{}, n.notLeader()
+	}
+	return n.heartbeatReply(workerID, held, table.heard(workerID, n.clock.Now())), nil
+}
+
+// heartbeatReply answers each lease the worker named from the state.
+func (n *Node) heartbeatReply(workerID string, held []fsm.LeaseRef, expiring map[uint64]bool) HeartbeatResult {
 	live := map[uint64]fsm.Lease{}
 	for _, l := range n.fsm.WorkerLeases(workerID) {
 		live[l.Token] = l
@@ -101,7 +121,7 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 		}
 	}
 	slices.SortFunc(res.Unnamed, func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) })
-	return res, nil
+	return res
 }
 
 // Acquire grants leases to a worker, waiting up to wait for a job to be

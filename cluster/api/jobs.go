@@ -122,6 +122,9 @@ func (j jobService) CheckFence(ctx context.Context, req *connect.Request[pb.Chec
 		return nil, err
 	}
 	r := f.Fence(req.Msg.GetJobId(), req.Msg.GetToken())
+	if !fenceCheck {
+		r.Current = true
+	}
 	return connect.NewResponse(&pb.CheckFenceResponse{
 		Current: r.Current, CurrentToken: r.CurrentToken, State: pb.JobState(r.State), CheckedAt: timestamppb.Now(),
 	}), nil

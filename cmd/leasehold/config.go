@@ -155,6 +155,7 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, error
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
 	cfg.Logger = logger
+	cfg.Clock = serverClock()
 	if c.TLS.CertFile != "" {
 		server, client, err := c.TLS.configs()
 		if err != nil {
