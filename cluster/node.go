@@ -34,6 +34,7 @@ type Node struct {
 	fsm   *fsm.FSM
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
+	logs  *countingLogStore
 	trans *raft.NetworkTransport
 	mux   *transport.Mux
 	rpc   *transport.RPCServer
@@ -135,7 +136,8 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("raft log: %w", err)
 	}
 	closers = append(closers, n.store.Close)
-	logs, err := raft.NewLogCache(512, n.store)
+	n.logs = &countingLogStore{LogStore: n.store}
+	logs, err := raft.NewLogCache(512, n.logs)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -276,4 +279,24 @@ func TestCutOffWorkerStopsBeforeExpiry(t *testing.T) {
 	t.Logf("self-stop %v, expiry %v after the last acknowledged heartbeat: slack %v (2 x renew = %v)",
 		stopAt, expiredAt, expiredAt-stopAt, 2*renew)
 	sw.set(false)
+}
+
+// /metrics counts Raft log writes, for benchmarks' writes per operation.
+func TestMetricsEndpoint(t *testing.T) {
+	c := clustertest.New(t, 3, slowExecutor())
+	cl := newClient(t, c, nil)
+	if _, _, err := cl.Submit(ctx(t), &pb.JobSpec{Id: "j"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := http.Get("http://" + c.Leader().APIAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	body, _ := io.ReadAll(res.Body)
+	for _, want := range []string{"leasehold_raft_log_writes_total ", "leasehold_leader 1", `leasehold_jobs{state="queued"} 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %q:\n%s", want, body)
+		}
+	}
 }

@@ -1,0 +1,58 @@
+package cluster
+
+import (
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+)
+
+// countingLogStore counts the writes Raft makes to its log: each StoreLogs
+// call is one batch and one fsync in raft-boltdb. Benchmarks divide it by
+// the operations they ran (raft writes per op).
+type countingLogStore struct {
+	raft.LogStore
+	writes  atomic.Uint64
+	entries atomic.Uint64
+}
+
+func (s *countingLogStore) StoreLog(l *raft.Log) error {
+	s.writes.Add(1)
+	s.entries.Add(1)
+	return s.LogStore.StoreLog(l)
+}
+
+func (s *countingLogStore) StoreLogs(logs []*raft.Log) error {
+	s.writes.Add(1)
+	s.entries.Add(uint64(len(logs)))
+	return s.LogStore.StoreLogs(logs)
+}
+
+// Metrics are a node's counters, for /metrics.
+type Metrics struct {
+	LogWrites    uint64 // batches written (and fsynced) to the Raft log
+	LogEntries   uint64 // entries written to the Raft log
+	LastIndex    uint64
+	CommitIndex  uint64
+	AppliedIndex uint64
+	Term         uint64
+	Leader       bool
+	WorkersTimed int
+	LiveLeases   int
+	LastToken    uint64
+	Jobs         map[string]int
+}
+
+// Metrics returns the node's counters.
+func (n *Node) Metrics() Metrics {
+	st := n.Status()
+	fs := n.fsm.Stats()
+	m := Metrics{
+		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load(), LastIndex: st.LastIndex,
+		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Term: st.Term, Leader: st.State == "Leader",
+		WorkersTimed: st.WorkersTimed, LiveLeases: fs.LiveLeases, LastToken: fs.LastToken, Jobs: map[string]int{},
+	}
+	for s, c := range fs.Jobs {
+		m.Jobs[s.String()] = c
+	}
+	return m
+}
