@@ -110,9 +110,13 @@ func New(cfg Config) (_ *Node, err error) {
 		ln.Close()
 		return nil, &ConfigError{Field: "raft_advertise", Value: n.advertise, Reason: "set an address peers can dial"}
 	}
+	dial := cfg.Dial
+	if dial == nil {
+		dial = sourceDialer(ln.Addr())
+	}
 	n.mux, err = transport.NewMux(transport.MuxConfig{
 		Listener: ln, Advertise: n.advertise, ServerTLS: cfg.RaftTLS, ClientTLS: cfg.RaftClientTLS,
-		Dial: cfg.Dial, Logger: n.logger.Named("mux"),
+		Dial: dial, Logger: n.logger.Named("mux"),
 	})
 	if err != nil {
 		ln.Close()
@@ -280,4 +284,16 @@ func isUnspecified(addr string) bool {
 	host, _, _ := net.SplitHostPort(addr)
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsUnspecified()
+}
+
+// sourceDialer dials peers from the address the Raft port is bound to, when
+// it is a specific one: on a host with several addresses, peers (and their
+// firewalls) see connections come from the address they know the node by.
+func sourceDialer(bound net.Addr) transport.Dialer {
+	tcp, ok := bound.(*net.TCPAddr)
+	if !ok || tcp.IP == nil || tcp.IP.IsUnspecified() {
+		return nil
+	}
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: tcp.IP}}
+	return d.DialContext
 }
