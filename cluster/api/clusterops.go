@@ -19,7 +19,20 @@ import (
 type clusterService struct{ s *Server }
 
 func (c clusterService) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
-	return connect.NewResponse(c.s.status()), nil
+	st := c.s.status()
+	if req.Msg.GetIncludeHash() {
+		// The hash and the index are read together only if nothing applied
+		// in between; retry until they match.
+		for {
+			idx := c.s.node.Status().AppliedIndex
+			h := c.s.node.FSM().Hash()
+			if c.s.node.Status().AppliedIndex == idx {
+				st.StateHash, st.AppliedIndex = h[:], idx
+				break
+			}
+		}
+	}
+	return connect.NewResponse(st), nil
 }
 
 func (s *Server) status() *pb.StatusResponse {

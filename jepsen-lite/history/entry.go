@@ -1,0 +1,527 @@
+package history
+
+import "fmt"
+
+// FormatVersion is the version of the format this package reads and
+// writes; a run entry carries it. It changes only when a field changes
+// meaning: adding an optional field keeps it.
+const FormatVersion = 1
+
+// Kind tags an Entry and says which of its payload fields is set.
+type Kind string
+
+// Entry kinds. doc.go describes each one and its fields.
+const (
+	KindRun           Kind = "run"
+	KindRunEnd        Kind = "run_end"
+	KindInvoke        Kind = "invoke"
+	KindComplete      Kind = "complete"
+	KindExecStart     Kind = "exec_start"
+	KindExecStop      Kind = "exec_stop"
+	KindSinkWrite     Kind = "sink_write"
+	KindFaultStart    Kind = "fault_start"
+	KindFaultStop     Kind = "fault_stop"
+	KindFinalState    Kind = "final_state"
+	KindClusterEvent  Kind = "cluster_event"
+	KindHeal          Kind = "heal"
+	KindLeaderElected Kind = "leader_elected"
+	KindWorkerGone    Kind = "worker_gone"
+)
+
+// Kinds lists every kind, in the order doc.go describes them.
+func Kinds() []Kind {
+	return []Kind{
+		KindRun, KindRunEnd, KindInvoke, KindComplete, KindExecStart, KindExecStop,
+		KindSinkWrite, KindFaultStart, KindFaultStop, KindFinalState, KindClusterEvent,
+		KindHeal, KindLeaderElected, KindWorkerGone,
+	}
+}
+
+// Entry is one line of a history: a tagged union. Kind says which one
+// payload pointer is set (none for heal); every entry has Ns.
+type Entry struct {
+	// Seq is the recorder's order of appending, from 1. Entries merged
+	// from several recorders may repeat a Seq; nothing depends on it
+	// but reading order.
+	Seq  int64 `json:"seq,omitempty"`
+	Kind Kind  `json:"kind"`
+	// Ns is when the entry's event happened, in CLOCK_MONOTONIC
+	// nanoseconds (Now): the call for an invoke, the answer for a
+	// complete, the observation for everything observed.
+	Ns int64 `json:"ns"`
+	// Process names who acted: the client or worker making a call, the
+	// worker process running a job, the nemesis. Fault targets use the
+	// same names.
+	Process string `json:"process,omitempty"`
+
+	Run    *Run          `json:"run,omitempty"`
+	RunEnd *RunEnd       `json:"run_end,omitempty"`
+	Op     *Op           `json:"op,omitempty"`
+	Exec   *Exec         `json:"exec,omitempty"`
+	Sink   *SinkWrite    `json:"sink,omitempty"`
+	Fault  *Fault        `json:"fault,omitempty"`
+	Final  *FinalState   `json:"final,omitempty"`
+	Event  *ClusterEvent `json:"event,omitempty"`
+	Marker *Marker       `json:"marker,omitempty"`
+}
+
+// Run opens a history: the cluster's settings as the runner configured
+// them. Checkers take their time bounds from here unless told otherwise.
+type Run struct {
+	Format            int      `json:"format"`
+	Name              string   `json:"name,omitempty"`
+	Seed              int64    `json:"seed,omitempty"`
+	Nodes             []string `json:"nodes,omitempty"`
+	Workers           []string `json:"workers,omitempty"`
+	Nemeses           []string `json:"nemeses,omitempty"`
+	RenewNs           int64    `json:"renew_ns,omitempty"`
+	GraceNs           int64    `json:"grace_ns,omitempty"`
+	TolerationNs      int64    `json:"toleration_ns,omitempty"`
+	ElectionTimeoutNs int64    `json:"election_timeout_ns,omitempty"`
+}
+
+// RunEnd closes a history.
+type RunEnd struct {
+	// EventsComplete: the runner read the cluster's event log without a
+	// gap (no truncation) from its first event to LastEventSeq. Checks
+	// that need an event for every refusal or every lease end run only
+	// then.
+	EventsComplete bool   `json:"events_complete"`
+	LastEventSeq   uint64 `json:"last_event_seq,omitempty"`
+}
+
+// Status is how a call ended.
+type Status string
+
+const (
+	// StatusOK: the call succeeded; Output holds the answer.
+	StatusOK Status = "ok"
+	// StatusFail: a definite refusal; the call changed nothing (save the
+	// event a refusal records). Reason is the API's reason code.
+	StatusFail Status = "fail"
+	// StatusInfo: the outcome is unknown (a timeout, a lost connection,
+	// OUTCOME_UNKNOWN): the call may take effect at any time after it
+	// was invoked, or never.
+	StatusInfo Status = "info"
+)
+
+// Operation names.
+const (
+	OpSubmit          = "submit"
+	OpAcquire         = "acquire"
+	OpStart           = "start"
+	OpHeartbeat       = "heartbeat"
+	OpReport          = "report"
+	OpRelease         = "release"
+	OpCancel          = "cancel"
+	OpKill            = "kill"
+	OpCancelSubmitter = "cancel_submitter"
+	OpGetJob          = "get_job"
+	OpGetLease        = "get_lease"
+	OpFenceCheck      = "fence_check"
+	OpListLeases      = "list_leases"
+	OpRegister        = "register"
+	OpDeregister      = "deregister"
+)
+
+// Op is one half of a call: an invoke carries ID, Name and Input; its
+// complete carries ID, Name, Status, Reason and Output. The pair is
+// matched by (Entry.Process, ID).
+type Op struct {
+	ID     uint64  `json:"op_id"`
+	Name   string  `json:"op"`
+	Input  *Input  `json:"input,omitempty"`
+	Status Status  `json:"status,omitempty"`
+	Reason string  `json:"reason,omitempty"`
+	Output *Output `json:"output,omitempty"`
+}
+
+// Input holds a call's arguments; each op uses the fields doc.go lists.
+type Input struct {
+	JobID     string     `json:"job_id,omitempty"`
+	Token     uint64     `json:"token,omitempty"`
+	WorkerID  string     `json:"worker_id,omitempty"`
+	RequestID string     `json:"request_id,omitempty"`
+	ReportID  string     `json:"report_id,omitempty"`
+	Outcome   Outcome    `json:"outcome,omitempty"`
+	Retryable bool       `json:"retryable,omitempty"`
+	Ref       string     `json:"ref,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Submitter string     `json:"submitter,omitempty"`
+	Queue     string     `json:"queue,omitempty"`
+	Kind      string     `json:"kind,omitempty"`
+	Priority  int32      `json:"priority,omitempty"`
+	Max       uint32     `json:"max,omitempty"`
+	Start     bool       `json:"start,omitempty"`
+	Stale     bool       `json:"stale,omitempty"`
+	Leases    []LeaseRef `json:"leases,omitempty"`
+}
+
+// Output holds a call's answer; each op uses the fields doc.go lists.
+type Output struct {
+	Grants       []Grant     `json:"grants,omitempty"`
+	Replayed     bool        `json:"replayed,omitempty"`
+	Created      bool        `json:"created,omitempty"`
+	Job          *JobSummary `json:"job,omitempty"`
+	State        JobState    `json:"state,omitempty"`
+	Outcome      Outcome     `json:"outcome,omitempty"`
+	Requeued     bool        `json:"requeued,omitempty"`
+	Current      bool        `json:"current,omitempty"`
+	CurrentToken uint64      `json:"current_token,omitempty"`
+	Revoked      bool        `json:"revoked,omitempty"`
+	Verdicts     []Verdict   `json:"verdicts,omitempty"`
+	Unnamed      []LeaseRef  `json:"unnamed,omitempty"`
+	Lease        *Lease      `json:"lease,omitempty"`
+	Leases       []Grant     `json:"leases,omitempty"`
+	Cancelled    []string    `json:"cancelled,omitempty"`
+	Released     []LeaseRef  `json:"released,omitempty"`
+}
+
+// LeaseRef names one lease.
+type LeaseRef struct {
+	JobID string `json:"job_id"`
+	Token uint64 `json:"token"`
+}
+
+// Grant is one lease an acquire handed out (or list_leases found).
+type Grant struct {
+	JobID     string `json:"job_id"`
+	Token     uint64 `json:"token"`
+	WorkerID  string `json:"worker_id,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	Started   bool   `json:"started,omitempty"`
+}
+
+// Verdict is a heartbeat's answer for one lease it named.
+type Verdict struct {
+	JobID   string      `json:"job_id"`
+	Token   uint64      `json:"token"`
+	Verdict VerdictKind `json:"verdict"`
+	Revoke  Revoke      `json:"revoke,omitempty"`
+}
+
+// Exec is one execution of a job under one lease, as its worker process
+// saw it: exec_start when the job begins running, exec_stop when it has
+// stopped running (not when it was told to stop).
+type Exec struct {
+	JobID    string `json:"job_id"`
+	Token    uint64 `json:"token"`
+	WorkerID string `json:"worker_id"`
+	// Stop only.
+	Cause StopCause `json:"cause,omitempty"`
+	// LastAckSendNs (stop only): the send time, in CLOCK_MONOTONIC
+	// nanoseconds, of the worker's last acknowledged heartbeat when the
+	// job stopped; zero if unknown. With RenewNs and TolerationNs (the
+	// cluster's timings as the worker last learned them) it gives the
+	// self-stop deadline the stop must not pass.
+	LastAckSendNs int64 `json:"last_ack_send_ns,omitempty"`
+	RenewNs       int64 `json:"renew_ns,omitempty"`
+	TolerationNs  int64 `json:"toleration_ns,omitempty"`
+}
+
+// StopCause says why an execution stopped.
+type StopCause string
+
+const (
+	CauseCompleted     StopCause = "completed"      // the handler returned on its own
+	CauseRevoked       StopCause = "revoked"        // heartbeat said stop (cancel or kill)
+	CauseLost          StopCause = "lost"           // heartbeat said lost
+	CauseSelfStop      StopCause = "self_stop"      // heartbeats unacknowledged past the self-stop deadline
+	CauseShutdown      StopCause = "shutdown"       // the worker shut down
+	CauseKilledProcess StopCause = "killed_process" // the process running it was killed
+)
+
+// Sink names.
+const (
+	SinkFenced   = "fenced"
+	SinkUnfenced = "unfenced"
+)
+
+// SinkWrite is one write a job attempted on a downstream store.
+type SinkWrite struct {
+	Sink     string `json:"sink"`
+	JobID    string `json:"job_id"`
+	Token    uint64 `json:"token"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Key      string `json:"key,omitempty"`
+	Accepted bool   `json:"accepted"`
+	// CheckNs (fenced sink): when the fence check that decided this write
+	// was invoked; zero means Entry.Ns.
+	CheckNs int64 `json:"check_ns,omitempty"`
+}
+
+// Fault is one nemesis action: fault_start and fault_stop share an ID.
+type Fault struct {
+	ID      string   `json:"id"`
+	Type    string   `json:"type,omitempty"`
+	Targets []string `json:"targets,omitempty"`
+	// Pause: the targets' processes stop running (SIGSTOP, a frozen VM).
+	// A job running on a paused process may overrun its lease; the
+	// checkers excuse that and insist on fencing instead.
+	Pause bool `json:"pause,omitempty"`
+	// Clock: the targets' clocks are moved or slowed.
+	Clock  bool   `json:"clock,omitempty"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// FinalState is one node's state after the heal, read with stale reads
+// from that node alone.
+type FinalState struct {
+	Node         string `json:"node"`
+	StateHash    string `json:"state_hash,omitempty"`
+	AppliedIndex uint64 `json:"applied_index"`
+	LastToken    uint64 `json:"last_token"`
+	// Complete: Jobs lists every job the node keeps.
+	Complete bool         `json:"complete"`
+	Jobs     []JobSummary `json:"jobs"`
+}
+
+// JobSummary is a job as one read saw it.
+type JobSummary struct {
+	ID    string   `json:"id"`
+	State JobState `json:"state"`
+	// Tokens of the leases the job keeps, oldest first (the server keeps a
+	// bounded number: older ones are dropped).
+	Tokens []uint64 `json:"tokens"`
+	// CurrentToken is the live lease, zero when none.
+	CurrentToken uint64 `json:"current_token,omitempty"`
+	// Outcome of the newest reported lease, if any.
+	Outcome  Outcome `json:"outcome,omitempty"`
+	Attempts uint32  `json:"attempts,omitempty"`
+	Losses   uint32  `json:"losses,omitempty"`
+	Reason   string  `json:"reason,omitempty"`
+	// Leases, when given, describe each token of Tokens, in the same order.
+	Leases []Lease `json:"leases,omitempty"`
+}
+
+// Lease is one lease of a job as a read saw it.
+type Lease struct {
+	Token     uint64     `json:"token"`
+	WorkerID  string     `json:"worker_id,omitempty"`
+	RequestID string     `json:"request_id,omitempty"`
+	State     LeaseState `json:"state"`
+	Revoke    Revoke     `json:"revoke,omitempty"`
+	Started   bool       `json:"started,omitempty"`
+	ReportID  string     `json:"report_id,omitempty"`
+	Outcome   Outcome    `json:"outcome,omitempty"`
+	Retryable bool       `json:"retryable,omitempty"`
+	Ref       string     `json:"ref,omitempty"`
+}
+
+// ClusterEvent is one event of the cluster's replicated event log as the
+// runner read it; Entry.Ns is when the runner received it, which is after
+// it committed.
+type ClusterEvent struct {
+	Seq      uint64 `json:"seq"`
+	Index    uint64 `json:"index,omitempty"`
+	Type     string `json:"type"`
+	JobID    string `json:"job_id,omitempty"`
+	Token    uint64 `json:"token,omitempty"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Ref      string `json:"ref,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+	// TimeUnixNs is the leader's wall-clock stamp; informational only,
+	// as it does not compare with Ns.
+	TimeUnixNs int64  `json:"time_unix_ns,omitempty"`
+	Node       string `json:"node,omitempty"`
+}
+
+// Event types the checkers read (the cluster records more).
+const (
+	EventLeaseAcquired   = "lease.acquired"
+	EventLeaseReported   = "lease.reported"
+	EventLeaseExpired    = "lease.expired"
+	EventLeaseReleased   = "lease.released"
+	EventStaleReport     = "lease.stale_report"
+	EventStaleAction     = "lease.stale_action"
+	EventReportConflict  = "lease.report_conflict"
+	EventAbsenceRule     = "leader.absence_rule"
+	EventLeaderChanged   = "leader.changed"
+	EventJobSubmitted    = "job.submitted"
+	EventJobRequeued     = "job.requeued"
+	EventJobCancelled    = "job.cancelled"
+	EventJobLost         = "job.lost"
+	EventJobFailed       = "job.failed"
+	EventWorkerReachable = "worker.reachable"
+)
+
+// Marker is the payload of heal, leader_elected and worker_gone.
+type Marker struct {
+	Node     string `json:"node,omitempty"`
+	WorkerID string `json:"worker_id,omitempty"`
+	Detail   string `json:"detail,omitempty"`
+}
+
+// JobState is a job's state, the API's JobState without its prefix.
+type JobState string
+
+const (
+	JobQueued    JobState = "queued"
+	JobAcquired  JobState = "acquired"
+	JobRunning   JobState = "running"
+	JobReported  JobState = "reported"
+	JobCancelled JobState = "cancelled"
+	JobLost      JobState = "lost"
+	JobFailed    JobState = "failed"
+)
+
+// Terminal reports whether a job in state s is finished for good.
+func (s JobState) Terminal() bool {
+	switch s {
+	case JobReported, JobCancelled, JobLost, JobFailed:
+		return true
+	}
+	return false
+}
+
+// Leased reports whether a job in state s has a live lease.
+func (s JobState) Leased() bool { return s == JobAcquired || s == JobRunning }
+
+// LeaseState is a lease's state.
+type LeaseState string
+
+const (
+	LeaseActive   LeaseState = "active"
+	LeaseReported LeaseState = "reported"
+	LeaseExpired  LeaseState = "expired"
+	LeaseReleased LeaseState = "released"
+)
+
+// Outcome is a report's outcome.
+type Outcome string
+
+const (
+	OutcomeSucceeded Outcome = "succeeded"
+	OutcomeFailed    Outcome = "failed"
+	OutcomeCancelled Outcome = "cancelled"
+	OutcomeKilled    Outcome = "killed"
+)
+
+// VerdictKind is a heartbeat's word on one lease.
+type VerdictKind string
+
+const (
+	VerdictKeep VerdictKind = "keep"
+	VerdictStop VerdictKind = "stop"
+	VerdictLost VerdictKind = "lost"
+)
+
+// Revoke is a pending cancel or kill of a live lease.
+type Revoke string
+
+const (
+	RevokeCancel Revoke = "cancel"
+	RevokeKill   Revoke = "kill"
+)
+
+// Validate checks that e is well formed: a known kind, its payload and no
+// other, and the fields doc.go marks required.
+func (e *Entry) Validate() error {
+	if e.Ns <= 0 {
+		return fmt.Errorf("%w: %s entry without ns", ErrInvalidEntry, e.Kind)
+	}
+	set := 0
+	for _, p := range []bool{e.Run != nil, e.RunEnd != nil, e.Op != nil, e.Exec != nil, e.Sink != nil,
+		e.Fault != nil, e.Final != nil, e.Event != nil, e.Marker != nil} {
+		if p {
+			set++
+		}
+	}
+	want, err := e.checkPayload()
+	if err != nil {
+		return err
+	}
+	if set != want {
+		return fmt.Errorf("%w: %s entry with %d payloads, want %d", ErrInvalidEntry, e.Kind, set, want)
+	}
+	return nil
+}
+
+// checkPayload checks the payload of e's kind and returns how many payload
+// fields the kind has (heal may carry a marker or not).
+func (e *Entry) checkPayload() (int, error) {
+	bad := func(what string) (int, error) {
+		return 0, fmt.Errorf("%w: %s entry: %s", ErrInvalidEntry, e.Kind, what)
+	}
+	switch e.Kind {
+	case KindRun:
+		if e.Run == nil {
+			return bad("no run")
+		}
+		if e.Run.Format != FormatVersion {
+			return 0, fmt.Errorf("%w: format %d, this reader knows %d", ErrFormat, e.Run.Format, FormatVersion)
+		}
+		return 1, nil
+	case KindRunEnd:
+		if e.RunEnd == nil {
+			return bad("no run_end")
+		}
+		return 1, nil
+	case KindInvoke, KindComplete:
+		if e.Op == nil || e.Op.ID == 0 || e.Op.Name == "" || e.Process == "" {
+			return bad("op needs op_id, op and process")
+		}
+		if e.Kind == KindComplete {
+			switch e.Op.Status {
+			case StatusOK, StatusInfo:
+			case StatusFail:
+				if e.Op.Reason == "" {
+					return bad("fail without reason")
+				}
+			default:
+				return bad(fmt.Sprintf("status %q", e.Op.Status))
+			}
+		}
+		return 1, nil
+	case KindExecStart, KindExecStop:
+		if e.Exec == nil || e.Exec.JobID == "" || e.Exec.Token == 0 || e.Exec.WorkerID == "" {
+			return bad("exec needs job_id, token and worker_id")
+		}
+		if e.Kind == KindExecStop && e.Exec.Cause == "" {
+			return bad("exec_stop without cause")
+		}
+		return 1, nil
+	case KindSinkWrite:
+		if e.Sink == nil || e.Sink.JobID == "" || e.Sink.Token == 0 {
+			return bad("sink needs job_id and token")
+		}
+		if e.Sink.Sink != SinkFenced && e.Sink.Sink != SinkUnfenced {
+			return bad(fmt.Sprintf("sink %q", e.Sink.Sink))
+		}
+		return 1, nil
+	case KindFaultStart, KindFaultStop:
+		if e.Fault == nil || e.Fault.ID == "" {
+			return bad("fault needs id")
+		}
+		if e.Kind == KindFaultStart && e.Fault.Type == "" {
+			return bad("fault_start without type")
+		}
+		return 1, nil
+	case KindFinalState:
+		if e.Final == nil || e.Final.Node == "" {
+			return bad("final needs node")
+		}
+		return 1, nil
+	case KindClusterEvent:
+		if e.Event == nil || e.Event.Seq == 0 || e.Event.Type == "" {
+			return bad("event needs seq and type")
+		}
+		return 1, nil
+	case KindHeal:
+		if e.Marker != nil {
+			return 1, nil
+		}
+		return 0, nil
+	case KindLeaderElected:
+		if e.Marker == nil || e.Marker.Node == "" {
+			return bad("marker needs node")
+		}
+		return 1, nil
+	case KindWorkerGone:
+		if e.Marker == nil || e.Marker.WorkerID == "" {
+			return bad("marker needs worker_id")
+		}
+		return 1, nil
+	}
+	return 0, fmt.Errorf("%w: %q", ErrUnknownKind, e.Kind)
+}
