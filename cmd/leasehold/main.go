@@ -23,7 +23,8 @@ var (
 )
 
 func main() {
-	if err := newApp().Run(os.Args); err != nil {
+	app := newApp()
+	if err := app.Run(interspersed(app, os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "leasehold: "+oneLine(err))
 		os.Exit(1)
 	}
@@ -143,10 +144,11 @@ func splitList(in []string) []string {
 	return out
 }
 
-// oneLine makes an error one line, with the API's reason in front.
+// oneLine makes an error one line, with the API's reason in front (main
+// adds the "leasehold: " prefix once).
 func oneLine(err error) string {
 	var ce *client.Error
-	msg := err.Error()
+	msg := strings.ReplaceAll(err.Error(), "leasehold: ", "")
 	if errors.As(err, &ce) && ce.Reason != "" {
 		msg = ce.Reason + ": " + ce.Message
 		if ce.Field != "" {

@@ -65,14 +65,16 @@ type leaseView struct {
 	State     string `json:"state"`
 	Revoke    string `json:"revoke,omitempty"`
 	Outcome   string `json:"outcome,omitempty"`
+	Retryable bool   `json:"retryable,omitempty"`
 	Ref       string `json:"ref,omitempty"`
+	Message   string `json:"message,omitempty"`
 	GrantedAt string `json:"granted_at"`
 	EndedAt   string `json:"ended_at,omitempty"`
 }
 
 func leaseViewOf(l *pb.Lease) leaseView {
 	v := leaseView{Token: l.GetToken(), JobID: l.GetJobId(), Worker: l.GetWorkerId(),
-		State: enumName(l.GetState().String(), "LEASE_STATE_"), Ref: l.GetRef(),
+		State: enumName(l.GetState().String(), "LEASE_STATE_"), Ref: l.GetRef(), Message: l.GetMessage(), Retryable: l.GetRetryable(),
 		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt())}
 	if l.GetRevoke() != pb.Revoke_REVOKE_NONE {
 		v.Revoke = enumName(l.GetRevoke().String(), "REVOKE_")

@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// raftTimingsTOML is each test node's config file: Raft timeouts can only
+// be set there, and fast ones keep elections short.
+const raftTimingsTOML = `# leasehold e2e test node
+[raft]
+heartbeat_timeout = "300ms"
+election_timeout = "300ms"
+leader_lease_timeout = "150ms"
+`
+
+type node struct {
+	id, raftAddr, apiAddr string
+	proc                  *proc
+	killed                bool // by the test, on purpose
+}
+
+// kill is SIGKILL, as a crash: no handover, no cleanup.
+func (n *node) kill(t testing.TB) {
+	t.Helper()
+	n.killed = true
+	n.proc.kill(t)
+}
+
+// cluster is n `leasehold server` processes on loopback.
+type cluster struct {
+	nodes []*node
+}
+
+// startCluster starts n servers (1 or 3) with fast timings and waits until
+// they agree on a ready leader.
+func startCluster(t testing.TB, n int) *cluster {
+	t.Helper()
+	c := &cluster{}
+	var joins []string
+	for i := range n {
+		nd := &node{id: fmt.Sprintf("node-%d", i+1), raftAddr: freeAddr(t), apiAddr: freeAddr(t)}
+		c.nodes = append(c.nodes, nd)
+		joins = append(joins, nd.raftAddr)
+	}
+	for _, nd := range c.nodes {
+		cfg := filepath.Join(t.TempDir(), "leasehold.toml")
+		if err := os.WriteFile(cfg, []byte(raftTimingsTOML), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args := []string{"server", "--config", cfg, "--data-dir", t.TempDir(), "--node-id", nd.id,
+			"--raft-bind", nd.raftAddr, "--api-bind", nd.apiAddr, "--bootstrap-expect", fmt.Sprint(n),
+			"--renew-seconds", "0.2", "--grace-seconds", "2", "--toleration-seconds", "4"}
+		if n > 1 {
+			args = append(args, "--join", strings.Join(joins, ","))
+		}
+		nd.proc = startProc(t, nd.id, 0, baseEnv(), args...)
+	}
+	c.waitReady(t)
+	return c
+}
+
+// endpoints lists every node's API address, comma separated.
+func (c *cluster) endpoints() string {
+	var eps []string
+	for _, n := range c.nodes {
+		eps = append(eps, n.apiAddr)
+	}
+	return strings.Join(eps, ",")
+}
+
+// env is the CLI's environment for this cluster: LEASEHOLD_ENDPOINTS.
+func (c *cluster) env() []string {
+	return append(baseEnv(), "LEASEHOLD_ENDPOINTS="+c.endpoints())
+}
+
+// cli runs a command that must succeed against the cluster.
+func (c *cluster) cli(t testing.TB, args ...string) string {
+	t.Helper()
+	return mustCLI(t, c.env(), args...)
+}
+
+func (c *cluster) node(id string) *node {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	return nil
+}
+
+// statusJSON is `cluster status -o json`, the fields the tests read.
+type statusJSON struct {
+	NodeID    string `json:"node_id"`
+	State     string `json:"state"`
+	Term      uint64 `json:"term"`
+	LeaderID  string `json:"leader_id"`
+	LeaderAPI string `json:"leader_api"`
+	Ready     bool   `json:"ready"`
+}
+
+// status is one node's own view (cluster status is answered by the node
+// asked, without retries).
+func status(t testing.TB, apiAddr string) (statusJSON, error) {
+	t.Helper()
+	r := runCLI(t, baseEnv(), "--endpoints", apiAddr, "--timeout", "2s", "cluster", "status", "-o", "json")
+	if r.code != 0 {
+		return statusJSON{}, fmt.Errorf("cluster status at %s: exit %d: %s", apiAddr, r.code, strings.TrimSpace(r.stderr))
+	}
+	var st statusJSON
+	if err := json.Unmarshal([]byte(r.stdout), &st); err != nil {
+		return st, fmt.Errorf("cluster status at %s: %v: %s", apiAddr, err, r.stdout)
+	}
+	return st, nil
+}
+
+// waitReady waits until every node the test did not kill is ready and names
+// the same leader, one of them, and returns that leader. A node that exited
+// on its own fails the test at once.
+func (c *cluster) waitReady(t testing.TB) *node {
+	t.Helper()
+	var leader *node
+	waitFor(t, readyBound, "a ready leader all running nodes agree on", func() error {
+		leader = nil
+		for _, n := range c.nodes {
+			if n.killed {
+				continue
+			}
+			if n.proc.exited() {
+				t.Fatalf("%s exited: %s\n%s", n.id, n.proc.cmd.ProcessState, tail(n.proc.stderr.String()))
+			}
+			st, err := status(t, n.apiAddr)
+			if err != nil {
+				return err
+			}
+			if st.NodeID != n.id {
+				t.Fatalf("cluster status at %s answered by %q, want %s", n.apiAddr, st.NodeID, n.id)
+			}
+			if !st.Ready || st.LeaderID == "" {
+				return fmt.Errorf("%s: %+v", n.id, st)
+			}
+			l := c.node(st.LeaderID)
+			if l == nil || l.killed || l.apiAddr != st.LeaderAPI {
+				return fmt.Errorf("%s names leader %s at %s, not a running node", n.id, st.LeaderID, st.LeaderAPI)
+			}
+			if leader != nil && leader != l {
+				return fmt.Errorf("nodes disagree on the leader: %s and %s", leader.id, l.id)
+			}
+			leader = l
+		}
+		if leader == nil {
+			return errors.New("every node was killed")
+		}
+		return nil
+	})
+	return leader
+}
+
+// jobJSON is `job get -o json`.
+type jobJSON struct {
+	ID       string      `json:"id"`
+	State    string      `json:"state"`
+	Queue    string      `json:"queue"`
+	Kind     string      `json:"kind"`
+	Attempts uint32      `json:"attempts"`
+	Token    uint64      `json:"token"`
+	Worker   string      `json:"worker"`
+	Outcome  string      `json:"outcome"`
+	Ref      string      `json:"ref"`
+	Reason   string      `json:"reason"`
+	Payload  string      `json:"payload"`
+	Leases   []leaseJSON `json:"leases"`
+}
+
+type leaseJSON struct {
+	Token   uint64 `json:"token"`
+	JobID   string `json:"job_id"`
+	Worker  string `json:"worker"`
+	State   string `json:"state"`
+	Revoke  string `json:"revoke"`
+	Outcome string `json:"outcome"`
+	Ref     string `json:"ref"`
+	Message string `json:"message"`
+}
+
+// job reads a job with `job get -o json ID`.
+func (c *cluster) job(t testing.TB, id string) jobJSON {
+	t.Helper()
+	var j jobJSON
+	decodeJSON(t, "job get "+id, c.cli(t, "job", "get", "-o", "json", id), &j)
+	return j
+}
+
+// waitJob waits until the job is in state and returns it.
+func (c *cluster) waitJob(t testing.TB, id, state string) jobJSON {
+	t.Helper()
+	var j jobJSON
+	waitFor(t, jobBound, "job "+id+" "+state, func() error {
+		if j = c.job(t, id); j.State != state {
+			return fmt.Errorf("state %s", j.State)
+		}
+		return nil
+	})
+	return j
+}
+
+// startWorker runs `leasehold worker run ARGS` against the cluster. At
+// cleanup it gets SIGTERM first, so it stops its command (give it a short
+// --kill-after and --drain) before SIGKILL.
+func (c *cluster) startWorker(t testing.TB, id string, args ...string) *proc {
+	t.Helper()
+	return startProc(t, "worker "+id, workerGrace, c.env(), append([]string{"worker", "run", "--id", id}, args...)...)
+}

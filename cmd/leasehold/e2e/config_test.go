@@ -1,0 +1,59 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// A server with a bad configuration exits non-zero at once, and its error
+// names the offending key or field.
+func TestBadConfigFails(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		toml  string
+		flags []string
+		want  string // in stderr
+	}{
+		{
+			name: "unknown key",
+			toml: "[plugins.executor]\nrenew_secondz = 5\n",
+			want: "plugins.executor.renew_secondz",
+		},
+		{
+			name: "grace not below toleration in the file",
+			toml: "[plugins.executor]\nrenew_seconds = 1\ngrace_seconds = 5\ntoleration_seconds = 5\n",
+			want: "grace_seconds",
+		},
+		{
+			name: "grace not below toleration in flags",
+			// The file alone is valid; the flag overrides it.
+			toml:  raftTimingsTOML + "[plugins.executor]\nrenew_seconds = 0.2\ngrace_seconds = 2\ntoleration_seconds = 4\n",
+			flags: []string{"--grace-seconds", "4"},
+			want:  "grace_seconds",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := filepath.Join(t.TempDir(), "leasehold.toml")
+			if err := os.WriteFile(cfg, []byte(tc.toml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			// Free ports and a data dir of its own: should the config be
+			// accepted, the server runs (and the bound below fails the test)
+			// rather than fights over a port.
+			args := append([]string{"server", "--config", cfg, "--data-dir", t.TempDir(), "--node-id", "bad",
+				"--raft-bind", freeAddr(t), "--api-bind", freeAddr(t), "--bootstrap-expect", "1"}, tc.flags...)
+			p := startProc(t, "server", 0, baseEnv(), args...)
+			if code := p.wait(t, exitBound); code == 0 {
+				t.Errorf("exit 0, want non-zero")
+			}
+			stderr := p.stderr.String()
+			if !strings.Contains(stderr, tc.want) || !strings.HasPrefix(stderr, "leasehold: ") {
+				t.Errorf("stderr %q, want a \"leasehold: \" error naming %s", stderr, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,96 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// `leasehold dev` serves on fixed ports that the CLI's default endpoints
+// reach with no flag; Ctrl-C stops it with exit 0, and a --data-dir it was
+// given keeps the cluster's state for the next start.
+//
+// Not parallel: it needs the fixed ports 7701-7703 and 7711-7713, and is
+// skipped if anything (a developer's own `leasehold dev`) holds one.
+func TestDevCluster(t *testing.T) {
+	requireBinary(t)
+	for port := range devPorts {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Skipf("port %d is taken (a leasehold dev running?): %v", port, err)
+		}
+		l.Close()
+	}
+	dir := t.TempDir()
+	// No --endpoints and no LEASEHOLD_ENDPOINTS: the defaults must reach dev.
+	env := baseEnv()
+
+	startDev := func() *proc {
+		t.Helper()
+		p := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", dir)
+		waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
+			if p.exited() {
+				t.Fatalf("leasehold dev exited: %s", p.stderr.String())
+			}
+			r := runCLI(t, env, "--timeout", "2s", "cluster", "status", "-o", "json")
+			if r.code != 0 {
+				return fmt.Errorf("exit %d: %s", r.code, strings.TrimSpace(r.stderr))
+			}
+			var st statusJSON
+			decodeJSON(t, "cluster status", r.stdout, &st)
+			if !st.Ready || st.LeaderID == "" {
+				return fmt.Errorf("%+v", st)
+			}
+			return nil
+		})
+		return p
+	}
+	interrupt := func(p *proc) {
+		t.Helper()
+		p.cmd.Process.Signal(syscall.SIGINT)
+		if code := p.wait(t, exitBound); code != 0 {
+			t.Fatalf("leasehold dev exited %d after SIGINT; stderr: %s", code, p.stderr.String())
+		}
+		if !strings.Contains(p.stdout.String(), "leasehold dev: stopping") {
+			t.Errorf("stdout %q lacks the stopping line", p.stdout.String())
+		}
+	}
+
+	dev := startDev()
+	if !strings.Contains(dev.stdout.String(), "data in "+dir) {
+		t.Errorf("dev's banner %q does not name the data dir %s", dev.stdout.String(), dir)
+	}
+	mustCLI(t, env, "job", "submit", "--id", "dev-job", "--payload", "from the e2e test")
+	interrupt(dev)
+
+	var kept []string
+	filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dir, path)
+			kept = append(kept, rel)
+		}
+		return nil
+	})
+	sort.Strings(kept)
+	for i := 1; i <= 3; i++ {
+		for _, f := range []string{"raft.db", "node-id"} {
+			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("node-%d", i), f)); err != nil {
+				t.Errorf("after dev stopped: %v (kept: %v)", err, kept)
+			}
+		}
+	}
+
+	// The same data dir again: the job is still there.
+	dev = startDev()
+	var j jobJSON
+	decodeJSON(t, "job get", mustCLI(t, env, "job", "get", "-o", "json", "dev-job"), &j)
+	if j.ID != "dev-job" || j.Payload != "from the e2e test" || j.State != "queued" {
+		t.Errorf("after a restart on the same data dir: %+v", j)
+	}
+	interrupt(dev)
+}

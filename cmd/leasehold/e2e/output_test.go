@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// Every list command's -o json output parses: job list, cluster members,
+// worker list and lease list as JSON arrays (empty ones as [], not null),
+// events as one JSON object per line.
+func TestListOutputJSON(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	for _, id := range []string{"list-1", "list-2"} {
+		c.cli(t, "job", "submit", "--id", id, "--queue", "ql", "--payload", "p-"+id)
+	}
+	// A worker holds list-1 until the test lets its command finish, so the
+	// lease list has a live lease to show. (The loop gives up after a minute
+	// or so, should the test binary die and leave it behind.)
+	release := filepath.Join(t.TempDir(), "release")
+	w := c.startWorker(t, "wl", "--once", "--queue", "ql", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo started; n=0; while [ ! -e "$1" ] && [ $n -lt 1200 ]; do sleep 0.05; n=$((n+1)); done`, "sh", release)
+	running := c.waitJob(t, "list-1", "running")
+
+	t.Run("job list", func(t *testing.T) {
+		var jobs []jobJSON
+		decodeJSON(t, "job list", c.cli(t, "job", "list", "--queue", "ql", "-o", "json"), &jobs)
+		states := map[string]string{}
+		for _, j := range jobs {
+			states[j.ID] = j.State
+		}
+		if len(jobs) != 2 || states["list-1"] != "running" || states["list-2"] != "queued" {
+			t.Errorf("job list: %+v, want list-1 running and list-2 queued", jobs)
+		}
+		if out := c.cli(t, "job", "list", "--queue", "no-such-queue", "-o", "json"); strings.TrimSpace(out) != "[]" {
+			t.Errorf("empty job list: %q, want []", out)
+		}
+	})
+	t.Run("cluster members", func(t *testing.T) {
+		var members []struct {
+			ID       string `json:"id"`
+			RaftAddr string `json:"raft_addr"`
+			APIAddr  string `json:"api_addr"`
+			Voter    bool   `json:"voter"`
+			Leader   bool   `json:"leader"`
+		}
+		decodeJSON(t, "cluster members", c.cli(t, "cluster", "members", "-o", "json"), &members)
+		leaders := 0
+		for _, m := range members {
+			n := c.node(m.ID)
+			if n == nil || m.RaftAddr != n.raftAddr || m.APIAddr != n.apiAddr || !m.Voter {
+				t.Errorf("member %+v does not match a started voter", m)
+			}
+			if m.Leader {
+				leaders++
+			}
+		}
+		if len(members) != 3 || leaders != 1 {
+			t.Errorf("cluster members: %+v, want 3 voters, one leader", members)
+		}
+	})
+	t.Run("worker list", func(t *testing.T) {
+		var workers []struct {
+			ID         string `json:"id"`
+			Capacity   uint32 `json:"capacity"`
+			Registered string `json:"registered_at"`
+		}
+		decodeJSON(t, "worker list", c.cli(t, "worker", "list", "-o", "json"), &workers)
+		if len(workers) != 1 || workers[0].ID != "wl" || workers[0].Capacity != 1 || workers[0].Registered == "" {
+			t.Errorf("worker list: %+v, want wl with capacity 1", workers)
+		}
+	})
+	t.Run("lease list", func(t *testing.T) {
+		var leases []leaseJSON
+		decodeJSON(t, "lease list", c.cli(t, "lease", "list", "-o", "json", "wl"), &leases)
+		if len(leases) != 1 || leases[0].JobID != "list-1" || leases[0].Token != running.Token || leases[0].Worker != "wl" {
+			t.Errorf("lease list wl: %+v, want list-1's lease, token %d", leases, running.Token)
+		}
+		if out := c.cli(t, "lease", "list", "-o", "json", "nobody"); strings.TrimSpace(out) != "[]" {
+			t.Errorf("empty lease list: %q, want []", out)
+		}
+	})
+	t.Run("events", func(t *testing.T) {
+		out := c.cli(t, "events", "-o", "json")
+		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+		var last uint64
+		types := map[string]int{}
+		for i, line := range lines {
+			var ev struct {
+				Seq   uint64 `json:"seq"`
+				Time  string `json:"time"`
+				Type  string `json:"type"`
+				JobID string `json:"job_id"`
+			}
+			if err := json.Unmarshal([]byte(line), &ev); err != nil {
+				t.Fatalf("events line %d is not one JSON object (%v): %q", i+1, err, line)
+			}
+			if ev.Seq <= last || ev.Type == "" || ev.Time == "" {
+				t.Errorf("events line %d: %+v after seq %d", i+1, ev, last)
+			}
+			last = ev.Seq
+			types[ev.Type]++
+		}
+		if types["job.submitted"] != 2 || types["lease.acquired"] != 1 {
+			t.Errorf("event types %v, want 2 job.submitted and 1 lease.acquired", types)
+		}
+	})
+
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker exited %d", code)
+	}
+}
+
+// A failing command exits 1 with one line on stderr: "leasehold: ", then
+// the API's reason when there is one.
+func TestErrorExit(t *testing.T) {
+	t.Parallel()
+	oneLine := func(t *testing.T, r result, prefix string) {
+		t.Helper()
+		if r.code != 1 {
+			t.Errorf("exit %d, want 1", r.code)
+		}
+		if !strings.HasPrefix(r.stderr, prefix) || strings.Count(r.stderr, "\n") != 1 || !strings.HasSuffix(r.stderr, "\n") {
+			t.Errorf("stderr %q, want one line starting %q", r.stderr, prefix)
+		}
+		if r.stdout != "" {
+			t.Errorf("stdout %q, want nothing", r.stdout)
+		}
+	}
+	t.Run("not found", func(t *testing.T) {
+		c := startCluster(t, 1)
+		oneLine(t, runCLI(t, c.env(), "job", "get", "does-not-exist"), "leasehold: NOT_FOUND")
+	})
+	t.Run("unreachable", func(t *testing.T) {
+		// Nothing listens there; cluster status tries once.
+		r := runCLI(t, baseEnv(), "--endpoints", freeAddr(t), "cluster", "status")
+		oneLine(t, r, "leasehold: ")
+		if strings.HasPrefix(r.stderr, "leasehold: leasehold:") {
+			t.Errorf("stderr %q says leasehold twice", r.stderr)
+		}
+	})
+}
+
+func TestVersionAndCompletion(t *testing.T) {
+	t.Parallel()
+	env := baseEnv()
+	versionLine := regexp.MustCompile(`^leasehold \S+ \(\S+\)\n$`)
+	if out := mustCLI(t, env, "version"); !versionLine.MatchString(out) {
+		t.Errorf("leasehold version: %q, want \"leasehold VERSION (COMMIT)\"", out)
+	}
+	var v map[string]string
+	decodeJSON(t, "version -o json", mustCLI(t, env, "version", "-o", "json"), &v)
+	if v["version"] == "" || v["commit"] == "" {
+		t.Errorf("version -o json: %v", v)
+	}
+	if out := mustCLI(t, env, "completion", "bash"); !strings.Contains(out, "complete") || !strings.Contains(out, "_leasehold") {
+		t.Errorf("completion bash: %q", out)
+	}
+	if out := mustCLI(t, env, "completion", "zsh"); !strings.Contains(out, "compdef _leasehold leasehold") {
+		t.Errorf("completion zsh: %q", out)
+	}
+	if r := runCLI(t, env, "completion", "fish"); r.code != 1 || !strings.HasPrefix(r.stderr, "leasehold: ") {
+		t.Errorf("completion fish: exit %d, stderr %q; want exit 1 and a message", r.code, r.stderr)
+	}
+}

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// A job submitted with --payload @FILE runs under `worker run --once`: the
+// command sees the job id, the token and the payload, its ref file becomes
+// the report's ref, and the worker exits 0 after that one job.
+func TestWorkerRunCompletesJob(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	payload := "first line\nsecond line with $HOME, 'quotes' and \"more\"\n"
+	file := filepath.Join(t.TempDir(), "payload.txt")
+	if err := os.WriteFile(file, []byte(payload), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var submitted jobJSON
+	decodeJSON(t, "job submit", c.cli(t, "job", "submit", "--id", "build-42", "--payload", "@"+file, "-o", "json"), &submitted)
+	if submitted.ID != "build-42" || submitted.State != "queued" || submitted.Payload != payload {
+		t.Fatalf("submitted %+v", submitted)
+	}
+
+	w := c.startWorker(t, "w1", "--once", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "$LEASEHOLD_JOB_ID $LEASEHOLD_TOKEN"; cat; echo ref-123 > "$LEASEHOLD_REF_FILE"`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d", code)
+	}
+
+	out := c.cli(t, "job", "get", "-o", "json", "build-42")
+	var fields map[string]any
+	decodeJSON(t, "job get", out, &fields)
+	if fields["id"] != "build-42" || fields["state"] != "reported" {
+		t.Fatalf("job get: id %v, state %v, want build-42, reported", fields["id"], fields["state"])
+	}
+	var j jobJSON
+	decodeJSON(t, "job get", out, &j)
+	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 {
+		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123 and one lease", j)
+	}
+	stdout := w.stdout.String()
+	if want := fmt.Sprintf("build-42 %d\n", j.Token); !strings.HasPrefix(stdout, want) {
+		t.Errorf("command's first line: %q, want %q (job id and token)", stdout, want)
+	}
+	if !strings.Contains(stdout, payload) {
+		t.Errorf("command's stdout %q lacks the payload %q (its stdin)", stdout, payload)
+	}
+
+	// main.go promises that global flags work after the command's
+	// arguments too: "leasehold job get X -o json".
+	t.Run("output flag after the argument", func(t *testing.T) {
+		r := runCLI(t, c.env(), "job", "get", "build-42", "-o", "json")
+		var after jobJSON
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &after) != nil || after.ID != "build-42" {
+			t.Errorf("leasehold job get build-42 -o json: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+}
+
+// A command's exit status decides the report: 75 (EX_TEMPFAIL) is a
+// retryable failure, so the job is queued again; any other non-zero status
+// fails it for good, with the command's stderr tail as the message.
+func TestExitStatusMapping(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	// Each job in a queue of its own, so a requeued job is never picked up by
+	// the next worker.
+	c.cli(t, "job", "submit", "--id", "tempfail", "--queue", "q75")
+	w := c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "try again later" >&2; exit 75`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker exited %d", code)
+	}
+	j := c.job(t, "tempfail")
+	if j.State != "queued" || j.Attempts != 1 || len(j.Leases) != 1 || j.Leases[0].State != "reported" || j.Leases[0].Outcome != "failed" {
+		t.Fatalf("after exit 75: %+v, want queued with attempts 1 and one reported failed lease", j)
+	}
+	if !strings.Contains(j.Leases[0].Message, "try again later") {
+		t.Errorf("after exit 75: lease message %q lacks the stderr tail %q", j.Leases[0].Message, "try again later")
+	}
+
+	c.cli(t, "job", "submit", "--id", "broken", "--queue", "q3")
+	w = c.startWorker(t, "w3", "--once", "--queue", "q3", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "step 1 ok"; echo "boom: disk full" >&2; exit 3`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker exited %d", code)
+	}
+	j = c.job(t, "broken")
+	if j.State != "reported" || j.Outcome != "failed" || j.Attempts != 1 || len(j.Leases) != 1 {
+		t.Fatalf("after exit 3: %+v, want reported failed after one attempt", j)
+	}
+	if msg := j.Leases[0].Message + " " + j.Reason; !strings.Contains(msg, "exit status 3") || !strings.Contains(msg, "boom: disk full") {
+		t.Errorf("after exit 3: lease message %q, job reason %q; want the exit status and the stderr tail %q",
+			j.Leases[0].Message, j.Reason, "boom: disk full")
+	}
+}
+
+var startedLine = regexp.MustCompile(`(?m)^started (\d+)$`)
+
+// commandPID waits until the worker's command printed "started PID".
+func commandPID(t *testing.T, w *proc) int {
+	t.Helper()
+	var pid int
+	waitFor(t, jobBound, "the command to print its pid", func() error {
+		m := startedLine.FindStringSubmatch(w.stdout.String())
+		if m == nil {
+			return fmt.Errorf("stdout %q", w.stdout.String())
+		}
+		pid, _ = strconv.Atoi(m[1])
+		return nil
+	})
+	return pid
+}
+
+// processGone says whether pid no longer exists (it was reaped).
+func processGone(pid int) bool {
+	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+}
+
+// `job cancel` reaches a running command as SIGTERM and the job is reported
+// cancelled; `job kill` ends a command that survives SIGTERM with SIGKILL
+// after --kill-after, and the job is reported killed.
+func TestCancelAndKillReachCommand(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	t.Run("cancel", func(t *testing.T) {
+		c.cli(t, "job", "submit", "--id", "long-1", "--queue", "qc")
+		w := c.startWorker(t, "wc", "--once", "--queue", "qc", "--kill-after", "5s", "--drain", "2s", "--",
+			"sh", "-c", `trap 'echo got-term; exit 0' TERM; echo started $$; sleep 60; exit 9`)
+		pid := commandPID(t, w)
+		c.waitJob(t, "long-1", "running")
+
+		c.cli(t, "job", "cancel", "long-1")
+		waitFor(t, jobBound, "the command to get SIGTERM", func() error {
+			if !strings.Contains(w.stdout.String(), "got-term") {
+				return fmt.Errorf("stdout %q", w.stdout.String())
+			}
+			return nil
+		})
+		if code := w.wait(t, exitBound); code != 0 {
+			t.Fatalf("worker exited %d", code)
+		}
+		j := c.waitJob(t, "long-1", "reported")
+		if j.Outcome != "cancelled" || len(j.Leases) != 1 || j.Leases[0].Revoke != "cancel" {
+			t.Fatalf("cancelled job: %+v, want outcome cancelled on a lease revoked with cancel", j)
+		}
+		if !processGone(pid) {
+			t.Errorf("command pid %d still exists", pid)
+		}
+	})
+
+	t.Run("kill", func(t *testing.T) {
+		c.cli(t, "job", "submit", "--id", "stubborn-1", "--queue", "qk")
+		// The trap survives SIGTERM (and says so); only SIGKILL ends the
+		// loop before its minute is up.
+		w := c.startWorker(t, "wk", "--once", "--queue", "qk", "--kill-after", "500ms", "--drain", "2s", "--",
+			"sh", "-c", `trap 'echo term-ignored' TERM; echo started $$; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 5; done; exit 9`)
+		pid := commandPID(t, w)
+		c.waitJob(t, "stubborn-1", "running")
+
+		c.cli(t, "job", "kill", "stubborn-1")
+		if code := w.wait(t, exitBound); code != 0 {
+			t.Fatalf("worker exited %d", code)
+		}
+		if !strings.Contains(w.stdout.String(), "term-ignored") {
+			t.Errorf("the command never saw SIGTERM before SIGKILL; stdout %q", w.stdout.String())
+		}
+		j := c.waitJob(t, "stubborn-1", "reported")
+		if j.Outcome != "killed" || len(j.Leases) != 1 || j.Leases[0].Revoke != "kill" {
+			t.Fatalf("killed job: %+v, want outcome killed on a lease revoked with kill", j)
+		}
+		if !processGone(pid) {
+			t.Errorf("command pid %d still exists", pid)
+		}
+	})
+}
