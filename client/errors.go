@@ -254,7 +254,9 @@ func classify(e *Error) verdict {
 		return giveUp
 	}
 	switch e.Code {
-	case connect.CodeUnavailable, connect.CodeDeadlineExceeded:
+	case connect.CodeUnavailable, connect.CodeDeadlineExceeded, connect.CodeCanceled:
+		// Canceled by the other side (a node shutting down): the caller's
+		// own context is checked before this, so it is alive.
 		return backOff
 	}
 	if isNetworkError(e.cause) {

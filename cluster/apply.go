@@ -16,8 +16,8 @@ import (
 // *NotLeaderError, ErrNotReady, ErrLeadershipLost or ErrTimeout (the last
 // two: the outcome is unknown; commands are idempotent, retry them).
 //
-// Commands a worker sends (start, report, release) count as hearing from
-// it. Acquire and heartbeats have their own entry points.
+// Commands a worker sends (register, start, report, release) count as
+// hearing from it. Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	switch cmd.(type) {
 	case *fsm.Acquire, *fsm.Expire:
@@ -37,6 +37,10 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 
 func workerOf(cmd fsm.Command) string {
 	switch c := cmd.(type) {
+	case *fsm.RegisterWorker:
+		// A restarted worker counts its self-stop from its registration:
+		// the leader must count its silence from there too.
+		return c.WorkerID
 	case *fsm.Start:
 		return c.WorkerID
 	case *fsm.Report:

@@ -146,6 +146,10 @@ func (c *Config) Validate() error {
 	if err := checkDialable(c.APIAddr); err != nil {
 		return bad("api_addr", c.APIAddr, "%v", err)
 	}
+	if isUnspecified(c.APIAddr) {
+		// It is the address clients and followers are sent to.
+		return bad("api_addr", c.APIAddr, "set an address clients can reach (api_advertise)")
+	}
 	switch c.BootstrapExpect {
 	case 0, 1, 3, 5:
 	default:

@@ -155,13 +155,21 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 // Hash returns a SHA-256 of the state's canonical encoding. Replicas that
 // applied the same log (or restored the same snapshot) have the same hash.
 func (f *FSM) Hash() [32]byte {
+	h, _ := f.HashAt()
+	return h
+}
+
+// HashAt is Hash with the index of the state it hashed: one frozen
+// snapshot gives both, whatever is applied meanwhile.
+func (f *FSM) HashAt() ([32]byte, uint64) {
+	snap := f.Snapshot()
 	h := sha256.New()
-	if _, err := f.Snapshot().WriteTo(h); err != nil {
+	if _, err := snap.WriteTo(h); err != nil {
 		panic(err) // writing to a hash cannot fail
 	}
 	var out [32]byte
 	h.Sum(out[:0])
-	return out
+	return out, snap.LastIndex()
 }
 
 // snapReader reads framed records and checks the checksum at the end.

@@ -74,8 +74,8 @@ func TestErrorReasons(t *testing.T) {
 			t.Errorf("reason %s is produced by no error", r)
 		}
 	}
-	if toWire(context.Canceled).(*connect.Error).Code() != connect.CodeCanceled {
-		t.Error("a cancelled call is not CANCELED")
+	if d := transport.DetailOf(toWire(context.Canceled)); d.GetReason() != transport.ReasonShuttingDown {
+		t.Error("a request cancelled by the server's shutdown does not send the client elsewhere")
 	}
 }
 

@@ -21,16 +21,10 @@ type clusterService struct{ s *Server }
 func (c clusterService) Status(ctx context.Context, req *connect.Request[pb.StatusRequest]) (*connect.Response[pb.StatusResponse], error) {
 	st := c.s.status()
 	if req.Msg.GetIncludeHash() {
-		// The hash and the index are read together only if nothing applied
-		// in between; retry until they match.
-		for {
-			idx := c.s.node.Status().AppliedIndex
-			h := c.s.node.FSM().Hash()
-			if c.s.node.Status().AppliedIndex == idx {
-				st.StateHash, st.AppliedIndex = h[:], idx
-				break
-			}
-		}
+		// One frozen snapshot gives the hash and the state machine index it
+		// is the state of, together.
+		h, idx := c.s.node.FSM().HashAt()
+		st.StateHash, st.StateIndex = h[:], idx
 	}
 	return connect.NewResponse(st), nil
 }
@@ -113,7 +107,9 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	if _, err := s.node.SaveSnapshot(r.Context(), w); err != nil {
+	// The stream ends with a checksum: a transfer cut short is refused by
+	// whoever reads it (snapshot inspect, restore).
+	if _, err := s.node.FSM().Snapshot().WriteTo(w); err != nil {
 		s.log.Warn("snapshot_save_failed", "error", err)
 	}
 }
@@ -124,7 +120,7 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 	if !s.allowHTTP(w, r) {
 		return
 	}
-	stats, err := s.node.RestoreSnapshot(r.Context(), r.Body)
+	stats, err := s.node.RestoreSnapshot(r.Context(), http.MaxBytesReader(w, r.Body, MaxSnapshotBytes))
 	if err != nil {
 		s.proxyOrFail(w, r, err)
 		return
@@ -161,6 +157,12 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // metrics serves the node's counters in the Prometheus text format.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
+	if len(s.tokens) > 0 {
+		if _, ok := s.roleOf(r.Header); !ok {
+			writeError(w, toWire(errUnauthenticated))
+			return
+		}
+	}
 	m := s.node.Metrics()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	b := func(v bool) int {

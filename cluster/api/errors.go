@@ -56,7 +56,10 @@ func toWire(err error) error {
 		return cerr
 	}
 	if errors.Is(err, context.Canceled) {
-		return connect.NewError(connect.CodeCanceled, err)
+		// The caller hung up (it will not read this) or the server is
+		// shutting down (HTTPServer.Shutdown cancels requests in flight):
+		// either way the answer is "try another node".
+		return transport.NewError(transport.ReasonShuttingDown, err, nil)
 	}
 	detail := &pb.ErrorDetail{}
 	var nl *cluster.NotLeaderError

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
@@ -180,6 +181,10 @@ func (h hintInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 	}
 }
 
+// MaxSnapshotBytes bounds a restore's body: it is written to the data dir,
+// beside the Raft log, before it is checked.
+const MaxSnapshotBytes = 16 << 30
+
 // HTTPServer serves the API on a listener.
 type HTTPServer struct {
 	srv    *http.Server
@@ -191,7 +196,8 @@ type HTTPServer struct {
 // and HTTP/2 without TLS (h2c), so gRPC clients work too.
 func Serve(ln net.Listener, h http.Handler, tlsConf *tls.Config) *HTTPServer {
 	base, cancel := context.WithCancel(context.Background())
-	srv := &http.Server{Handler: h, TLSConfig: tlsConf, BaseContext: func(net.Listener) context.Context { return base }}
+	srv := &http.Server{Handler: h, TLSConfig: tlsConf, BaseContext: func(net.Listener) context.Context { return base },
+		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	if tlsConf == nil {
@@ -217,8 +223,8 @@ func Serve(ln net.Listener, h http.Handler, tlsConf *tls.Config) *HTTPServer {
 }
 
 // Shutdown stops accepting and ends every request in flight: long polls
-// and event streams return at once (their clients retry another node),
-// then it waits, bounded by ctx, for handlers to finish.
+// and event streams return at once, answered SHUTTING_DOWN so clients retry
+// another node, then it waits, bounded by ctx, for handlers to finish.
 func (h *HTTPServer) Shutdown(ctx context.Context) error {
 	h.cancel()
 	err := h.srv.Shutdown(ctx)

@@ -139,8 +139,11 @@ type StatusResponse struct {
 	LiveLeases   uint32                 `protobuf:"varint,16,opt,name=live_leases,json=liveLeases,proto3" json:"live_leases,omitempty"`
 	LastEventSeq uint64                 `protobuf:"varint,17,opt,name=last_event_seq,json=lastEventSeq,proto3" json:"last_event_seq,omitempty"`
 	Timings      *Timings               `protobuf:"bytes,18,opt,name=timings,proto3" json:"timings,omitempty"`
-	// With include_hash: replicas at the same applied_index have equal hashes.
+	// With include_hash: a SHA-256 of the state machine's state at
+	// state_index (the raft index of the last command it applied); replicas
+	// at the same state_index have equal hashes.
 	StateHash     []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateIndex    uint64 `protobuf:"varint,20,opt,name=state_index,json=stateIndex,proto3" json:"state_index,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -306,6 +309,13 @@ func (x *StatusResponse) GetStateHash() []byte {
 		return x.StateHash
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetStateIndex() uint64 {
+	if x != nil {
+		return x.StateIndex
+	}
+	return 0
 }
 
 type Member struct {
@@ -737,7 +747,7 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\finclude_hash\x18\x01 \x01(\bR\vincludeHash\"N\n" +
 	"\bJobCount\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xdc\x04\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xfd\x04\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -763,7 +773,9 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\x0elast_event_seq\x18\x11 \x01(\x04R\flastEventSeq\x12/\n" +
 	"\atimings\x18\x12 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\x12\x1d\n" +
 	"\n" +
-	"state_hash\x18\x13 \x01(\fR\tstateHash\"~\n" +
+	"state_hash\x18\x13 \x01(\fR\tstateHash\x12\x1f\n" +
+	"\vstate_index\x18\x14 \x01(\x04R\n" +
+	"stateIndex\"~\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
