@@ -142,6 +142,10 @@ func snapshotCommand() *cli.Command {
 						return err
 					}
 					tmp.Close()
+					// Check the new backup before it replaces an old one.
+					if _, err := inspectFile(tmp.Name()); err != nil {
+						return err
+					}
 					if err := os.Rename(tmp.Name(), path); err != nil {
 						return err
 					}

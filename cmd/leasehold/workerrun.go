@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -122,8 +123,16 @@ func (r *commandRunner) run(ctx context.Context, j *client.Job) (client.Result, 
 	if len(j.Payload) < 32<<10 && utf8.Valid(j.Payload) && !bytes.ContainsRune(j.Payload, 0) {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_PAYLOAD="+string(j.Payload))
 	}
-	// Its own process group, so a stop reaches whatever the command started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Its own process group, so a stop reaches whatever the command started;
+	// and killed with the worker, so a crashed worker leaves no job running
+	// that its restart would hand to someone else. The parent-death signal
+	// follows the thread that started the child: keep this goroutine on it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A process that leaves the group but keeps stderr open must not keep
+	// the job "running" forever.
+	cmd.WaitDelay = r.killAfter
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	if err := cmd.Start(); err != nil {
 		return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Message: err.Error()}, nil
 	}
@@ -133,17 +142,29 @@ func (r *commandRunner) run(ctx context.Context, j *client.Job) (client.Result, 
 	select {
 	case waitErr = <-done:
 	case <-ctx.Done():
-		// Revoked, lost, or shutting down: SIGTERM the group, then SIGKILL.
+		// Revoked or shutting down: SIGTERM the group, then SIGKILL after
+		// --kill-after. Lost (or stopped by the worker itself): the lease
+		// is ending now, so there is no time for a graceful stop.
+		grace := r.killAfter
+		if errors.Is(context.Cause(ctx), client.ErrLeaseLost) {
+			grace = 0
+		}
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case waitErr = <-done:
-		case <-time.After(r.killAfter):
+		case <-time.After(grace):
 			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			waitErr = <-done
 		}
 	}
 	ref := readRef(refFile.Name())
 	if cause := context.Cause(ctx); ctx.Err() != nil {
+		if errors.Is(cause, client.ErrShutdown) {
+			// Nobody cancelled the job: the worker is stopping. An error
+			// makes the runtime release the lease, so the job runs again
+			// elsewhere without using an attempt.
+			return client.Result{}, cause
+		}
 		outcome := pb.Outcome_OUTCOME_CANCELLED
 		var rev *client.RevokedError
 		if errors.As(cause, &rev) && rev.Kill {
