@@ -30,15 +30,27 @@ func main() {
 	}
 }
 
-// globalFlags may be given before the command or after it.
+// globalFlags may be given before the command or after it. Only the
+// app-level copies read LEASEHOLD_* variables, so a flag given on the
+// command line, anywhere, beats the environment.
 func globalFlags() []cli.Flag {
+	return withEnv(false)
+}
+
+func withEnv(env bool) []cli.Flag {
+	e := func(name string) []string {
+		if env {
+			return []string{name}
+		}
+		return nil
+	}
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "endpoints", Aliases: []string{"e"}, EnvVars: []string{"LEASEHOLD_ENDPOINTS"},
+		&cli.StringSliceFlag{Name: "endpoints", Aliases: []string{"e"}, EnvVars: e("LEASEHOLD_ENDPOINTS"),
 			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (leasehold dev's by default)"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"LEASEHOLD_TOKEN"}, Usage: "bearer token"},
-		&cli.StringFlag{Name: "ca-file", EnvVars: []string{"LEASEHOLD_CA_FILE"}, Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
-		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: []string{"LEASEHOLD_OUTPUT"}, Value: "table", Usage: "table or json"},
-		&cli.DurationFlag{Name: "timeout", EnvVars: []string{"LEASEHOLD_TIMEOUT"}, Value: 15 * time.Second, Usage: "bound on each command"},
+		&cli.StringFlag{Name: "token", EnvVars: e("LEASEHOLD_TOKEN"), Usage: "bearer token"},
+		&cli.StringFlag{Name: "ca-file", EnvVars: e("LEASEHOLD_CA_FILE"), Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
+		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: e("LEASEHOLD_OUTPUT"), Value: "table", Usage: "table or json"},
+		&cli.DurationFlag{Name: "timeout", EnvVars: e("LEASEHOLD_TIMEOUT"), Value: 15 * time.Second, Usage: "bound on each command"},
 	}
 }
 
@@ -79,11 +91,11 @@ func newAppTree() *cli.App {
 		Usage:                "a highly available lease service for job execution",
 		Version:              version,
 		EnableBashCompletion: true,
-		Flags:                globalFlags(),
+		Flags:                withEnv(true),
 		Commands: []*cli.Command{
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
-			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(),
+			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
 			{
 				Name: "version", Usage: "print the version",
 				Action: func(c *cli.Context) error {

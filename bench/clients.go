@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"crypto/tls"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/transport"
+)
+
+// fleet is the clients the callers share. With target leader every client
+// knows every endpoint and follows the leader; with target any there is one
+// client per endpoint that never leaves it, and calls rotate over them.
+type fleet struct {
+	clients    []*client.Client
+	transports []*http.Transport // ours, not the clients': closed by close
+	next       atomic.Uint64
+	wire       *wireCounter
+}
+
+// newFleet makes conns clients for target leader, or conns per endpoint for
+// target any. Each client has its own HTTP/2 connection per node.
+func newFleet(cfg *Config) (*fleet, error) {
+	f := &fleet{wire: &wireCounter{}}
+	groups := [][]string{cfg.Endpoints}
+	if cfg.Target == TargetAny {
+		groups = nil
+		for _, ep := range cfg.Endpoints {
+			groups = append(groups, []string{ep})
+		}
+	}
+	for range cfg.Conns {
+		for _, eps := range groups {
+			tr := newTransport(cfg.TLS)
+			f.transports = append(f.transports, tr)
+			hc := &http.Client{Transport: &wireTransport{
+				next:      tr,
+				count:     f.wire,
+				stripHint: cfg.Target == TargetAny,
+			}}
+			cl, err := client.New(client.Config{Endpoints: eps, Token: cfg.Token, TLS: cfg.TLS, HTTPClient: hc, CallTimeout: cfg.CallTimeout})
+			if err != nil {
+				f.close()
+				return nil, err
+			}
+			f.clients = append(f.clients, cl)
+		}
+	}
+	return f, nil
+}
+
+// pick returns the next client in rotation.
+func (f *fleet) pick() *client.Client {
+	return f.clients[(f.next.Add(1)-1)%uint64(len(f.clients))]
+}
+
+// first is the client for calls that are not load: setup, status, watch.
+func (f *fleet) first() *client.Client { return f.clients[0] }
+
+func (f *fleet) close() {
+	for _, c := range f.clients {
+		c.Close()
+	}
+	for _, t := range f.transports {
+		t.CloseIdleConnections()
+	}
+}
+
+// newTransport mirrors the client's own: HTTP/2 (h2c without TLS), so every
+// caller of one client shares one connection per node, as an application's
+// goroutines would.
+func newTransport(tlsConfig *tls.Config) *http.Transport {
+	protocols := new(http.Protocols)
+	if tlsConfig == nil {
+		protocols.SetUnencryptedHTTP2(true)
+	} else {
+		protocols.SetHTTP2(true)
+		protocols.SetHTTP1(true)
+	}
+	return &http.Transport{
+		Protocols:           protocols,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		TLSClientConfig:     tlsConfig,
+		ForceAttemptHTTP2:   tlsConfig != nil,
+		TLSHandshakeTimeout: 10 * time.Second,
+		MaxIdleConnsPerHost: 32,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// wireCounter counts HTTP attempts and the failed ones (transport errors
+// and non-200 answers): the retries the client makes by itself, which the
+// per-operation error count cannot see.
+type wireCounter struct {
+	requests atomic.Int64
+	failures atomic.Int64
+}
+
+type wireTransport struct {
+	next      *http.Transport
+	count     *wireCounter
+	stripHint bool
+}
+
+func (t *wireTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	t.count.requests.Add(1)
+	resp, err := t.next.RoundTrip(req)
+	if err != nil {
+		t.count.failures.Add(1)
+		return resp, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		t.count.failures.Add(1)
+	}
+	if t.stripHint {
+		// Target any: the leader hint would move the client to the leader
+		// after its first call; without it, calls stay on their node, which
+		// forwards writes to the leader.
+		resp.Header.Del(transport.HeaderLeader)
+	}
+	return resp, nil
+}

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"time"
+)
+
+// runFailover runs job cycles and held leases heartbeated on schedule, and
+// kills the leader with SIGKILL KillAfter into the window. It reports how
+// long writes stopped, and checks what must not happen: a lease expired
+// although its worker's heartbeats kept being acknowledged (the new leader
+// must restart every lease's clock at its takeover, SPEC section 4).
+func runFailover(ctx context.Context, e *env) (*Result, error) {
+	lc := e.cfg.Cluster
+	held := newHeldSet(ctx, e)
+	defer held.stop()
+	if err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
+		return nil, err
+	}
+	x := newExpiries(held)
+	w, err := e.watch(ctx, x.observe)
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	cy, err := e.newCycler(ctx, false)
+	if err != nil {
+		return nil, err
+	}
+	cy.writes = &writeLog{}
+
+	var k kill
+	during := func(ctx context.Context, from, to time.Time) {
+		if !sleepUntil(ctx, from.Add(e.cfg.KillAfter)) {
+			return
+		}
+		k = e.killLeader(ctx, lc)
+	}
+	p, win, err := e.measure(ctx, cy.callers(), hooks{afterWarmup: cy.topUp, held: held, during: during})
+	if err != nil {
+		return nil, err
+	}
+	if k.err != nil {
+		return nil, k.err
+	}
+	held.stop()
+
+	// Writes: the first acknowledged after the old leader was reaped, and
+	// the longest silence between two inside the window.
+	cy.writes.mu.Lock()
+	writes := slices.Clone(cy.writes.times)
+	cy.writes.mu.Unlock()
+	slices.SortFunc(writes, time.Time.Compare)
+	recovery := time.Duration(-1)
+	var gap time.Duration
+	for i, t := range writes {
+		if recovery < 0 && t.After(k.reaped) {
+			recovery = t.Sub(k.at)
+		}
+		if i > 0 && !writes[i-1].Before(p.start) && !t.After(p.end) {
+			gap = max(gap, t.Sub(writes[i-1]))
+		}
+	}
+
+	// An expiry of a lease whose worker had a heartbeat acknowledged less
+	// than toleration before it: the server ended a lease it had heard.
+	exp := x.snapshot()
+	violations := 0
+	for _, ex := range exp {
+		if a := ex.worker.lastAck(ex.event); !a.IsZero() && ex.event.Sub(a) < e.timings.toleration {
+			violations++
+		}
+	}
+
+	r := e.result(p, win, cy.cmdsPerCycle())
+	r.add("cycles_total", cy.total.Load())
+	r.add("killed", leaderName(k.node))
+	r.add("new_leader", leaderName(k.newLeader))
+	r.add("kill_at_s", num(k.at.Sub(p.start).Seconds(), 3))
+	r.add("election_ms", k.elected)
+	if recovery < 0 {
+		r.add("recovery_ms", "NA")
+	} else {
+		r.add("recovery_ms", recovery)
+	}
+	r.add("write_gap_max_ms", gap)
+	r.add("expired_while_heartbeating", violations)
+	r.add("fenced", cy.fenced.Load())
+	addHeld(r, held, exp)
+	r.add("events_truncated", w.isTruncated())
+	return r, nil
+}
+
+// kill is what killLeader did.
+type kill struct {
+	node, newLeader int
+	at, reaped      time.Time
+	elected         time.Duration // from the kill until the others agreed on a new leader
+	err             error
+}
+
+// killLeader kills the leader's process, as a crash, and waits for the
+// other nodes to agree on a new one.
+func (e *env) killLeader(ctx context.Context, lc *LocalCluster) kill {
+	k := kill{node: -1, newLeader: -1}
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	i, err := lc.Leader(lctx)
+	if err != nil {
+		k.err = err
+		return k
+	}
+	// Its counters as they were at the kill: the window still counts them.
+	s := e.sampleNode(ctx, i)
+	s.killed = true
+	e.preKill[i] = s
+	e.logf("killing the leader, %s, with SIGKILL", lc.NodeIDs()[i])
+	k.node, k.at = i, time.Now()
+	if err := lc.Kill(i); err != nil {
+		k.err = err
+		return k
+	}
+	k.reaped = time.Now()
+	ectx, cancel2 := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel2()
+	if k.newLeader, err = lc.Leader(ectx); err != nil {
+		k.err = err
+		return k
+	}
+	k.elected = time.Since(k.at)
+	e.logf("%s leads, %s after the kill", lc.NodeIDs()[k.newLeader], k.elected.Round(time.Millisecond))
+	return k
+}

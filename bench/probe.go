@@ -1,0 +1,176 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// probe reads a node's plain HTTP endpoints: /readyz and /metrics.
+type probe struct {
+	http   *http.Client
+	scheme string
+	token  string
+}
+
+func (p *probe) get(ctx context.Context, addr, path string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+"://"+addr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	if p.token != "" {
+		req.Header.Set("Authorization", "Bearer "+p.token)
+	}
+	return p.http.Do(req)
+}
+
+// readiness is /readyz's answer.
+type readiness struct {
+	Ready     bool   `json:"ready"`
+	State     string `json:"state"`
+	LeaderID  string `json:"leader_id"`
+	LeaderAPI string `json:"leader_api"`
+}
+
+func (p *probe) ready(ctx context.Context, addr string) (readiness, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := p.get(ctx, addr, "/readyz")
+	if err != nil {
+		return readiness{}, err
+	}
+	defer resp.Body.Close()
+	var r readiness
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r); err != nil {
+		return readiness{}, fmt.Errorf("/readyz at %s: %w", addr, err)
+	}
+	return r, nil
+}
+
+// nodeMetrics are the counters of /metrics the bench reads.
+type nodeMetrics struct {
+	logWrites  uint64 // leasehold_raft_log_writes_total: batches fsynced
+	logEntries uint64 // leasehold_raft_log_entries_total
+	leader     bool   // leasehold_leader
+}
+
+func (p *probe) metrics(ctx context.Context, addr string) (nodeMetrics, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := p.get(ctx, addr, "/metrics")
+	if err != nil {
+		return nodeMetrics{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nodeMetrics{}, fmt.Errorf("/metrics at %s: %s", addr, resp.Status)
+	}
+	return parseMetrics(io.LimitReader(resp.Body, 1<<20))
+}
+
+// parseMetrics reads the Prometheus text format, the three samples it needs.
+func parseMetrics(r io.Reader) (nodeMetrics, error) {
+	var m nodeMetrics
+	found := 0
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "leasehold_raft_log_writes_total":
+			m.logWrites = v
+			found++
+		case "leasehold_raft_log_entries_total":
+			m.logEntries = v
+		case "leasehold_leader":
+			m.leader = v == 1
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return m, err
+	}
+	if found == 0 {
+		return m, fmt.Errorf("/metrics: no leasehold_raft_log_writes_total")
+	}
+	return m, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times. Linux fixes it
+// at 100 on every architecture Go supports.
+const clockTicks = 100
+
+// procCPU returns the user+system CPU time a process has used, from
+// /proc/PID/stat (fields 14 and 15, counted after the command name, which
+// may itself contain spaces and parentheses).
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime field 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f))
+	}
+	utime, err1 := strconv.ParseUint(f[11], 10, 64)
+	stime, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q stime %q", pid, f[11], f[12])
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// selfCPU is this process's user+system CPU time (getrusage).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// hostCPU is the CPU time every process on the machine has used since boot
+// (/proc/stat's first line, all but idle and iowait): with the servers' and
+// the bench's own, it shows how much else ran during a window.
+func hostCPU() (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0, false
+	}
+	var busy uint64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks, true
+}

@@ -1,0 +1,129 @@
+package bench
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestHistQuantilesWithinOnePercent(t *testing.T) {
+	h := newHist()
+	var all []time.Duration
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100000 {
+		// Log-uniform from 10µs to 10s: every bucket size is exercised.
+		d := time.Duration(math.Exp(math.Log(1e4) + r.Float64()*math.Log(1e6)))
+		all = append(all, d)
+		h.add(d)
+	}
+	slices.Sort(all)
+	for _, q := range []float64{0.01, 0.5, 0.9, 0.99, 0.999} {
+		want := all[int(math.Ceil(q*float64(len(all))))-1]
+		got := h.quantile(q)
+		if rel := math.Abs(float64(got-want)) / float64(want); rel > 0.01 {
+			t.Errorf("q%v = %v, exact %v (%.2f%% off)", q, got, want, 100*rel)
+		}
+	}
+	if h.quantile(1) != all[len(all)-1] || h.max != all[len(all)-1] {
+		t.Errorf("max %v, quantile(1) %v, want %v", h.max, h.quantile(1), all[len(all)-1])
+	}
+}
+
+func TestHistMergeAndEdges(t *testing.T) {
+	a, b := newHist(), newHist()
+	if a.quantile(0.5) != 0 {
+		t.Fatal("empty hist has a quantile")
+	}
+	a.add(-time.Second) // clamped to 0
+	b.add(3 * time.Millisecond)
+	b.add(time.Duration(math.MaxInt64))
+	a.merge(b)
+	if a.n != 3 || a.max != time.Duration(math.MaxInt64) {
+		t.Fatalf("merged n=%d max=%v", a.n, a.max)
+	}
+	if got := a.quantile(0.5); got < 2970*time.Microsecond || got > 3030*time.Microsecond {
+		t.Fatalf("median %v, want about 3ms", got)
+	}
+	for v := uint64(0); v < 1<<20; v += 997 {
+		if i := bucketOf(v); i >= histSize || bucketValue(i) > time.Duration(v)*101/100+1 || bucketValue(i) < time.Duration(v)*99/100 {
+			t.Fatalf("value %d: bucket %d holds %v", v, i, bucketValue(i))
+		}
+	}
+}
+
+func TestResultLineRoundTrip(t *testing.T) {
+	r := &Result{Workload: "job-cycle", Concurrency: 16, Ops: 100, Errs: 2, Window: time.Second, OpsPerSec: 100,
+		P50: 3 * time.Millisecond, P99: 9 * time.Millisecond, Max: 12 * time.Millisecond,
+		CPUServers: math.NaN(), CPUGenerator: 12.5, RaftWritesPerOp: 0.8}
+	r.add("queue", "a b") // spaces never reach the line
+	r.add("gap", 1500*time.Microsecond)
+	r.add("flag", true)
+	line := r.Line()
+	want := "RESULT system=leasehold op=job-cycle c=16 ops=100 ops_s=100.0 p50_ms=3.000 p99_ms=9.000 max_ms=12.000 errs=2 " +
+		"cpu_srv_pct=NA cpu_gen_pct=12.5 raft_writes_per_op=0.800 queue=a_b gap=1.500 flag=1"
+	if line != want {
+		t.Fatalf("line\n%s\nwant\n%s", line, want)
+	}
+	kv, err := ParseLine(line)
+	if err != nil || kv["op"] != "job-cycle" || kv["queue"] != "a_b" || len(kv) != 15 {
+		t.Fatalf("ParseLine: %v %v", kv, err)
+	}
+	for _, bad := range []string{"", "RESULTS a=1", "RESULT a", "RESULT a=1 a=2", "RESULT =1"} {
+		if _, err := ParseLine(bad); err == nil {
+			t.Errorf("ParseLine(%q) accepted", bad)
+		}
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	m, err := parseMetrics(strings.NewReader(`# HELP leasehold_raft_log_writes_total x
+# TYPE leasehold_raft_log_writes_total counter
+leasehold_raft_log_writes_total 42
+leasehold_raft_log_entries_total 99
+leasehold_leader 1
+leasehold_jobs{state="queued"} 3
+`))
+	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader {
+		t.Fatalf("%+v %v", m, err)
+	}
+	if _, err := parseMetrics(strings.NewReader("leasehold_leader 0\n")); err == nil {
+		t.Fatal("metrics without the writes counter accepted")
+	}
+}
+
+func TestProcCPUOfSelf(t *testing.T) {
+	cpu, err := procCPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu < 0 || cpu > time.Hour {
+		t.Fatalf("cpu %v", cpu)
+	}
+}
+
+func TestConfigValidation(t *testing.T) {
+	for name, c := range map[string]Config{
+		"workload":    {Workload: "nope", Endpoints: []string{"a:1"}},
+		"target":      {Workload: "acquire", Target: "follower", Endpoints: []string{"a:1"}},
+		"leases":      {Workload: "acquire", Leases: 300, Endpoints: []string{"a:1"}},
+		"rounds":      {Workload: "fencing", Rounds: 1, Endpoints: []string{"a:1"}},
+		"failover":    {Workload: "failover", Endpoints: []string{"a:1"}},
+		"endpoints":   {Workload: "acquire"},
+		"duration":    {Workload: "acquire", Duration: time.Millisecond, Endpoints: []string{"a:1"}},
+		"kill-after":  {Workload: "failover", Duration: time.Second, KillAfter: 2 * time.Second, Endpoints: []string{"a:1"}},
+		"payload":     {Workload: "acquire", PayloadSize: 1 << 20, Endpoints: []string{"a:1"}},
+		"concurrency": {Workload: "acquire", Concurrency: -1, Endpoints: []string{"a:1"}},
+	} {
+		if _, err := c.withDefaults(); err == nil {
+			t.Errorf("%s: accepted %+v", name, c)
+		}
+	}
+	c, err := Config{Workload: "mixed", Endpoints: []string{"a:1"}}.withDefaults()
+	if err != nil || c.Concurrency != 16 || c.Held != 10000 || c.KillAfter != 5*time.Second {
+		t.Fatalf("defaults: %+v %v", c, err)
+	}
+}

@@ -1,0 +1,368 @@
+package bench_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/bench"
+	"github.com/leasehold/leasehold/client"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// Each test runs one workload for about a second against a 3-node cluster
+// of its own (separate server processes), then checks the RESULT line and
+// that its counters agree with what the cluster itself says. Timings are
+// fast (renew 0.5s, grace 2s, toleration 3s) so expiry takes seconds.
+
+const testBound = 60 * time.Second // one test's cluster and run, end to end
+
+func startCluster(t *testing.T) *bench.LocalCluster {
+	t.Helper()
+	if leaseholdBin == "" {
+		t.Skip("cluster tests do not run with -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lc, err := bench.StartCluster(ctx, bench.ClusterOptions{Binary: leaseholdBin, Nodes: 3,
+		RenewSeconds: 0.5, GraceSeconds: 2, TolerationSeconds: 3, Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		lc.Stop()
+		if t.Failed() {
+			t.Logf("node logs:\n%s", lc.Logs())
+		}
+	})
+	return lc
+}
+
+// run runs cfg against lc and returns the RESULT line's keys, having
+// checked the fixed keys are there and every number parses.
+func run(t *testing.T, lc *bench.LocalCluster, cfg bench.Config) map[string]string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testBound)
+	defer cancel()
+	cfg.Cluster = lc
+	if cfg.Duration == 0 {
+		cfg.Duration = time.Second
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 4
+	}
+	cfg.Warmup = 200 * time.Millisecond
+	cfg.Log = testLog{t}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := res.Line()
+	t.Log(line)
+	if strings.Count(line, "\n") != 0 {
+		t.Fatalf("RESULT is more than one line: %q", line)
+	}
+	kv, err := bench.ParseLine(line)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fixed := []string{"system", "op", "c", "ops", "ops_s", "p50_ms", "p99_ms", "max_ms", "errs",
+		"cpu_srv_pct", "cpu_gen_pct", "raft_writes_per_op"}
+	for i, k := range fixed {
+		if _, ok := kv[k]; !ok {
+			t.Fatalf("RESULT has no %s", k)
+		}
+		if got := strings.Fields(line)[i+1]; !strings.HasPrefix(got, k+"=") {
+			t.Fatalf("RESULT key %d is %s, want %s", i+1, got, k)
+		}
+	}
+	if kv["system"] != "leasehold" || kv["op"] != cfg.Workload {
+		t.Fatalf("system=%s op=%s", kv["system"], kv["op"])
+	}
+	for _, k := range append(fixed[2:], "fsyncs_s_node1", "fsyncs_s_node2", "fsyncs_s_node3", "window_s", "wire_reqs") {
+		v := kv[k]
+		if k == "raft_writes_per_op" && v == "NA" && kv["ops"] == "0" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || f < 0 {
+			t.Fatalf("%s=%q is not a number >= 0", k, v)
+		}
+	}
+	// The servers' CPU is known with a started cluster; a run does work.
+	if f(t, kv, "cpu_srv_pct") <= 0 || f(t, kv, "cpu_gen_pct") <= 0 {
+		t.Fatalf("cpu_srv_pct=%s cpu_gen_pct=%s", kv["cpu_srv_pct"], kv["cpu_gen_pct"])
+	}
+	return kv
+}
+
+func f(t *testing.T, kv map[string]string, key string) float64 {
+	t.Helper()
+	v, err := strconv.ParseFloat(kv[key], 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", key, kv[key], err)
+	}
+	return v
+}
+
+func n(t *testing.T, kv map[string]string, key string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(kv[key], 10, 64)
+	if err != nil {
+		t.Fatalf("%s=%q: %v", key, kv[key], err)
+	}
+	return v
+}
+
+func want(t *testing.T, kv map[string]string, key string, v int64) {
+	t.Helper()
+	if got := n(t, kv, key); got != v {
+		t.Errorf("%s=%d, want %d", key, got, v)
+	}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func newClient(t *testing.T, lc *bench.LocalCluster) *client.Client {
+	t.Helper()
+	cl, err := client.New(client.Config{Endpoints: lc.Endpoints()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+// leaderStatus is the leader's Status: Status answers from the node the
+// client is pinned to, and a follower's state may lag (it learns a commit
+// with the next write), so the client is first moved to the leader by a
+// call's leader hint.
+func leaderStatus(t *testing.T, cl *client.Client) *pb.StatusResponse {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := cl.Members(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := cl.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetState() != "Leader" {
+		t.Fatalf("status from %s, a %s", st.GetId(), st.GetState())
+	}
+	return st
+}
+
+// countJobs counts the jobs req selects, every page.
+func countJobs(t *testing.T, cl *client.Client, req *pb.ListJobsRequest, pred func(*pb.Job) bool) int64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req.PageSize = 1000
+	var count int64
+	for {
+		resp, err := cl.Jobs(ctx, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range resp.GetJobs() {
+			if pred == nil || pred(j) {
+				count++
+			}
+		}
+		if resp.GetNextPageToken() == 0 {
+			return count
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
+}
+
+func TestJobCycle(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "job-cycle"})
+	want(t, kv, "errs", 0)
+	if n(t, kv, "ops") == 0 || f(t, kv, "ops_s") <= 0 {
+		t.Fatalf("no cycles: %v", kv)
+	}
+	// Every cycle the bench counted is a job the cluster says was reported.
+	cycles := n(t, kv, "cycles_total")
+	reported := countJobs(t, newClient(t, lc), &pb.ListJobsRequest{Submitter: kv["run"], State: pb.JobState_JOB_STATE_REPORTED}, nil)
+	if reported != cycles || cycles < n(t, kv, "ops") {
+		t.Fatalf("%d jobs reported, %d cycles counted (%d in the window)", reported, cycles, n(t, kv, "ops"))
+	}
+	// Two commands per cycle, and Raft cannot write less than once per
+	// batch: writes per op is in (0, 2].
+	if w := f(t, kv, "raft_writes_per_op"); w <= 0 || w > 2.05 {
+		t.Fatalf("raft_writes_per_op=%v for 2 commands per cycle", w)
+	}
+}
+
+func TestJobCycleSubmit(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "job-cycle", Submit: true, Target: bench.TargetAny})
+	want(t, kv, "errs", 0)
+	if kv["submit"] != "1" || kv["cmds_per_op"] != "3.0" || kv["target"] != "any" {
+		t.Fatalf("submit=%s cmds_per_op=%s target=%s", kv["submit"], kv["cmds_per_op"], kv["target"])
+	}
+	cl := newClient(t, lc)
+	cycles := n(t, kv, "cycles_total")
+	if got := countJobs(t, cl, &pb.ListJobsRequest{Submitter: kv["run"], State: pb.JobState_JOB_STATE_REPORTED}, nil); got != cycles {
+		t.Fatalf("%d jobs reported, %d cycles", got, cycles)
+	}
+	// Target any really spread the calls: every node served some.
+	if n(t, kv, "wire_reqs") < 3*n(t, kv, "ops") {
+		t.Fatalf("wire_reqs=%s for %s cycles of 4 calls", kv["wire_reqs"], kv["ops"])
+	}
+}
+
+func TestAcquire(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "acquire"})
+	want(t, kv, "errs", 0)
+	// Every acquire the bench counted granted a lease the cluster recorded
+	// on its job.
+	acquired := n(t, kv, "acquired_total")
+	leased := countJobs(t, newClient(t, lc), &pb.ListJobsRequest{Queue: kv["queue"]}, func(j *pb.Job) bool { return len(j.GetLeases()) > 0 })
+	if leased != acquired || acquired < n(t, kv, "ops") || acquired == 0 {
+		t.Fatalf("%d jobs leased, %d acquires counted (%d in the window)", leased, acquired, n(t, kv, "ops"))
+	}
+	if w := f(t, kv, "raft_writes_per_op"); w <= 0 || w > 1.05 {
+		t.Fatalf("raft_writes_per_op=%v for one command per acquire", w)
+	}
+}
+
+func TestHeartbeat(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "heartbeat", Leases: 5})
+	want(t, kv, "errs", 0)
+	want(t, kv, "lost", 0)
+	if n(t, kv, "ops") == 0 {
+		t.Fatal("no heartbeats")
+	}
+	// Heartbeats never touch the Raft log: a handful of writes (leader
+	// bookkeeping) per thousands of heartbeats at most.
+	if w := f(t, kv, "raft_writes_per_op"); w > 0.01 {
+		t.Fatalf("raft_writes_per_op=%v: heartbeats write to the log", w)
+	}
+	if got, want := f(t, kv, "leases_renewed_s"), 5*f(t, kv, "ops_s"); math.Abs(got-want) > 1 {
+		t.Fatalf("leases_renewed_s=%v, want %v", got, want)
+	}
+	if st := leaderStatus(t, newClient(t, lc)); st.GetLiveLeases() != 4*5 {
+		t.Fatalf("%d live leases, want the 20 heartbeated", st.GetLiveLeases())
+	}
+}
+
+func TestMixed(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "mixed", Held: 300})
+	want(t, kv, "errs", 0)
+	want(t, kv, "leases_lost", 0)
+	want(t, kv, "held_expired", 0)
+	want(t, kv, "held_leases", 300)
+	// 30 workers heartbeating every 0.5s for 1s: about 60, open loop.
+	if s := n(t, kv, "hb_sent"); s < 50 || s > 70 {
+		t.Fatalf("hb_sent=%d, want about 60", s)
+	}
+	// A worker's renewals never stall toward toleration (3s).
+	if g := f(t, kv, "hb_gap_max_ms"); g < 400 || g > 2000 {
+		t.Fatalf("hb_gap_max_ms=%v", g)
+	}
+	cl := newClient(t, lc)
+	cycles := n(t, kv, "cycles_total")
+	if got := countJobs(t, cl, &pb.ListJobsRequest{Queue: kv["queue"], State: pb.JobState_JOB_STATE_REPORTED}, nil); got != cycles {
+		t.Fatalf("%d jobs reported, %d cycles", got, cycles)
+	}
+}
+
+func TestExpiry(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "expiry", Abandon: 500})
+	want(t, kv, "abandoned", 500)
+	want(t, kv, "expired", 500)
+	want(t, kv, "missing", 0)
+	want(t, kv, "early", 0)
+	want(t, kv, "ops", 500)
+	// Late, but not by more than a few ticks and the rate limit.
+	if l := f(t, kv, "late_max_ms"); l < 0 || l > 5000 {
+		t.Fatalf("late_max_ms=%v", l)
+	}
+	if f(t, kv, "p50_ms") > f(t, kv, "p99_ms") || f(t, kv, "p99_ms") > f(t, kv, "max_ms") {
+		t.Fatalf("quantiles out of order: %v %v %v", kv["p50_ms"], kv["p99_ms"], kv["max_ms"])
+	}
+	// The cluster agrees: no live lease left, every job queued again after
+	// losing its worker once.
+	cl := newClient(t, lc)
+	if st := leaderStatus(t, cl); st.GetLiveLeases() != 0 {
+		t.Fatalf("%d live leases after every lease expired", st.GetLiveLeases())
+	}
+	requeued := countJobs(t, cl, &pb.ListJobsRequest{Submitter: kv["run"], State: pb.JobState_JOB_STATE_QUEUED},
+		func(j *pb.Job) bool { return j.GetLosses() == 1 })
+	if requeued != 500 {
+		t.Fatalf("%d jobs queued again after one loss, want 500", requeued)
+	}
+}
+
+func TestFailover(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "failover", Held: 200, Duration: 3 * time.Second, Concurrency: 8})
+	want(t, kv, "expired_while_heartbeating", 0)
+	want(t, kv, "held_expired", 0)
+	want(t, kv, "leases_lost", 0)
+	want(t, kv, "fenced", 0)
+	if kv["killed"] == kv["new_leader"] || kv["killed"] == "NA" || kv["new_leader"] == "NA" {
+		t.Fatalf("killed=%s new_leader=%s", kv["killed"], kv["new_leader"])
+	}
+	// Writes stopped for the election and resumed: the recovery is at
+	// least an election timeout (500ms) and the longest gap covers it.
+	rec, gap := f(t, kv, "recovery_ms"), f(t, kv, "write_gap_max_ms")
+	if rec < 300 || rec > 10000 || gap < rec*0.5 {
+		t.Fatalf("recovery_ms=%v write_gap_max_ms=%v", rec, gap)
+	}
+	// The surviving nodes hold every cycle the bench counted.
+	cl := newClient(t, lc)
+	cycles := n(t, kv, "cycles_total")
+	if got := countJobs(t, cl, &pb.ListJobsRequest{Queue: kv["queue"], State: pb.JobState_JOB_STATE_REPORTED}, nil); got != cycles {
+		t.Fatalf("%d jobs reported, %d cycles", got, cycles)
+	}
+}
+
+func TestFencing(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "fencing", Rounds: 3})
+	want(t, kv, "errs", 0)
+	want(t, kv, "stale_accepted", 0)
+	want(t, kv, "out_of_order", 0)
+	want(t, kv, "events_out_of_order", 0)
+	want(t, kv, "events_mismatch", 0)
+	want(t, kv, "events_truncated", 0)
+	cycles := n(t, kv, "cycles_total")
+	if cycles == 0 {
+		t.Fatal("no fencing cycles")
+	}
+	// Two stale reports per cycle, each refused and each recorded by the
+	// cluster as a lease.stale_report event.
+	want(t, kv, "stale_refused", 2*cycles)
+	want(t, kv, "stale_events", 2*cycles)
+	want(t, kv, "jobs_checked", cycles)
+	cl := newClient(t, lc)
+	if got := countJobs(t, cl, &pb.ListJobsRequest{Submitter: kv["run"], State: pb.JobState_JOB_STATE_REPORTED},
+		func(j *pb.Job) bool { return len(j.GetLeases()) == 3 }); got != cycles {
+		t.Fatalf("%d jobs reported after 3 grants, %d cycles", got, cycles)
+	}
+}
+
+func TestFailoverRefusedWithoutLocalCluster(t *testing.T) {
+	_, err := bench.Run(context.Background(), bench.Config{Workload: "failover", Endpoints: []string{"127.0.0.1:1"}})
+	if err == nil || !strings.Contains(err.Error(), "--start") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/bench"
+)
+
+// benchUsage is each workload's one-line help.
+var benchUsage = map[string]string{
+	"acquire":   "grants: acquire pre-submitted jobs, one lease per call",
+	"heartbeat": "workers holding --leases leases each, heartbeating back to back",
+	"job-cycle": "acquire, one heartbeat, report (--submit adds the submit)",
+	"mixed":     "job cycles while --held leases are heartbeated every renew (open loop)",
+	"expiry":    "--abandon leases abandoned at once: how late each expires, how long the drain takes",
+	"failover":  "job cycles and held leases while the leader is killed with SIGKILL (needs --start)",
+	"fencing":   "reports with old tokens after another worker took the job: all must be refused",
+}
+
+func benchCommand() *cli.Command {
+	cmd := &cli.Command{
+		Name:      "bench",
+		Usage:     "measure a cluster: throughput, latency, CPU and fsyncs of one workload",
+		ArgsUsage: "WORKLOAD",
+		Description: "Runs one workload against a running cluster (--endpoints), or against a fresh local\n" +
+			"cluster of separate server processes with data on disk (--start 3), torn down on exit\n" +
+			"and on Ctrl-C. docs/performance.md explains each workload and every figure.\n" +
+			"  leasehold bench job-cycle --start 3 -c 16 -d 10s\n" +
+			"  leasehold bench heartbeat -e a:7701,b:7701,c:7701 -o result\n" +
+			"-o result prints one line: RESULT system=leasehold op=WORKLOAD c=N ops=N ...",
+	}
+	for _, w := range bench.Workloads {
+		cmd.Subcommands = append(cmd.Subcommands, &cli.Command{
+			Name: w, Usage: benchUsage[w], Flags: benchFlags(),
+			Action: func(c *cli.Context) error { return runBench(c, w) },
+		})
+	}
+	return cmd
+}
+
+func benchFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntFlag{Name: "concurrency", Aliases: []string{"c"}, Value: 16, Usage: "concurrent callers, one request in flight each"},
+		&cli.DurationFlag{Name: "duration", Aliases: []string{"d"}, Value: 10 * time.Second, Usage: "measured window"},
+		&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "unmeasured load before the window"},
+		&cli.StringFlag{Name: "target", Value: "leader", Usage: "leader (pin to the leader) or any (round-robin over every endpoint)"},
+		&cli.IntFlag{Name: "payload-size", Usage: "bytes of payload per job"},
+		&cli.IntFlag{Name: "conns", Value: 1, Usage: "clients (HTTP/2 connections per node) the callers share"},
+		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases)"},
+		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
+		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
+		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
+		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
+		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
+		&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "expiry: wait this long after the last deadline"},
+		&cli.DurationFlag{Name: "kill-after", Usage: "failover: kill the leader this far into the window (0: half of it)"},
+		&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on each call, retries included"},
+		&cli.IntFlag{Name: "start", Usage: "start a local cluster of N nodes (1, 3 or 5) for the run instead of using --endpoints"},
+		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds"},
+		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds"},
+		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds"},
+		&cli.Float64Flag{Name: "expiry-rate", Usage: "with --start: expiry_rate, leases expired per second (0: the server's)"},
+		&cli.StringFlag{Name: "node-log-level", Value: "warn", Usage: "with --start: the nodes' log level (logs in the data directory)"},
+	}
+}
+
+func runBench(c *cli.Context, workload string) error {
+	if c.NArg() != 0 {
+		return fmt.Errorf("bench %s: unexpected argument %q (flags go after the workload)", workload, c.Args().First())
+	}
+	// -o is the global flag; bench accepts result besides table and json,
+	// which is why it reads it here rather than through newClient.
+	format := flagString(c, "output")
+	if format != "table" && format != "json" && format != "result" {
+		return fmt.Errorf("--output %q: table, json or result", format)
+	}
+	cfg := bench.Config{
+		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
+		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
+		Conns: c.Int("conns"), Leases: c.Int("leases"), Held: c.Int("held"), Abandon: c.Int("abandon"),
+		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
+		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
+	}
+	if cfg.Workload == "failover" && c.Int("start") == 0 {
+		return fmt.Errorf("bench failover kills the leader's process with SIGKILL, which only a cluster the bench started can do: add --start 3")
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	if n := c.Int("start"); n > 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return fmt.Errorf("bench --start: finding this binary: %w", err)
+		}
+		t0 := time.Now()
+		lc, err := bench.StartCluster(ctx, bench.ClusterOptions{
+			Binary: exe, Nodes: n, RenewSeconds: c.Float64("renew-seconds"), GraceSeconds: c.Float64("grace-seconds"),
+			TolerationSeconds: c.Float64("toleration-seconds"), ExpiryRate: c.Float64("expiry-rate"), LogLevel: c.String("node-log-level"),
+		})
+		if err != nil {
+			return err
+		}
+		defer lc.Stop()
+		fmt.Fprintf(os.Stderr, "bench: started %d nodes in %s (data in %s)\n", n, time.Since(t0).Round(time.Millisecond), lc.Dir())
+		cfg.Cluster = lc
+		res, err := bench.Run(ctx, cfg)
+		if err != nil {
+			if ctx.Err() != nil {
+				return errInterrupted
+			}
+			fmt.Fprintf(os.Stderr, "bench: the nodes' logs:\n%s", lc.Logs())
+			return err
+		}
+		return printBench(format, res)
+	}
+
+	cfg.Endpoints = splitList(lookup(c, "endpoints").StringSlice("endpoints"))
+	cfg.Token = flagString(c, "token")
+	if ca := flagString(c, "ca-file"); ca != "" {
+		tlsConfig, err := benchTLS(ca)
+		if err != nil {
+			return err
+		}
+		cfg.TLS = tlsConfig
+	}
+	res, err := bench.Run(ctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return errInterrupted
+		}
+		return err
+	}
+	return printBench(format, res)
+}
+
+var errInterrupted = errors.New("bench: interrupted; nothing measured")
+
+// benchTLS is newClient's --ca-file handling.
+func benchTLS(ca string) (*tls.Config, error) {
+	pem, err := os.ReadFile(ca)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--ca-file %s: no PEM certificate", ca)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+}
+
+func printBench(format string, r *bench.Result) error {
+	switch format {
+	case "result":
+		_, err := fmt.Println(r.Line())
+		return err
+	case "json":
+		return r.WriteJSON(os.Stdout)
+	}
+	return r.WriteTable(os.Stdout)
+}
