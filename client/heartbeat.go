@@ -63,8 +63,10 @@ func (w *Worker) beat(ctx context.Context, next Timer, refs []*leaseholdv1.Lease
 		err  error
 	}
 	done := make(chan answer, 1)
+	observed := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: refs})
 	go func() {
 		r, err := w.c.heartbeat(bctx, w.id, refs, perAttempt)
+		ended(observed, r, err)
 		done <- answer{r, err}
 	}()
 	select {
@@ -106,6 +108,7 @@ func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse
 	}
 	if sent.After(w.lastAck) {
 		w.lastAck = sent
+		w.observer.acknowledged(sent)
 	}
 	if w.selfStopped && w.clock.Now().Before(w.deadlineLocked()) {
 		w.selfStopped = false
@@ -193,6 +196,7 @@ func (w *Worker) selfStop(deadline time.Time) {
 		return
 	}
 	w.selfStopped = true
+	w.observer.selfStopped(deadline)
 	w.log.Error("heartbeats unacknowledged too long; stopping every job before its lease can expire",
 		"last_ack", w.lastAck, "deadline", deadline, "jobs", len(w.tasks))
 	for _, t := range w.tasks {

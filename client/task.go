@@ -110,7 +110,9 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	ctx, cancel := context.WithTimeout(t.lease, bound)
 	defer cancel()
 
+	done := w.observer.observe("Report", req)
 	resp, err := w.c.Report(ctx, req)
+	ended(done, resp, err)
 	if err != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
 		// Refused by validation, so never recorded: end the lease with a
 		// failure that says why, rather than leave it renewed forever.
@@ -123,7 +125,9 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 			Outcome:  leaseholdv1.Outcome_OUTCOME_FAILED,
 			Message:  clip("the handler's report was refused: "+err.Error(), maxMessageLen),
 		}
+		done := w.observer.observe("Report", req)
 		resp, err = w.c.Report(ctx, req)
+		ended(done, resp, err)
 	}
 	switch {
 	case err == nil:
@@ -139,7 +143,10 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 
 // release gives a lease back and waits for the answer.
 func (w *Worker) release(jobID string, token uint64, reason string) {
-	if _, err := w.c.Release(w.hard, w.id, jobID, token, reason); err != nil {
+	done := w.observer.observe("Release", &leaseholdv1.ReleaseRequest{WorkerId: w.id, JobId: jobID, Token: token, Reason: reason})
+	job, err := w.c.Release(w.hard, w.id, jobID, token, reason)
+	ended(done, &leaseholdv1.ReleaseResponse{Job: job}, err)
+	if err != nil {
 		if errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrJobFinished) {
 			w.log.Debug("lease already ended", "job_id", jobID, "token", token)
 			return

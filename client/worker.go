@@ -50,6 +50,9 @@ type WorkerOptions struct {
 	Clock Clock
 	// Logger. Default hclog.Default().Named("worker").
 	Logger hclog.Logger
+	// Observer watches the runtime's calls and acknowledgements (testers
+	// record histories with it). Default: nothing watches.
+	Observer Observer
 }
 
 // Defaults of WorkerOptions.
@@ -83,6 +86,7 @@ type Worker struct {
 	reattachFn   func(ctx context.Context, job *Job) (Handler, bool)
 	clock        Clock
 	log          hclog.Logger
+	observer     Observer
 
 	started atomic.Bool
 	// hard outlives Run's context until Run returns: handlers, reports and
@@ -143,6 +147,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		reattachFn:   opts.Reattach,
 		clock:        opts.Clock,
 		log:          opts.Logger,
+		observer:     opts.Observer,
 		tasks:        make(map[uint64]*task),
 		releasing:    make(map[uint64]bool),
 		acked:        make(chan struct{}),
@@ -275,7 +280,9 @@ func (w *Worker) Run(ctx context.Context) error {
 // acknowledged heartbeat, the start of the self-stop clock.
 func (w *Worker) register(ctx context.Context) error {
 	sent := w.clock.Now()
+	done := w.observer.observe("RegisterWorker", &leaseholdv1.RegisterWorkerRequest{WorkerId: w.id, Capacity: uint32(w.capacity)})
 	resp, err := w.c.RegisterWorker(unbounded(ctx), w.id, uint32(w.capacity))
+	ended(done, resp, err)
 	if err != nil {
 		return fmt.Errorf("leasehold: worker %s: register: %w", w.id, err)
 	}
@@ -286,6 +293,7 @@ func (w *Worker) register(ctx context.Context) error {
 	w.mu.Lock()
 	w.timings = t
 	w.lastAck = sent
+	w.observer.acknowledged(sent)
 	w.mu.Unlock()
 	w.log.Info("worker registered", "capacity", w.capacity, "renew", t.renew, "grace", t.grace, "toleration", t.toleration)
 	return nil
@@ -295,7 +303,9 @@ func (w *Worker) register(ctx context.Context) error {
 // or the cluster lost it): registering again is idempotent. It is not an
 // acknowledgement; only a heartbeat moves the self-stop deadline.
 func (w *Worker) reregister(ctx context.Context) {
+	done := w.observer.observe("RegisterWorker", &leaseholdv1.RegisterWorkerRequest{WorkerId: w.id, Capacity: uint32(w.capacity)})
 	resp, err := w.c.RegisterWorker(ctx, w.id, uint32(w.capacity))
+	ended(done, resp, err)
 	if err != nil {
 		w.log.Error("register again failed", "error", err)
 		return
@@ -316,7 +326,9 @@ func (w *Worker) reattach(ctx context.Context) {
 		w.reattached = true
 		w.mu.Unlock()
 	}()
+	done := w.observer.observe("ListLeases", &leaseholdv1.ListLeasesRequest{WorkerId: w.id})
 	grants, err := w.c.Leases(unbounded(ctx), w.id)
+	ended(done, &leaseholdv1.ListLeasesResponse{Leases: grants}, err)
 	if err != nil {
 		if ctx.Err() == nil {
 			// Heartbeats list these leases as unnamed; they are released then.
@@ -332,7 +344,10 @@ func (w *Worker) reattach(ctx context.Context) {
 		}
 		h, ok := w.askReattach(ctx, job)
 		if ok && job.Lease.GetStartedAt() == nil {
-			if _, err := w.c.Start(ctx, w.id, job.ID, job.Token); err != nil {
+			done := w.observer.observe("StartLease", &leaseholdv1.StartLeaseRequest{WorkerId: w.id, JobId: job.ID, Token: job.Token})
+			lease, err := w.c.Start(ctx, w.id, job.ID, job.Token)
+			ended(done, &leaseholdv1.StartLeaseResponse{Lease: lease}, err)
+			if err != nil {
 				w.log.Warn("starting a re-attached lease failed; not running it", "job_id", job.ID, "token", job.Token, "error", err)
 				continue
 			}
@@ -390,7 +405,9 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		w.acquiring, w.stopAcquire = req.RequestId, cancel
 		w.mu.Unlock()
 
+		done := w.observer.observe("Acquire", req)
 		resp, err := w.c.Acquire(actx, req)
+		ended(done, resp, err)
 
 		// Clearing the in-flight id and adding the grants happen under one
 		// lock, so a heartbeat reply never sees a granted lease as unknown.
