@@ -14,8 +14,9 @@ type Options struct {
 	// lease operations are not linearizable (I10). Empty: none written.
 	OutDir string
 
-	// Renew, Toleration and ElectionTimeout override the run entry's.
-	Renew, Toleration, ElectionTimeout time.Duration
+	// Renew, Grace, Toleration and ElectionTimeout override the run
+	// entry's.
+	Renew, Grace, Toleration, ElectionTimeout time.Duration
 	// LeaderBound: after the last heal a leader must be observed within it
 	// (I12). Default 5 election timeouts, or 10 s when the election
 	// timeout is unknown.
@@ -76,6 +77,9 @@ func (o Options) resolved(run *history.Run) Options {
 	if run != nil {
 		if o.Renew == 0 {
 			o.Renew = time.Duration(run.RenewNs)
+		}
+		if o.Grace == 0 {
+			o.Grace = time.Duration(run.GraceNs)
 		}
 		if o.Toleration == 0 {
 			o.Toleration = time.Duration(run.TolerationNs)

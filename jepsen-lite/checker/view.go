@@ -85,6 +85,8 @@ type faultSpn struct {
 	start, end        int64
 	pause, clock      bool
 	kill              bool
+	jump              int64   // the clock jump at the start (back at the stop)
+	rate              float64 // the clocks' rate while on; 0 unknown
 }
 
 // hits reports whether the fault names any of names.
@@ -296,7 +298,8 @@ func pairFaults(entries []history.Entry, opts Options) []faultSpn {
 				startIdx: i, stopIdx: -1, id: f.ID, typ: f.Type, targets: f.Targets, start: e.Ns, end: never,
 				pause: f.Pause || slices.Contains(opts.PauseFaults, f.Type),
 				clock: f.Clock || slices.Contains(opts.ClockFaults, f.Type),
-				kill:  slices.Contains(opts.KillFaults, f.Type),
+				kill:  f.Kill || slices.Contains(opts.KillFaults, f.Type),
+				jump:  f.ClockJumpNs, rate: f.ClockRate,
 			})
 		case history.KindFaultStop:
 			if k, ok := open[e.Fault.ID]; ok {

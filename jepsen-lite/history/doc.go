@@ -169,6 +169,13 @@
 //	                their executions are excused from timing (I3, I4) and
 //	                fencing must hold instead
 //	fault.clock     the targets' clocks are moved or slowed
+//	fault.clock_jump_ns  (with clock) the targets' clocks jumped by this
+//	                (negative: back) at the start, and back at the stop
+//	fault.clock_rate     (with clock) the rate the targets' clocks ran at
+//	                while it lasted (1: real time); what they gained stays.
+//	                A clock fault with neither is an unknown disturbance
+//	fault.kill      the targets' processes were killed at the start (and,
+//	                if it stops, restarted as new processes at the stop)
 //	fault.detail    free text
 //
 // The checkers also treat types pause, sigstop, sigstop-leader and

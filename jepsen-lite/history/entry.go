@@ -260,7 +260,17 @@ type Fault struct {
 	// checkers excuse that and insist on fencing instead.
 	Pause bool `json:"pause,omitempty"`
 	// Clock: the targets' clocks are moved or slowed.
-	Clock  bool   `json:"clock,omitempty"`
+	Clock bool `json:"clock,omitempty"`
+	// ClockJumpNs (with Clock): the targets' clocks jumped by this much
+	// (negative: back) when the fault started, and back by it when it
+	// stopped. ClockRate: while it lasted they ran at this rate (1 is real
+	// time; what they gained or lost stays after the stop). A clock fault
+	// with neither is an unknown disturbance.
+	ClockJumpNs int64   `json:"clock_jump_ns,omitempty"`
+	ClockRate   float64 `json:"clock_rate,omitempty"`
+	// Kill: the targets' processes were killed when the fault started (and
+	// restarted, as new processes, when it stopped, if it stopped).
+	Kill   bool   `json:"kill,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 
