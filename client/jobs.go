@@ -100,6 +100,14 @@ func (c *Client) CancelSubmitter(ctx context.Context, submitter, reason string) 
 	}
 }
 
+// CancelSubmitterOnce is one CancelSubmitterJobs call, not retried (a
+// single attempt, which a follower forwards to the leader): callers that
+// need each call's cancelled ids, such as a history recorder, loop
+// themselves. Its answer says how many queued jobs remain.
+func (c *Client) CancelSubmitterOnce(ctx context.Context, req *leaseholdv1.CancelSubmitterJobsRequest) (*leaseholdv1.CancelSubmitterJobsResponse, error) {
+	return unary(ctx, c, callOpts{once: true}, req, jobSvc, jobsAPI.CancelSubmitterJobs)
+}
+
 // Fence asks, linearizably, whether token is still the live lease of jobID.
 func (c *Client) Fence(ctx context.Context, jobID string, token uint64) (*leaseholdv1.CheckFenceResponse, error) {
 	return unary(ctx, c, callOpts{}, &leaseholdv1.CheckFenceRequest{JobId: jobID, Token: token}, jobSvc, jobsAPI.CheckFence)

@@ -1,0 +1,48 @@
+package workload
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Job kinds the workers run. A manual job is taken only by the Reporter.
+const (
+	KindShort  = "short"  // well under a renew's worth of heartbeats
+	KindLong   = "long"   // longer than toleration: spans faults
+	KindRun    = "run"    // run-style: lost, not requeued, when its worker is
+	KindManual = "manual" // for the Reporter, in QueueManual
+	QueueMain  = "default"
+	// QueueManual holds the Reporter's jobs, which no worker takes.
+	QueueManual = "manual"
+)
+
+// Payload tells a worker's handler what the job does: run for Run,
+// writing to both sinks every WriteEvery, then succeed, or fail
+// retryably when Fail.
+type Payload struct {
+	RunMs        int64 `json:"run_ms"`
+	WriteEveryMs int64 `json:"write_every_ms"`
+	Fail         bool  `json:"fail,omitempty"`
+}
+
+func (p Payload) run() time.Duration        { return time.Duration(p.RunMs) * time.Millisecond }
+func (p Payload) writeEvery() time.Duration { return time.Duration(p.WriteEveryMs) * time.Millisecond }
+
+// Encode is the payload's bytes.
+func (p Payload) Encode() []byte {
+	b, _ := json.Marshal(p) // a struct of numbers always encodes
+	return b
+}
+
+// DecodePayload reads a job's payload.
+func DecodePayload(b []byte) (Payload, error) {
+	var p Payload
+	if err := json.Unmarshal(b, &p); err != nil {
+		return Payload{}, fmt.Errorf("payload: %w", err)
+	}
+	if p.RunMs < 0 || p.WriteEveryMs <= 0 {
+		return Payload{}, fmt.Errorf("payload: run_ms %d, write_every_ms %d", p.RunMs, p.WriteEveryMs)
+	}
+	return p, nil
+}

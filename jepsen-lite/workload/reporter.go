@@ -1,0 +1,103 @@
+package workload
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// ReporterID is the worker id the Reporter registers as.
+const ReporterID = "m1"
+
+// Reporter is a worker driven by hand, for the report paths the worker
+// runtime never takes on purpose: it acquires a manual job, heartbeats
+// once, then reports it and at once reports again with the same id (a
+// duplicate: the first answer), sometimes with another id (a conflict);
+// or releases it and then reports on the released token (stale). It keeps
+// every report it sent and re-sends an old one each round, so repeats land
+// on whichever leader is in office by then (retried across leader
+// changes), and must all get the first answer.
+type Reporter struct {
+	c    *Caller
+	wait time.Duration
+	rng  *rand.Rand
+	sent []*leaseholdv1.ReportRequest
+}
+
+// NewReporter polls for manual jobs for up to wait at a time.
+func NewReporter(c *Caller, wait time.Duration, seed uint64) *Reporter {
+	return &Reporter{c: c, wait: wait, rng: rand.New(rand.NewPCG(seed, 4))}
+}
+
+// Run works until ctx ends.
+func (r *Reporter) Run(ctx context.Context) {
+	for r.c.Register(ctx, ReporterID, 4) != nil {
+		if !sleepCtx(ctx, r.wait) {
+			return
+		}
+	}
+	for ctx.Err() == nil {
+		r.step(ctx)
+		if n := len(r.sent); n > 0 {
+			r.c.Report(ctx, r.sent[r.rng.IntN(n)])
+		}
+	}
+}
+
+func (r *Reporter) step(ctx context.Context) {
+	req := &leaseholdv1.AcquireRequest{WorkerId: ReporterID, RequestId: newReportID(r.rng), Queues: []string{QueueManual},
+		Kinds: []string{KindManual}, Max: 1, Start: true, Wait: durationpb.New(r.wait)}
+	resp, err := r.c.Acquire(ctx, req)
+	if err != nil || len(resp.GetGrants()) == 0 {
+		if err != nil {
+			sleepCtx(ctx, r.wait/4)
+		}
+		return
+	}
+	l := resp.GetGrants()[0].GetLease()
+	job, tok := l.GetJobId(), l.GetToken()
+	r.c.Heartbeat(ctx, ReporterID, []*leaseholdv1.LeaseRef{{JobId: job, Token: tok}})
+	report := func(outcome leaseholdv1.Outcome, retryable bool) *leaseholdv1.ReportRequest {
+		return &leaseholdv1.ReportRequest{WorkerId: ReporterID, JobId: job, Token: tok, ReportId: newReportID(r.rng),
+			Outcome: outcome, Retryable: retryable, Ref: fmt.Sprintf("ref-%s-%d", job, tok)}
+	}
+	switch x := r.rng.IntN(10); {
+	case x < 6:
+		first := report(leaseholdv1.Outcome_OUTCOME_SUCCEEDED, false)
+		r.sendTwice(ctx, first)
+		if r.rng.IntN(3) == 0 {
+			r.c.Report(ctx, report(leaseholdv1.Outcome_OUTCOME_FAILED, false)) // another id: a conflict
+		}
+	case x < 8:
+		r.sendTwice(ctx, report(leaseholdv1.Outcome_OUTCOME_FAILED, true))
+	default:
+		if _, err := r.c.Release(ctx, ReporterID, job, tok, "jepsen-lite release"); err == nil {
+			r.c.Report(ctx, report(leaseholdv1.Outcome_OUTCOME_SUCCEEDED, false)) // stale
+		}
+	}
+}
+
+// sendTwice reports and repeats the same report at once.
+func (r *Reporter) sendTwice(ctx context.Context, req *leaseholdv1.ReportRequest) {
+	r.sent = append(r.sent, req)
+	r.c.Report(ctx, req)
+	r.c.Report(ctx, req)
+}
+
+func newReportID(rng *rand.Rand) string { return fmt.Sprintf("%016x", rng.Uint64()) }
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
