@@ -1,0 +1,308 @@
+// Command jepsen-lite runs real leasehold processes under partitions,
+// kills, pauses and clock faults, records a history of everything, and
+// checks SPEC's invariants I1 to I12 from it.
+//
+//	jepsen-lite run --bin bin/leasehold-chaos --nemesis partition --out /tmp/jl
+//	jepsen-lite profile ci --bin-dir bin --out /tmp/jl
+//	jepsen-lite check /tmp/jl/partition-5/history.jsonl
+//
+// The leasehold binary must be built with -tags chaos (`make chaos` builds
+// it and the broken variants). As root with ip and iptables, nodes run in
+// network namespaces; otherwise behind TCP proxies on loopback.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/leasehold/leasehold/jepsen-lite/checker"
+	"github.com/leasehold/leasehold/jepsen-lite/history"
+	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
+	"github.com/leasehold/leasehold/jepsen-lite/netem"
+	"github.com/leasehold/leasehold/jepsen-lite/runner"
+	"github.com/leasehold/leasehold/jepsen-lite/workload"
+)
+
+func main() {
+	app := &cli.App{
+		Name:  "jepsen-lite",
+		Usage: "prove leasehold's promises under partitions, kills, pauses and clock faults",
+		Commands: []*cli.Command{
+			runCommand(), profileCommand(), checkCommand(), workerCommand(), cleanCommand(),
+		},
+	}
+	if err := app.Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "jepsen-lite:", err)
+		var ec cli.ExitCoder
+		if errors.As(err, &ec) {
+			os.Exit(ec.ExitCode())
+		}
+		os.Exit(1)
+	}
+}
+
+// interruptible ends on SIGINT or SIGTERM: the run heals, stops every
+// process and tears the network down before exiting.
+func interruptible() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func self() (string, error) {
+	p, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}
+
+func timingsOf(name string) (runner.Timings, error) {
+	switch name {
+	case "ci":
+		return runner.CITimings, nil
+	case "production":
+		return runner.ProductionTimings, nil
+	}
+	return runner.Timings{}, fmt.Errorf("--timings %q: ci or production", name)
+}
+
+var errFailed = cli.Exit("", 2)
+
+func runCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "run",
+		Usage:     "one run: a cluster, a workload, faults, a heal, a drain, and the checkers",
+		ArgsUsage: " ",
+		Description: "Families: " + strings.Join(nemesis.Families(), ", ") + ", or mixed; or fault kinds by name:\n" +
+			kindNames() + "\nExit status 0: passed; 2: violations (or, with --expect, none of the expected).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "bin", Required: true, Usage: "leasehold binary built with -tags chaos"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "directory for the history, logs, data and report"},
+			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "3 or 5"},
+			&cli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
+			&cli.IntFlag{Name: "concurrency", Value: 3, Usage: "jobs each worker runs at once"},
+			&cli.StringSliceFlag{Name: "nemesis", Value: cli.NewStringSlice("mixed"), Usage: "families or kinds, comma-separated; none for no faults"},
+			&cli.DurationFlag{Name: "duration", Value: 30 * time.Second, Usage: "fault phase (every kind chosen runs at least once)"},
+			&cli.Int64Flag{Name: "seed", Usage: "seed of every random choice (default: from the time)"},
+			&cli.StringFlag{Name: "net", Value: runner.NetAuto, Usage: "auto (netns as root, else proxy), netns or proxy"},
+			&cli.StringFlag{Name: "timings", Value: "ci", Usage: "ci (renew 0.3s, grace 1.5s, toleration 4s) or production (10s, 50s, 300s)"},
+			&cli.BoolFlag{Name: "kill-worker-at-end", Usage: "kill a busy worker for good before the heal (orphans, I12)"},
+			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, or any) find violations"},
+			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "copy the runner's log to stderr"},
+		},
+		Action: func(c *cli.Context) error {
+			t, err := timingsOf(c.String("timings"))
+			if err != nil {
+				return err
+			}
+			me, err := self()
+			if err != nil {
+				return err
+			}
+			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
+				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
+				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
+				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"),
+				Expect: splitAll(c.StringSlice("expect")), Verbose: c.Bool("verbose")}
+			ctx, cancel := interruptible()
+			defer cancel()
+			o, err := runner.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			o.Summary(os.Stdout)
+			if !o.Passed {
+				return errFailed
+			}
+			return nil
+		},
+	}
+}
+
+func profileCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "profile",
+		Usage:     "a series of runs: ci (about 10 minutes, scaled timings, the broken builds too) or soak (5 nodes, production timings, an hour)",
+		ArgsUsage: "ci|soak",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "bin-dir", Value: "bin", Usage: "where `make chaos` put leasehold-chaos and its broken variants"},
+			&cli.StringFlag{Name: "out", Required: true, Usage: "directory; each run gets a subdirectory"},
+			&cli.Int64Flag{Name: "seed", Usage: "seed of every run (default: each from the time)"},
+			&cli.StringSliceFlag{Name: "only", Usage: "run only these runs of the profile, by name"},
+			&cli.DurationFlag{Name: "duration", Usage: "override every run's fault phase"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return fmt.Errorf("profile: name one of %s", strings.Join(runner.Profiles(), ", "))
+			}
+			me, err := self()
+			if err != nil {
+				return err
+			}
+			binDir, err := filepath.Abs(c.String("bin-dir"))
+			if err != nil {
+				return err
+			}
+			runs, err := runner.Profile(c.Args().First(), runner.BuildsIn(binDir), me, c.String("out"), c.Int64("seed"))
+			if err != nil {
+				return err
+			}
+			if only := splitAll(c.StringSlice("only")); len(only) > 0 {
+				var keep []runner.Config
+				for _, r := range runs {
+					for _, o := range only {
+						if r.Name == o {
+							keep = append(keep, r)
+						}
+					}
+				}
+				if len(keep) == 0 {
+					return fmt.Errorf("--only %v: no such run", only)
+				}
+				runs = keep
+			}
+			if d := c.Duration("duration"); d > 0 {
+				for i := range runs {
+					runs[i].Duration = d
+				}
+			}
+			for _, r := range runs {
+				if _, err := os.Stat(r.Bin); err != nil {
+					return fmt.Errorf("%s: %w (run `make chaos-bins`)", r.Bin, err)
+				}
+			}
+			ctx, cancel := interruptible()
+			defer cancel()
+			outs, err := runner.RunProfile(ctx, runs, os.Stdout)
+			if err != nil {
+				return err
+			}
+			for _, o := range outs {
+				if !o.Passed {
+					return errFailed
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "check a recorded history (history.jsonl) again",
+		ArgsUsage: "HISTORY",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "html", Usage: "directory for Porcupine's HTML of failing jobs"},
+			&cli.StringFlag{Name: "json", Usage: "write the report as JSON to this file"},
+			&cli.BoolFlag{Name: "allow-unfinished", Usage: "do not require every job to finish (I9)"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return errors.New("check: name one history file")
+			}
+			f, err := os.Open(c.Args().First())
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			entries, err := history.Read(f)
+			if err != nil && !errors.Is(err, history.ErrTruncated) {
+				return err
+			}
+			r := checker.Check(entries, checker.Options{OutDir: c.String("html"), RequireAllFinished: !c.Bool("allow-unfinished")})
+			r.Summary(os.Stdout)
+			if p := c.String("json"); p != "" {
+				out, err := os.Create(p)
+				if err != nil {
+					return err
+				}
+				if err := r.WriteJSON(out); err != nil {
+					out.Close()
+					return err
+				}
+				if err := out.Close(); err != nil {
+					return err
+				}
+			}
+			if !r.OK() {
+				return errFailed
+			}
+			return nil
+		},
+	}
+}
+
+// workerCommand is a worker process of a run; the runner starts it.
+func workerCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "worker",
+		Usage:  "a worker process of a run (started by the runner)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Required: true},
+			&cli.StringFlag{Name: "process", Required: true},
+			&cli.StringFlag{Name: "endpoints", Required: true},
+			&cli.StringFlag{Name: "source"},
+			&cli.StringFlag{Name: "sink", Required: true},
+			&cli.StringFlag{Name: "history", Required: true},
+			&cli.IntFlag{Name: "concurrency", Value: 3},
+			&cli.DurationFlag{Name: "poll-wait", Value: time.Second},
+			&cli.DurationFlag{Name: "call-timeout", Value: time.Second},
+			&cli.DurationFlag{Name: "drain-timeout", Value: time.Second},
+		},
+		Action: func(c *cli.Context) error {
+			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+			defer cancel()
+			return workload.RunWorker(ctx, workload.WorkerConfig{
+				ID: c.String("id"), Process: c.String("process"), Endpoints: strings.Split(c.String("endpoints"), ","),
+				SourceIP: c.String("source"), SinkURL: c.String("sink"), HistoryPath: c.String("history"),
+				Concurrency: c.Int("concurrency"), PollWait: c.Duration("poll-wait"), CallTimeout: c.Duration("call-timeout"),
+				DrainTimeout: c.Duration("drain-timeout"),
+				Logger:       hclog.New(&hclog.LoggerOptions{Name: c.String("process"), Output: os.Stderr, Level: hclog.Info}),
+			})
+		},
+	}
+}
+
+// cleanCommand removes namespaces, links and rules left by runs whose
+// runner was killed with SIGKILL.
+func cleanCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "clean",
+		Usage: "remove network namespaces and links left by runs that were killed",
+		Action: func(*cli.Context) error {
+			return netem.CleanLeftovers()
+		},
+	}
+}
+
+func kindNames() string {
+	var b strings.Builder
+	for _, k := range nemesis.Catalog() {
+		fmt.Fprintf(&b, "  %-24s %s\n", k.Name, k.Family)
+	}
+	return b.String()
+}
+
+// splitAll splits each value on commas and drops empty ones.
+func splitAll(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		for _, s := range strings.Split(v, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,388 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
+	"github.com/leasehold/leasehold/jepsen-lite/netem"
+	"github.com/leasehold/leasehold/jepsen-lite/workload"
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// cluster is the run's processes and network, as the nemesis and the
+// runner see them. It implements nemesis.Cluster.
+type cluster struct {
+	cfg   Config
+	net   netem.Network
+	nodes []*proc
+	// workers are filled in once the sinks serve.
+	workers []*proc
+	http    *http.Client // the runner's, from its own address
+	client  *client.Client
+	// stubs per node, for questions about one node (not followed to
+	// the leader).
+	status []leaseholdv1connect.ClusterServiceClient
+	jobs   []leaseholdv1connect.JobServiceClient
+
+	mu sync.Mutex
+}
+
+var _ nemesis.Cluster = (*cluster)(nil)
+
+func (c *cluster) dir(parts ...string) string {
+	return filepath.Join(append([]string{c.cfg.Out}, parts...)...)
+}
+
+// newCluster writes the nodes' configuration and makes their processes
+// (not started).
+func newCluster(cfg Config, n netem.Network) (*cluster, error) {
+	c := &cluster{cfg: cfg, net: n, http: workload.NewHTTPClient(n.RunnerIP())}
+	for _, d := range []string{c.dir("logs"), c.dir("data"), c.dir("clock")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	t := cfg.Timings
+	toml := fmt.Sprintf("[raft]\nheartbeat_timeout = %q\nelection_timeout = %q\nleader_lease_timeout = %q\n\n"+
+		"[plugins.executor]\nrenew_seconds = %g\ngrace_seconds = %g\ntoleration_seconds = %g\n",
+		t.Heartbeat, t.Election, t.LeaderLease, t.Renew.Seconds(), t.Grace.Seconds(), t.Toleration.Seconds())
+	cfgPath := c.dir("leasehold.toml")
+	if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
+		return nil, err
+	}
+	var join []string
+	var endpoints []string
+	for i := 1; i <= cfg.Nodes; i++ {
+		join = append(join, n.RaftAddr(i))
+		endpoints = append(endpoints, n.APIAddr(i))
+	}
+	for i := 1; i <= cfg.Nodes; i++ {
+		name := netem.NodeName(i)
+		clock := c.dir("clock", name)
+		if err := os.WriteFile(clock, []byte("0 1\n"), 0o644); err != nil {
+			return nil, err
+		}
+		argv := n.NodeCommand(i, []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
+			"--raft-bind", n.RaftBind(i), "--raft-advertise", n.RaftAddr(i), "--api-bind", n.APIBind(i),
+			"--api-advertise", n.APIAddr(i), "--bootstrap-expect", strconv.Itoa(cfg.Nodes),
+			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"})
+		c.nodes = append(c.nodes, &proc{name: name, argv: func(int) []string { return argv },
+			env: childEnv("LEASEHOLD_CHAOS_CLOCK=" + clock), logPath: c.dir("logs", name+".log")})
+		base := "http://" + n.APIAddr(i)
+		c.status = append(c.status, leaseholdv1connect.NewClusterServiceClient(c.http, base))
+		c.jobs = append(c.jobs, leaseholdv1connect.NewJobServiceClient(c.http, base))
+	}
+	cl, err := c.newClient(2 * time.Second)
+	if err != nil {
+		return nil, err
+	}
+	c.client = cl
+	return c, nil
+}
+
+// newClient is a client of the whole cluster from the runner's address.
+func (c *cluster) newClient(callTimeout time.Duration) (*client.Client, error) {
+	return client.New(client.Config{Endpoints: c.endpoints(), HTTPClient: c.http, CallTimeout: callTimeout,
+		RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+}
+
+func (c *cluster) endpoints() []string {
+	var out []string
+	for i := 1; i <= c.cfg.Nodes; i++ {
+		out = append(out, c.net.APIAddr(i))
+	}
+	return out
+}
+
+// addWorkers makes the worker processes (not started).
+func (c *cluster) addWorkers(self, sinkURL string) {
+	t := c.cfg.Timings
+	for w := 1; w <= c.cfg.Workers; w++ {
+		id := netem.WorkerName(w)
+		src := c.net.WorkerIP(w)
+		argv := func(inc int) []string {
+			proc := fmt.Sprintf("%s#%d", id, inc)
+			return []string{self, "worker", "--id", id, "--process", proc, "--endpoints", strings.Join(c.endpoints(), ","),
+				"--source", src, "--sink", sinkURL, "--history", c.dir(fmt.Sprintf("history-%s-%d.jsonl", id, inc)),
+				"--concurrency", strconv.Itoa(c.cfg.Concurrency), "--poll-wait", (4 * t.Renew).String(),
+				"--call-timeout", max(4*t.Renew, time.Second).String(), "--drain-timeout", (2 * t.Renew).String()}
+		}
+		c.workers = append(c.workers, &proc{name: id, argv: argv, env: childEnv(), logPath: c.dir("logs", id+".log")})
+	}
+}
+
+func (c *cluster) Nodes() []string {
+	var out []string
+	for _, p := range c.nodes {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+func (c *cluster) Workers() []string {
+	var out []string
+	for _, p := range c.workers {
+		out = append(out, p.name)
+	}
+	return out
+}
+
+func (c *cluster) Net() nemesis.Net { return c.net }
+
+func (c *cluster) proc(name string) (*proc, error) {
+	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
+		if p.name == name {
+			return p, nil
+		}
+	}
+	return nil, fmt.Errorf("runner: no process %q", name)
+}
+
+func (c *cluster) nodeIndex(name string) int {
+	for i, p := range c.nodes {
+		if p.name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Process is a worker's current process name.
+func (c *cluster) Process(worker string) string {
+	p, err := c.proc(worker)
+	if err != nil {
+		return worker
+	}
+	return fmt.Sprintf("%s#%d", worker, p.currentIncarnation())
+}
+
+// statusOf asks one node about itself.
+func (c *cluster) statusOf(ctx context.Context, i int, hash bool) (*leaseholdv1.StatusResponse, error) {
+	resp, err := c.status[i].Status(ctx, connect.NewRequest(&leaseholdv1.StatusRequest{IncludeHash: hash}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// statuses asks every node at once; a node that does not answer within
+// bound has a nil status.
+func (c *cluster) statuses(ctx context.Context, bound time.Duration, hash bool) []*leaseholdv1.StatusResponse {
+	out := make([]*leaseholdv1.StatusResponse, len(c.nodes))
+	var wg sync.WaitGroup
+	for i := range c.nodes {
+		wg.Go(func() {
+			sctx, cancel := context.WithTimeout(ctx, bound)
+			defer cancel()
+			out[i], _ = c.statusOf(sctx, i, hash)
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// errNoLeader: no node says it leads and is ready.
+var errNoLeader = errors.New("runner: no ready leader")
+
+// Leader is the ready leader of the highest term any node reports.
+func (c *cluster) Leader(ctx context.Context) (string, error) {
+	best, term := "", uint64(0)
+	for i, st := range c.statuses(ctx, time.Second, false) {
+		if st != nil && st.GetState() == "Leader" && st.GetReady() && st.GetTerm() >= term {
+			best, term = c.nodes[i].name, st.GetTerm()
+		}
+	}
+	if best == "" {
+		return "", errNoLeader
+	}
+	return best, nil
+}
+
+// waitLeader polls until a node leads, up to bound.
+func (c *cluster) waitLeader(ctx context.Context, bound time.Duration) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for {
+		if l, err := c.Leader(ctx); err == nil {
+			return l, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("runner: no leader within %v", bound)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// BusyWorker is a live, unpaused worker process holding a lease,
+// preferring the one whose (long) job started last.
+func (c *cluster) BusyWorker(ctx context.Context, long bool) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	resp, err := c.client.Jobs(ctx, &leaseholdv1.ListJobsRequest{State: leaseholdv1.JobState_JOB_STATE_RUNNING,
+		PageSize: 1000, Consistency: leaseholdv1.Consistency_CONSISTENCY_STALE})
+	if err != nil {
+		return ""
+	}
+	best, bestAt, bestLong := "", time.Time{}, false
+	for _, j := range resp.GetJobs() {
+		ls := j.GetLeases()
+		if len(ls) == 0 {
+			continue
+		}
+		l := ls[len(ls)-1]
+		p, err := c.proc(l.GetWorkerId())
+		if err != nil || !p.alive() || p.isPaused() {
+			continue
+		}
+		isLong := j.GetSpec().GetKind() == workload.KindLong
+		at := l.GetGrantedAt().AsTime()
+		better := best == "" || (long && isLong && !bestLong) || ((!long || isLong == bestLong) && at.After(bestAt))
+		if better {
+			best, bestAt, bestLong = l.GetWorkerId(), at, isLong
+		}
+	}
+	return best
+}
+
+func (c *cluster) Kill(name string) error {
+	p, err := c.proc(name)
+	if err != nil {
+		return err
+	}
+	return p.kill()
+}
+
+func (c *cluster) Restart(ctx context.Context, name string) error {
+	p, err := c.proc(name)
+	if err != nil {
+		return err
+	}
+	if p.alive() {
+		return nil
+	}
+	if err := p.start(); err != nil {
+		return err
+	}
+	if i := c.nodeIndex(name); i >= 0 {
+		return c.waitListening(ctx, i)
+	}
+	return nil
+}
+
+// waitListening waits until a restarted node answers on its API port.
+func (c *cluster) waitListening(ctx context.Context, i int) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		sctx, scancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		_, err := c.statusOf(sctx, i, false)
+		scancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("runner: %s not answering after a restart: %w", c.nodes[i].name, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) Pause(name string) error {
+	p, err := c.proc(name)
+	if err != nil {
+		return err
+	}
+	return p.signal(sigstop)
+}
+
+func (c *cluster) Resume(name string) error {
+	p, err := c.proc(name)
+	if err != nil {
+		return err
+	}
+	return p.signal(sigcont)
+}
+
+// SetClock writes the node's chaos clock file ("OFFSET_SECONDS RATE").
+func (c *cluster) SetClock(node string, offset time.Duration, rate float64) error {
+	if c.nodeIndex(node) < 0 {
+		return fmt.Errorf("runner: no node %q", node)
+	}
+	path := c.dir("clock", node)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%g %g\n", offset.Seconds(), rate)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func (c *cluster) ResetClocks() error {
+	var errs []error
+	for _, n := range c.Nodes() {
+		errs = append(errs, c.SetClock(n, 0, 1))
+	}
+	return errors.Join(errs...)
+}
+
+// Transfer asks the leader to hand over to the most up-to-date voter.
+func (c *cluster) Transfer(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return c.client.TransferLeadership(ctx, "")
+}
+
+// HealProcesses resumes every paused process and restarts every killed
+// one but the workers killed for good.
+func (c *cluster) HealProcesses(ctx context.Context) error {
+	var errs []error
+	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
+		switch {
+		case p.alive() && p.isPaused():
+			errs = append(errs, p.signal(sigcont))
+		case !p.alive() && !p.gone:
+			errs = append(errs, c.Restart(ctx, p.name))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// markGone keeps a worker from being restarted.
+func (c *cluster) markGone(name string) {
+	if p, err := c.proc(name); err == nil {
+		p.mu.Lock()
+		p.gone = true
+		p.mu.Unlock()
+	}
+}
+
+// shutdown stops every process in order: workers first (they drain and
+// release), then nodes.
+func (c *cluster) shutdown() {
+	var wg sync.WaitGroup
+	for _, p := range c.workers {
+		wg.Go(func() { p.stop(5 * time.Second) })
+	}
+	wg.Wait()
+	for _, p := range c.nodes {
+		wg.Go(func() { p.stop(10 * time.Second) })
+	}
+	wg.Wait()
+	c.client.Close()
+	c.http.CloseIdleConnections()
+}

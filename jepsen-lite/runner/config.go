@@ -1,0 +1,110 @@
+package runner
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
+)
+
+// Timings are the cluster's: the executor's and Raft's.
+type Timings struct {
+	Renew, Grace, Toleration time.Duration
+	// Raft's heartbeat and election timeouts and leader lease.
+	Heartbeat, Election, LeaderLease time.Duration
+}
+
+// CITimings are SPEC's timings scaled down (renew 0.3 s, grace 1.5 s,
+// toleration 4 s), with Raft timeouts a quarter of grace or less.
+var CITimings = Timings{
+	Renew: 300 * time.Millisecond, Grace: 1500 * time.Millisecond, Toleration: 4 * time.Second,
+	Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond,
+}
+
+// ProductionTimings are SPEC's defaults (renew 10 s, grace 50 s, toleration
+// 300 s) with Raft's default timeouts.
+var ProductionTimings = Timings{
+	Renew: 10 * time.Second, Grace: 50 * time.Second, Toleration: 300 * time.Second,
+	Heartbeat: time.Second, Election: time.Second, LeaderLease: 500 * time.Millisecond,
+}
+
+func (t Timings) nemesis() nemesis.Timings {
+	return nemesis.Timings{Renew: t.Renew, Grace: t.Grace, Toleration: t.Toleration, Election: t.Election}
+}
+
+// Net modes.
+const (
+	NetAuto  = "auto"
+	NetNetns = "netns"
+	NetProxy = "proxy"
+)
+
+// Config is one run.
+type Config struct {
+	// Name labels the run (its directory under a profile's).
+	Name string
+	// Bin is a leasehold binary built with -tags chaos (the clock seam).
+	Bin string
+	// Self is the jepsen-lite binary, re-executed as worker processes.
+	Self string
+	// Out receives everything: histories, logs, data, the report.
+	Out string
+	// Nodes is 3 or 5; Workers the worker processes, each running
+	// Concurrency jobs at once.
+	Nodes, Workers, Concurrency int
+	// Nemesis names families, kinds, or "mixed"; empty or "none" for a
+	// run without faults.
+	Nemesis []string
+	// Duration is the fault phase (at least one of each fault kind).
+	Duration time.Duration
+	Seed     int64
+	Net      string
+	Timings  Timings
+	// KillWorkerAtEnd kills a busy worker for good just before the heal,
+	// leaving orphaned leases the cluster must re-lease (I12).
+	KillWorkerAtEnd bool
+	// Expect: the build is broken on purpose and the run must find
+	// violations of one of these invariants ("any" for any).
+	Expect []string
+	// Verbose copies the runner's log to stderr.
+	Verbose bool
+}
+
+// Validate checks the configuration and fills defaults into a copy.
+func (c Config) withDefaults() (Config, error) {
+	if c.Bin == "" {
+		return c, fmt.Errorf("runner: --bin is required: a leasehold binary built with -tags chaos")
+	}
+	if c.Out == "" {
+		return c, fmt.Errorf("runner: --out is required")
+	}
+	if c.Nodes == 0 {
+		c.Nodes = 3
+	}
+	if c.Nodes != 3 && c.Nodes != 5 {
+		return c, fmt.Errorf("runner: --nodes %d: 3 or 5", c.Nodes)
+	}
+	if c.Workers == 0 {
+		c.Workers = 3
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 3
+	}
+	if c.Timings == (Timings{}) {
+		c.Timings = CITimings
+	}
+	if c.Net == "" {
+		c.Net = NetAuto
+	}
+	if !slices.Contains([]string{NetAuto, NetNetns, NetProxy}, c.Net) {
+		return c, fmt.Errorf("runner: --net %q: auto, netns or proxy", c.Net)
+	}
+	if c.Name == "" {
+		c.Name = "run"
+	}
+	if c.Seed == 0 {
+		c.Seed = time.Now().UnixNano()
+	}
+	return c, nil
+}

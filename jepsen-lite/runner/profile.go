@@ -1,0 +1,141 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Builds are the leasehold binaries a profile runs, all built with -tags
+// chaos (the clock seam); the broken ones each turn one guarantee off.
+type Builds struct {
+	Real      string // -tags chaos
+	NoFence   string // -tags chaos,chaos_nofence: fence checks always pass
+	NoAbsence string // -tags chaos,chaos_noabsence: the leader charges workers for its absence
+	NoVerify  string // -tags chaos,chaos_noverify: heartbeats acked without a leadership check
+}
+
+// BuildsIn names the binaries `make chaos` builds into dir.
+func BuildsIn(dir string) Builds {
+	return Builds{
+		Real:      filepath.Join(dir, "leasehold-chaos"),
+		NoFence:   filepath.Join(dir, "leasehold-chaos-nofence"),
+		NoAbsence: filepath.Join(dir, "leasehold-chaos-noabsence"),
+		NoVerify:  filepath.Join(dir, "leasehold-chaos-noverify"),
+	}
+}
+
+// Profiles names the profiles.
+func Profiles() []string { return []string{"ci", "soak"} }
+
+// Profile returns the runs of a profile. Every run's Out is under out;
+// seed 0 picks one per run from the time.
+func Profile(name string, b Builds, self, out string, seed int64) ([]Config, error) {
+	mk := func(run string, bin string, nodes int, nemesis string, d time.Duration) Config {
+		return Config{Name: run, Bin: bin, Self: self, Out: filepath.Join(out, run), Nodes: nodes,
+			Nemesis: strings.Split(nemesis, ","), Duration: d, Seed: seed, Timings: CITimings}
+	}
+	switch name {
+	case "ci":
+		// The real build under every family, one family per run and then
+		// all mixed; then each broken build under the fault that exposes it.
+		runs := []Config{
+			mk("partition-5", b.Real, 5, "partition", 20*time.Second),
+			mk("kill", b.Real, 3, "kill", 20*time.Second),
+			mk("pause", b.Real, 3, "pause", 20*time.Second),
+			mk("clock", b.Real, 3, "clock", 20*time.Second),
+			mk("transfer-worker", b.Real, 3, "transfer,worker", 20*time.Second),
+			mk("net", b.Real, 3, "net", 15*time.Second),
+			mk("mixed", b.Real, 3, "mixed", 40*time.Second),
+		}
+		runs[1].KillWorkerAtEnd = true // an orphan to re-lease (I12)
+		runs[5].Net = NetProxy         // delay and loss need the proxies
+		// The fenced sink asks the cluster; with fence checks off it keeps
+		// the stale writer's writes.
+		nofence := mk("broken-nofence", b.NoFence, 3, "none", 10*time.Second)
+		nofence.Expect = []string{"I5"}
+		// Every node stopped past toleration: without the absence rule
+		// the leader expires every lease on waking.
+		noabs := mk("broken-noabsence", b.NoAbsence, 3, "sigstop-all-long", 5*time.Second)
+		noabs.Expect = []string{"I11"}
+		// A deposed leader keeps acknowledging a worker that it shares a
+		// partition with, while the majority expires that worker's leases
+		// and grants them again.
+		noverify := mk("broken-noverify", b.NoVerify, 3, "partition-leader-worker", 5*time.Second)
+		noverify.Expect = []string{"I3", "I4"}
+		return append(runs, nofence, noabs, noverify), nil
+	case "soak":
+		// Five nodes at production timings, every family mixed, for an
+		// hour.
+		s := mk("soak", b.Real, 5, "mixed", time.Hour)
+		s.Timings = ProductionTimings
+		s.Workers, s.Concurrency = 5, 4
+		s.KillWorkerAtEnd = true
+		return []Config{s}, nil
+	}
+	return nil, fmt.Errorf("runner: no profile %q (%s)", name, strings.Join(Profiles(), ", "))
+}
+
+// RunProfile carries out runs in order, printing each run's summary to w,
+// and then a table of all of them. It stops early only when ctx ends.
+func RunProfile(ctx context.Context, runs []Config, w io.Writer) ([]*Outcome, error) {
+	var outs []*Outcome
+	start := time.Now()
+	for _, cfg := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		fmt.Fprintf(w, "--- %s: %s, %d nodes, nemesis %s\n", cfg.Name, filepath.Base(cfg.Bin), max(cfg.Nodes, 3), strings.Join(cfg.Nemesis, ","))
+		o, err := Run(ctx, cfg)
+		if err != nil {
+			o = &Outcome{Config: cfg, Problems: []string{err.Error()}}
+		}
+		if err == nil {
+			o.Summary(w)
+		} else {
+			fmt.Fprintf(w, "=== %s: FAIL: %v\n\n", cfg.Name, err)
+		}
+		outs = append(outs, o)
+	}
+	ProfileTable(w, outs, time.Since(start))
+	return outs, ctx.Err()
+}
+
+// ProfileTable is one line per run.
+func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
+	fmt.Fprintf(w, "%-18s %-6s %-6s %5s %6s %6s %6s %9s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL", "SLACK_MS", "LEADER_MS", "NOTE")
+	for _, o := range outs {
+		verdict := "pass"
+		if !o.Passed {
+			verdict = "FAIL"
+		}
+		ops, info, faults := 0, 0, 0
+		for _, c := range o.Report.Ops {
+			ops += c.Attempted
+			info += c.Info
+		}
+		for _, n := range o.Report.Faults {
+			faults += n
+		}
+		note := ""
+		if len(o.Config.Expect) > 0 {
+			note = fmt.Sprintf("broken build: expected %s, caught [%s]", strings.Join(o.Config.Expect, "/"), strings.Join(o.Caught, ","))
+		}
+		if len(o.Problems) > 0 {
+			note = strings.TrimSpace(note + " problems: " + strings.Join(o.Problems, "; "))
+		}
+		fmt.Fprintf(w, "%-18s %-6s %-6s %5d %6d %6d %6d %9s %9s %s\n", o.Config.Name, verdict, o.Net, ops, info, faults,
+			o.Report.Violations(), optMs(o.Report.MinExpirySlackMs), optMs(o.Report.LeaderRecoveryMs), note)
+	}
+	fmt.Fprintf(w, "total %s\n", elapsed.Round(time.Second))
+}
+
+func optMs(x *float64) string {
+	if x == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f", *x)
+}

@@ -1,0 +1,374 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/leasehold/leasehold/jepsen-lite/checker"
+	"github.com/leasehold/leasehold/jepsen-lite/history"
+	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
+	"github.com/leasehold/leasehold/jepsen-lite/netem"
+	"github.com/leasehold/leasehold/jepsen-lite/workload"
+)
+
+// Outcome is one run's result.
+type Outcome struct {
+	Config  Config
+	Net     string // the network mode used
+	Report  checker.Report
+	Elapsed time.Duration
+	// Passed: no violation, or, for a run of a broken build, at least one
+	// violation of an expected invariant.
+	Passed bool
+	// Caught names the expected invariants that found violations.
+	Caught []string
+	// Problems are failures of the run itself (a node that never came up,
+	// a drain that did not finish); a run with problems does not pass.
+	Problems []string
+}
+
+// Run carries out one run: it starts the cluster and the workers, runs
+// the workload through the fault phase, heals, waits for recovery, drains,
+// reads the final states, tears everything down, and checks the merged
+// history. The history, the nodes' logs and data, the report (report.json)
+// and Porcupine's HTML for failing jobs are left in cfg.Out.
+//
+// The returned error is for a run that could not be carried out at all;
+// everything else is in the Outcome.
+func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(cfg.Out, "runner.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	var logOut io.Writer = logFile
+	if cfg.Verbose {
+		logOut = io.MultiWriter(logFile, os.Stderr)
+	}
+	log := hclog.New(&hclog.LoggerOptions{Name: cfg.Name, Output: logOut, Level: hclog.Info})
+	start := time.Now()
+
+	n, err := newNetwork(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer n.Close()
+	out := &Outcome{Config: cfg, Net: n.Mode()}
+	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "nemesis", cfg.Nemesis, "seed", cfg.Seed)
+
+	histFile, err := os.Create(filepath.Join(cfg.Out, "history-runner.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	defer histFile.Close()
+	rec := history.NewRecorder(histFile)
+
+	c, err := newCluster(cfg, n)
+	if err != nil {
+		return nil, err
+	}
+	// Whatever happens below, every process is stopped.
+	stopped := false
+	defer func() {
+		if !stopped {
+			c.shutdown()
+		}
+	}()
+
+	problems := func(format string, args ...any) {
+		msg := fmt.Sprintf(format, args...)
+		log.Error(msg)
+		out.Problems = append(out.Problems, msg)
+	}
+	if err := runPhases(ctx, cfg, c, rec, log, problems); err != nil {
+		return nil, err
+	}
+	c.shutdown()
+	stopped = true
+
+	// Merge every process's history by time.
+	entries := rec.Entries()
+	if err := rec.Err(); err != nil {
+		problems("runner history: %v", err)
+	}
+	files, _ := filepath.Glob(filepath.Join(cfg.Out, "history-w*.jsonl"))
+	for _, f := range files {
+		es, err := readHistory(f)
+		if err != nil {
+			problems("%s: %v", filepath.Base(f), err)
+		}
+		entries = append(entries, es...)
+	}
+	sort.SliceStable(entries, func(a, b int) bool { return entries[a].Ns < entries[b].Ns })
+	if err := writeHistory(filepath.Join(cfg.Out, "history.jsonl"), entries); err != nil {
+		return nil, err
+	}
+
+	out.Report = checker.Check(entries, checker.Options{OutDir: cfg.Out, RequireAllFinished: true})
+	out.Elapsed = time.Since(start)
+	out.judge()
+	if err := writeJSON(filepath.Join(cfg.Out, "report.json"), out.jsonReport()); err != nil {
+		return nil, err
+	}
+	log.Info("done", "passed", out.Passed, "violations", out.Report.Violations(), "elapsed", out.Elapsed)
+	return out, nil
+}
+
+func newNetwork(cfg Config) (netem.Network, error) {
+	mode := cfg.Net
+	if mode == NetAuto {
+		mode = NetProxy
+		if netem.NetnsAvailable() {
+			mode = NetNetns
+		}
+	}
+	if mode == NetNetns {
+		return netem.NewNetns(cfg.Nodes, cfg.Workers)
+	}
+	// A lost chunk waits a quarter of a renew: loss shows as delay, as TCP
+	// retransmissions would make it.
+	return netem.NewProxyNet(cfg.Nodes, uint64(cfg.Seed), cfg.Timings.Renew/4)
+}
+
+// runPhases is the run from the first boot to the final states. It
+// returns an error only when the run cannot go on at all.
+func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorder, log hclog.Logger, problem func(string, ...any)) error {
+	t := cfg.Timings
+	rec.Append(history.Entry{Kind: history.KindRun, Process: "runner", Run: &history.Run{
+		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: workerNames(cfg.Workers),
+		Nemeses: cfg.Nemesis, RenewNs: int64(t.Renew), GraceNs: int64(t.Grace), TolerationNs: int64(t.Toleration),
+		ElectionTimeoutNs: int64(t.Election)}})
+
+	for _, p := range c.nodes {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	leader, err := c.waitLeader(ctx, 60*time.Second)
+	if err != nil {
+		return fmt.Errorf("%w (node logs in %s)", err, c.dir("logs"))
+	}
+	log.Info("leader", "node", leader)
+	rec.Append(history.Entry{Kind: history.KindLeaderElected, Process: "runner", Marker: &history.Marker{Node: leader}})
+
+	// The runner's own actors, each a process of the history.
+	callTimeout := max(4*t.Renew, time.Second)
+	caller := func(process string) *workload.Caller {
+		return &workload.Caller{Rec: rec, Process: process, Client: c.client, Timeout: callTimeout}
+	}
+	sinks := workload.NewSinks(rec, "sink", caller("sink"))
+	ss, err := workload.ServeSinks(c.net.ListenIP()+":0", sinks)
+	if err != nil {
+		return err
+	}
+	defer ss.Close()
+	c.addWorkers(cfg.Self, ss.URL())
+	for _, p := range c.workers {
+		if err := p.start(); err != nil {
+			return err
+		}
+	}
+	events := startEventLog(ctx, rec, c.client)
+	defer events.stop()
+
+	seed := uint64(cfg.Seed)
+	jobs := workload.NewJobs()
+	load, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	var wg sync.WaitGroup
+	sub := workload.NewSubmitter(caller(workload.SubmitterMain), jobs, workload.SubmitterConfig{
+		Interval: t.Renew / 3, MaxQueued: 3 * cfg.Workers * cfg.Concurrency, Renew: t.Renew, Toleration: t.Toleration}, seed)
+	wg.Go(func() { sub.Run(load) })
+	// The reader, the stale writer and the reporter go on through the drain.
+	tail, stopTail := context.WithCancel(ctx)
+	defer stopTail()
+	var tailWG sync.WaitGroup
+	tailWG.Go(func() { workload.NewReader(caller("reader"), jobs, t.Renew/2, seed).Run(tail) })
+	tailWG.Go(func() { workload.NewStaleWriter(caller("stale"), jobs, sinks, t.Renew, seed).Run(tail) })
+	tailWG.Go(func() { workload.NewReporter(caller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
+	defer func() { stopTail(); tailWG.Wait() }()
+
+	// Let work start before the first fault.
+	sleep(ctx, 2*t.Renew)
+
+	kinds, err := nemesis.Select(cfg.Nemesis, cfg.Nodes, c.net.Mode() == NetProxy)
+	if err != nil {
+		return err
+	}
+	nem := nemesis.New(c, rec, t.nemesis(), seed, log.Named("nemesis"))
+	plan := nemesis.Plan(kinds, cfg.Duration, t.nemesis(), t.Renew*3, rand.New(rand.NewPCG(seed, 9)))
+	log.Info("fault phase", "steps", len(plan), "kinds", len(kinds))
+	if len(plan) == 0 {
+		sleep(ctx, cfg.Duration)
+	} else {
+		nem.Run(ctx, plan)
+	}
+	if cfg.KillWorkerAtEnd {
+		if w, err := nem.KillForGood(ctx); err != nil {
+			problem("no busy worker to kill for good: %v", err)
+		} else {
+			c.markGone(w)
+			log.Info("worker killed for good", "worker", w)
+		}
+	}
+	healCtx := context.WithoutCancel(ctx)
+	if err := nem.HealAll(healCtx); err != nil {
+		problem("heal: %v", err)
+	}
+	if leader, err := c.waitLeader(healCtx, 60*time.Second); err != nil {
+		problem("no leader after the heal: %v", err)
+	} else {
+		rec.Append(history.Entry{Kind: history.KindLeaderElected, Process: "runner", Marker: &history.Marker{Node: leader}})
+		log.Info("leader after heal", "node", leader)
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// Recovery: the load goes on until an orphaned lease would have
+	// expired and been taken again.
+	sleep(ctx, t.Toleration+t.Grace+2*t.Renew)
+	stopLoad()
+	wg.Wait()
+
+	// Drain: the early executor cancels what it left queued; everything
+	// else must finish.
+	cc := caller(workload.SubmitterEarly)
+	dctx, dcancel := context.WithTimeout(healCtx, 10*time.Second)
+	workload.CancelSubmitter(dctx, rec, cc.Process, c.client.CancelSubmitterOnce, workload.SubmitterEarly)
+	dcancel()
+	if err := c.drain(ctx, 3*t.Toleration+30*time.Second); err != nil {
+		problem("drain: %v", err)
+	}
+	stopTail()
+	tailWG.Wait()
+
+	// Workers stop in order (they have nothing left to run), then the
+	// final states are read from every node.
+	var sw sync.WaitGroup
+	for _, p := range c.workers {
+		sw.Go(func() { p.stop(2*t.Renew + 5*time.Second) })
+	}
+	sw.Wait()
+	for _, p := range c.workers {
+		if err := p.exitErr(); err != nil && !p.gone {
+			problem("worker %s exited: %v (log %s)", p.name, err, p.logPath)
+		}
+	}
+	lastSeq, err := c.finalStates(healCtx, rec, 60*time.Second)
+	if err != nil {
+		problem("%v", err)
+	}
+	if err := events.catchUp(healCtx, lastSeq, 30*time.Second); err != nil {
+		problem("%v", err)
+	}
+	complete, last := events.stop()
+	rec.Append(history.Entry{Kind: history.KindRunEnd, Process: "runner", RunEnd: &history.RunEnd{EventsComplete: complete, LastEventSeq: last}})
+	return nil
+}
+
+// drain waits until no job is queued or leased, up to bound.
+func (c *cluster) drain(ctx context.Context, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	left := -1
+	for {
+		qctx, qcancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := c.unfinished(qctx)
+		qcancel()
+		if err == nil {
+			if n == 0 {
+				return nil
+			}
+			left = n
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d jobs unfinished after %v", left, bound)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func workerNames(n int) []string {
+	var out []string
+	for w := 1; w <= n; w++ {
+		out = append(out, netem.WorkerName(w))
+	}
+	return out
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// readHistory reads a worker's history; a worker killed mid-write leaves
+// its last line cut short, which is dropped.
+func readHistory(path string) ([]history.Entry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	es, err := history.Read(f)
+	if errors.Is(err, history.ErrTruncated) {
+		err = nil
+	}
+	return es, err
+}
+
+func writeHistory(path string, entries []history.Entry) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := history.Write(f, entries); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// judge decides whether the run passed.
+func (o *Outcome) judge() {
+	if len(o.Config.Expect) == 0 {
+		o.Passed = o.Report.OK() && len(o.Problems) == 0
+		return
+	}
+	// A broken build: the run must find what it broke.
+	for _, r := range o.Report.Results {
+		if len(r.Violations) == 0 {
+			continue
+		}
+		if slices.Contains(o.Config.Expect, "any") || slices.ContainsFunc(o.Config.Expect, func(e string) bool {
+			return strings.EqualFold(e, r.Invariant) || strings.EqualFold(e, r.Name)
+		}) {
+			o.Caught = append(o.Caught, r.Invariant)
+		}
+	}
+	o.Passed = len(o.Caught) > 0
+}

@@ -1,0 +1,8 @@
+package runner
+
+import "syscall"
+
+const (
+	sigstop = syscall.SIGSTOP
+	sigcont = syscall.SIGCONT
+)
