@@ -30,7 +30,7 @@ func runAcquire(ctx context.Context, e *env) (*Result, error) {
 	callers := make([]*acquirer, e.cfg.Concurrency)
 	ops := make([]op, len(callers))
 	for i := range callers {
-		a := &acquirer{e: e, sup: sup, held: held, queue: p.queue, acquired: &acquired}
+		a := &acquirer{e: e, sup: sup, held: held, pool: p, acquired: &acquired}
 		callers[i], ops[i] = a, a.op
 	}
 	topUp := func(ctx context.Context, warm *phase) error {
@@ -99,7 +99,7 @@ type acquirer struct {
 	e        *env
 	sup      *workerSupply
 	held     *heldSet
-	queue    string
+	pool     *pool
 	acquired *atomic.Int64
 
 	worker string
@@ -114,12 +114,12 @@ func (a *acquirer) op(ctx context.Context) error {
 		}
 		a.worker = id
 	}
-	res, err := a.e.f.pick().Acquire(ctx, &pb.AcquireRequest{WorkerId: a.worker, Queues: []string{a.queue}, Max: 1, Start: true})
+	res, err := a.e.f.pick().Acquire(ctx, &pb.AcquireRequest{WorkerId: a.worker, Queues: []string{a.pool.queue}, Max: 1, Start: true})
 	if err != nil {
 		return err
 	}
 	if len(res.GetGrants()) == 0 {
-		return errDrained
+		return a.pool.noGrant(a.acquired.Load())
 	}
 	a.acquired.Add(1)
 	g := res.GetGrants()[0]

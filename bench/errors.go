@@ -18,6 +18,9 @@ var (
 	// errDrained: a caller found no queued job, so the pre-submitted pool
 	// ran out before the window ended. The window ends there.
 	errDrained = errors.New("job pool drained")
+	// errNoGrant: an acquire granted nothing although the pool had jobs
+	// left for it. Counted as an error (NO_GRANT).
+	errNoGrant = errors.New("no grant")
 	// errLost: a heartbeat answered LOST for a lease the bench holds.
 	errLost = errors.New("lease lost")
 )

@@ -22,7 +22,8 @@ import (
 func runExpiry(ctx context.Context, e *env) (*Result, error) {
 	held := newHeldSet(ctx, e)
 	defer held.stop()
-	if err := e.hold(ctx, held, "exp", e.cfg.Abandon, e.cfg.Leases); err != nil {
+	queue, err := e.hold(ctx, held, "exp", e.cfg.Abandon, e.cfg.Leases)
+	if err != nil {
 		return nil, err
 	}
 	x := newExpiries(held)
@@ -78,6 +79,13 @@ func runExpiry(ctx context.Context, e *env) (*Result, error) {
 		return nil, fmt.Errorf("event stream: %w", err)
 	}
 
+	// The cluster's own word on the jobs: each abandoned job must be queued
+	// again. A job that is not is missing, whatever the events said.
+	requeued, err := e.countJobs(ctx, &pb.ListJobsRequest{Queue: queue, State: pb.JobState_JOB_STATE_QUEUED})
+	if err != nil {
+		return nil, fmt.Errorf("counting the requeued jobs: %w", err)
+	}
+
 	got := x.snapshot()
 	lateness := newHist()
 	var early int
@@ -98,6 +106,8 @@ func runExpiry(ctx context.Context, e *env) (*Result, error) {
 	r.add("workers", len(held.workers))
 	r.add("expired", len(got))
 	r.add("missing", held.leases()-len(got))
+	r.add("jobs_requeued", requeued)
+	r.add("jobs_missing", int64(held.leases())-requeued)
 	r.add("early", early)
 	r.add("late_p50_ms", p.hist.quantile(0.5))
 	r.add("late_p99_ms", p.hist.quantile(0.99))
@@ -108,6 +118,24 @@ func runExpiry(ctx context.Context, e *env) (*Result, error) {
 	r.add("observe_lag_max_ms", lagMax)
 	r.add("events_truncated", w.isTruncated())
 	return r, nil
+}
+
+// countJobs counts the jobs req selects, every page, as the leader sees
+// them.
+func (e *env) countJobs(ctx context.Context, req *pb.ListJobsRequest) (int64, error) {
+	req.PageSize = 1000
+	var n int64
+	for {
+		resp, err := e.f.first().Jobs(ctx, req)
+		if err != nil {
+			return n, err
+		}
+		n += int64(len(resp.GetJobs()))
+		if resp.GetNextPageToken() == 0 {
+			return n, nil
+		}
+		req.PageToken = resp.GetNextPageToken()
+	}
 }
 
 // lastHeartbeats sends one heartbeat for every worker at the same moment

@@ -15,7 +15,7 @@ func runFailover(ctx context.Context, e *env) (*Result, error) {
 	lc := e.cfg.Cluster
 	held := newHeldSet(ctx, e)
 	defer held.stop()
-	if err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
+	if _, err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
 		return nil, err
 	}
 	x := newExpiries(held)
@@ -46,22 +46,10 @@ func runFailover(ctx context.Context, e *env) (*Result, error) {
 	}
 	held.stop()
 
-	// Writes: the first acknowledged after the old leader was reaped, and
-	// the longest silence between two inside the window.
 	cy.writes.mu.Lock()
 	writes := slices.Clone(cy.writes.times)
 	cy.writes.mu.Unlock()
-	slices.SortFunc(writes, time.Time.Compare)
-	recovery := time.Duration(-1)
-	var gap time.Duration
-	for i, t := range writes {
-		if recovery < 0 && t.After(k.reaped) {
-			recovery = t.Sub(k.at)
-		}
-		if i > 0 && !writes[i-1].Before(p.start) && !t.After(p.end) {
-			gap = max(gap, t.Sub(writes[i-1]))
-		}
-	}
+	recovery, gap := writeGaps(writes, k, p.start, p.end)
 
 	// An expiry of a lease whose worker had a heartbeat acknowledged less
 	// than toleration before it: the server ended a lease it had heard.
@@ -90,6 +78,33 @@ func runFailover(ctx context.Context, e *env) (*Result, error) {
 	addHeld(r, held, exp)
 	r.add("events_truncated", w.isTruncated())
 	return r, nil
+}
+
+// writeGaps reads the acknowledged writes' times: recovery is from the kill
+// to the first write acknowledged after the old leader was reaped (-1 if
+// none was), and gap the longest silence inside [start, end], counting from
+// start to the first write and from the last to end, so that writes that
+// never resumed show as a gap up to the window's end.
+func writeGaps(writes []time.Time, k kill, start, end time.Time) (recovery, gap time.Duration) {
+	writes = slices.Clone(writes)
+	slices.SortFunc(writes, time.Time.Compare)
+	recovery = -1
+	prev := start
+	for _, t := range writes {
+		if recovery < 0 && t.After(k.reaped) {
+			recovery = t.Sub(k.at)
+		}
+		if t.Before(start) {
+			continue
+		}
+		if t.After(end) {
+			break
+		}
+		gap = max(gap, t.Sub(prev))
+		prev = t
+	}
+	gap = max(gap, end.Sub(prev))
+	return recovery, gap
 }
 
 // kill is what killLeader did.

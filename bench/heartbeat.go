@@ -16,7 +16,7 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 	per := e.cfg.Leases
 	var mu sync.Mutex
 	held := map[string][]*pb.LeaseRef{}
-	err := e.acquireShares(ctx, "hb", e.cfg.Concurrency*per, per, func(id string, refs []*pb.LeaseRef) {
+	_, err := e.acquireShares(ctx, "hb", e.cfg.Concurrency*per, per, func(id string, refs []*pb.LeaseRef) {
 		mu.Lock()
 		defer mu.Unlock()
 		held[id] = refs

@@ -215,32 +215,32 @@ func (h *heldSet) stats() heldStats {
 
 // hold registers ceil(n/per) workers of capacity per, submits n jobs to a
 // queue of their own, and has each worker acquire its share; each worker's
-// heartbeats start as soon as it holds its leases.
-func (e *env) hold(ctx context.Context, h *heldSet, name string, n, per int) error {
+// heartbeats start as soon as it holds its leases. It returns the queue.
+func (e *env) hold(ctx context.Context, h *heldSet, name string, n, per int) (string, error) {
 	t0 := time.Now()
 	nw := (n + per - 1) / per
-	err := e.acquireShares(ctx, name, n, per, func(id string, refs []*pb.LeaseRef) { h.add(id, refs) })
+	queue, err := e.acquireShares(ctx, name, n, per, func(id string, refs []*pb.LeaseRef) { h.add(id, refs) })
 	if err != nil {
-		return err
+		return "", err
 	}
 	e.logf("holding %d leases in %d workers, heartbeated every %s (setup %s, untimed)", h.leases(), nw, h.renew,
 		time.Since(t0).Round(time.Millisecond))
-	return nil
+	return queue, nil
 }
 
 // acquireShares registers ceil(n/per) workers of capacity per, submits n
 // jobs to a queue of their own, and has each worker acquire per of them
 // (the last one the rest). got is called for each worker as soon as it
-// holds its share.
-func (e *env) acquireShares(ctx context.Context, name string, n, per int, got func(id string, refs []*pb.LeaseRef)) error {
+// holds its share. It returns the jobs' queue.
+func (e *env) acquireShares(ctx context.Context, name string, n, per int, got func(id string, refs []*pb.LeaseRef)) (string, error) {
 	nw := (n + per - 1) / per
 	ids := e.workerIDs(name, 0, nw)
 	if err := e.register(ctx, ids, per); err != nil {
-		return err
+		return "", err
 	}
 	p := e.newPool(name)
 	if err := p.fill(ctx, n); err != nil {
-		return err
+		return "", err
 	}
 	cl := e.f.first()
 	var held atomic.Int64
@@ -267,10 +267,10 @@ func (e *env) acquireShares(ctx context.Context, name string, n, per int, got fu
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("%w: acquiring %d leases: %w", ErrSetup, n, err)
+		return "", fmt.Errorf("%w: acquiring %d leases: %w", ErrSetup, n, err)
 	}
 	if h := held.Load(); h != int64(n) {
-		return fmt.Errorf("%w: %d of %d leases acquired", ErrSetup, h, n)
+		return "", fmt.Errorf("%w: %d of %d leases acquired", ErrSetup, h, n)
 	}
-	return nil
+	return p.queue, nil
 }

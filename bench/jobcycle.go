@@ -96,9 +96,9 @@ func (cy *cycler) cycle(ctx context.Context, worker, queue, jobID string) error 
 	}
 	if len(res.GetGrants()) == 0 {
 		if cy.submit {
-			return fmt.Errorf("acquire after submit granted nothing")
+			return fmt.Errorf("acquire after submit granted nothing: %w", errNoGrant)
 		}
-		return errDrained
+		return cy.pool.noGrant(cy.taken.Load())
 	}
 	cy.writes.add()
 	cy.taken.Add(1)

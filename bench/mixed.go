@@ -81,7 +81,7 @@ func addHeld(r *Result, h *heldSet, x map[uint64]expiry) {
 func runMixed(ctx context.Context, e *env) (*Result, error) {
 	held := newHeldSet(ctx, e)
 	defer held.stop()
-	if err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
+	if _, err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
 		return nil, err
 	}
 	x := newExpiries(held)

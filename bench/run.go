@@ -172,7 +172,7 @@ type mark struct {
 	gen    time.Duration
 	host   time.Duration
 	hostOK bool
-	wire  [2]int64 // requests, failures
+	wire   [2]int64 // requests, failures
 }
 
 func (e *env) mark(ctx context.Context) mark {
@@ -210,7 +210,7 @@ type window struct {
 	nodeCPU   []float64 // each node's, NaN unknown
 	genCPU    float64
 	hostCPU   float64 // every process on the machine, NaN unknown
-	leader    int // the node leading at the end (at the start if unknown)
+	leader    int     // the node leading at the end (at the start if unknown)
 	writes    []float64
 	entries   []float64 // NaN where unknown
 	wireReqs  int64
@@ -327,6 +327,8 @@ func errKind(err error) string {
 	switch {
 	case errors.Is(err, errLost):
 		return "LOST"
+	case errors.Is(err, errNoGrant):
+		return "NO_GRANT"
 	case errors.Is(err, context.DeadlineExceeded):
 		return "DEADLINE"
 	}

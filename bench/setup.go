@@ -102,6 +102,21 @@ func (p *pool) topUp(ctx context.Context, warm *phase, used int64) error {
 	return p.fill(ctx, int(need-left))
 }
 
+// noGrant says what an acquire that granted nothing means. Near the end of
+// the pool it is the pool running out (errDrained), which ends the window.
+// While more jobs are left than the callers could be taking at once (each
+// caller has one acquire in flight, and as many grants may be committed but
+// not yet counted), it is a grant the cluster should have made and did not:
+// an error, never mistaken for the end of the pool. taken is how many jobs
+// the pool has given out.
+func (p *pool) noGrant(taken int64) error {
+	left := p.submitted.Load() - taken
+	if left > int64(2*p.e.cfg.Concurrency) {
+		return fmt.Errorf("acquire granted nothing with %d jobs of the pool left: %w", left, errNoGrant)
+	}
+	return errDrained
+}
+
 // initialJobs is the pool before warmup: the --jobs given, or enough for
 // the warmup at a guessed rate.
 func (e *env) initialJobs() int {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -125,5 +126,46 @@ func TestConfigValidation(t *testing.T) {
 	c, err := Config{Workload: "mixed", Endpoints: []string{"a:1"}}.withDefaults()
 	if err != nil || c.Concurrency != 16 || c.Held != 10000 || c.KillAfter != 5*time.Second {
 		t.Fatalf("defaults: %+v %v", c, err)
+	}
+}
+
+func TestNoGrantIsAnErrorWhileThePoolHasJobs(t *testing.T) {
+	e := &env{cfg: &Config{Concurrency: 4}}
+	p := e.newPool("pool")
+	p.submitted.Store(100)
+	// 100 submitted, 10 taken: 90 left, far more than 4 callers could be
+	// taking at once. Nothing granted is the cluster's failure.
+	if err := p.noGrant(10); !errors.Is(err, errNoGrant) || errKind(err) != "NO_GRANT" {
+		t.Fatalf("90 left: %v (kind %s), want NO_GRANT", err, errKind(err))
+	}
+	// 8 left: the other callers may hold them; the pool ran out.
+	if err := p.noGrant(92); !errors.Is(err, errDrained) {
+		t.Fatalf("8 left: %v, want drained", err)
+	}
+}
+
+func TestWriteGaps(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	k := kill{at: at(500), reaped: at(501)}
+	start, end := at(0), at(1000)
+	// Writes every 10ms until the kill, then from 800ms; one before the
+	// window (warmup) and one after it (an op's tail) are not the window's.
+	before := []time.Time{at(-300)}
+	for ms := 10; ms <= 490; ms += 10 {
+		before = append(before, at(ms))
+	}
+	writes := append(slices.Clone(before), at(1200))
+	for ms := 800; ms <= 1000; ms += 10 {
+		writes = append(writes, at(ms))
+	}
+	rec, gap := writeGaps(writes, k, start, end)
+	if rec != 300*time.Millisecond || gap != 310*time.Millisecond {
+		t.Fatalf("recovery %v gap %v, want 300ms and 310ms", rec, gap)
+	}
+	// Writes never resumed: no recovery, and the gap runs to the end.
+	rec, gap = writeGaps(before, k, start, end)
+	if rec != -1 || gap != 510*time.Millisecond {
+		t.Fatalf("no resumption: recovery %v gap %v, want -1 and 510ms", rec, gap)
 	}
 }
