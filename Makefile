@@ -8,7 +8,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 
-.PHONY: all build test test-short vet fmt bench-fsm fuzz generate dev chaos chaos-bins soak
+.PHONY: all build test test-short vet fmt bench-fsm fuzz generate dev chaos chaos-bins soak bench
 
 all: build
 
@@ -32,6 +32,17 @@ test-short:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet $(PKGS)
+
+# The short load sweep: every workload of `leasehold bench` at c = 1, 16
+# and 64, each against a fresh local 3-node cluster (--start 3), then one
+# table of the RESULT lines (kept in bin/bench/results.txt). Several
+# minutes. docs/performance.md explains the figures and the long sweep.
+BENCH_DURATION ?= 5s
+BENCH_WARMUP   ?= 1s
+BENCH_FLAGS    ?=
+bench:
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/leasehold ./cmd/leasehold
+	BIN=bin/leasehold DURATION=$(BENCH_DURATION) WARMUP=$(BENCH_WARMUP) EXTRA="$(BENCH_FLAGS)" sh bench/sweep.sh
 
 # State machine benchmarks, including the 1,000,000-job snapshot (a few minutes).
 bench-fsm:
@@ -74,9 +85,9 @@ chaos-bins:
 # Histories, logs and reports are left in CHAOS_OUT.
 chaos: chaos-bins
 	rm -rf $(CHAOS_OUT)
-	./bin/jepsen-lite profile ci --bin-dir bin --out $(CHAOS_OUT)
+	./bin/jepsen-lite profile --bin-dir bin --out $(CHAOS_OUT) ci
 
 # The long profile: 5 nodes, production timings, every family mixed, an hour.
 soak: chaos-bins
 	rm -rf $(CHAOS_OUT)-soak
-	./bin/jepsen-lite profile soak --bin-dir bin --out $(CHAOS_OUT)-soak
+	./bin/jepsen-lite profile --bin-dir bin --out $(CHAOS_OUT)-soak soak

@@ -3,7 +3,7 @@
 // checks SPEC's invariants I1 to I12 from it.
 //
 //	jepsen-lite run --bin bin/leasehold-chaos --nemesis partition --out /tmp/jl
-//	jepsen-lite profile ci --bin-dir bin --out /tmp/jl
+//	jepsen-lite profile --bin-dir bin --out /tmp/jl ci
 //	jepsen-lite check /tmp/jl/partition-5/history.jsonl
 //
 // The leasehold binary must be built with -tags chaos (`make chaos` builds

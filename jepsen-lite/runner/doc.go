@@ -1,0 +1,32 @@
+// Package runner carries out jepsen-lite runs: it places the nodes on a
+// network (netem: namespaces as root, proxies otherwise), starts them from
+// a leasehold binary built with -tags chaos, starts worker processes (the
+// jepsen-lite binary re-executed as "worker") and the runner's own actors
+// (submitter, reader, stale writer, reporter, the sinks), runs a nemesis
+// plan, heals, lets orphaned leases be taken again, drains, reads every
+// node's final state and the whole event log, stops everything in order,
+// merges the histories by CLOCK_MONOTONIC time, and runs the checkers.
+//
+// A run's phases, in a history's terms:
+//
+//	run                      settings and timings
+//	leader_elected           the first leader
+//	... load, fault_start/fault_stop pairs ...
+//	fault_start kill-worker  (optional) a busy worker killed for good
+//	heal, leader_elected     every fault undone, a leader again
+//	... load for toleration + grace: orphans are re-leased ...
+//	cancel_submitter         the early executor gives up its queue
+//	... drain: every job terminal ...
+//	final_state × nodes      each node's jobs and state hash, same index
+//	run_end                  whether the event log was read whole
+//
+// Profiles are series of runs: "ci" runs the real build under each fault
+// family and the broken builds (fencing off, absence rule off, leadership
+// check off) under the fault that exposes each; a broken build's run
+// passes only if the checkers catch it. "soak" is one long mixed run at
+// production timings on five nodes.
+//
+// Every process the runner starts dies with it (parent-death signal), and
+// Run tears down the network it built also when its context is cancelled;
+// `jepsen-lite clean` removes what a runner killed with SIGKILL left.
+package runner

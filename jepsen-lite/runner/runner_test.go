@@ -1,0 +1,188 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/jepsen-lite/checker"
+	"github.com/leasehold/leasehold/jepsen-lite/history"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestConfigDefaultsAndRefusals(t *testing.T) {
+	if _, err := (Config{Out: "x"}).withDefaults(); err == nil || !strings.Contains(err.Error(), "--bin") {
+		t.Errorf("no binary: %v", err)
+	}
+	if _, err := (Config{Bin: "x", Out: "x", Nodes: 4}).withDefaults(); err == nil || !strings.Contains(err.Error(), "3 or 5") {
+		t.Errorf("4 nodes: %v", err)
+	}
+	if _, err := (Config{Bin: "x", Out: "x", Net: "wifi"}).withDefaults(); err == nil {
+		t.Error("an unknown net mode was accepted")
+	}
+	c, err := (Config{Bin: "x", Out: "x"}).withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Nodes != 3 || c.Timings != CITimings || c.Net != NetAuto || c.Seed == 0 {
+		t.Errorf("defaults: %+v", c)
+	}
+}
+
+func TestProfiles(t *testing.T) {
+	b := BuildsIn("/bin-dir")
+	runs, err := Profile("ci", b, "/self", "/out", 7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]bool{}
+	expects := map[string]bool{}
+	for _, r := range runs {
+		if names[r.Name] {
+			t.Errorf("run %s twice", r.Name)
+		}
+		names[r.Name] = true
+		if r.Out != filepath.Join("/out", r.Name) || r.Seed != 7 || r.Self != "/self" {
+			t.Errorf("%s: %+v", r.Name, r)
+		}
+		if r.Bin == b.Real {
+			if len(r.Expect) > 0 {
+				t.Errorf("%s: the real build must show no violation", r.Name)
+			}
+			continue
+		}
+		if len(r.Expect) == 0 {
+			t.Errorf("%s: a broken build (%s) expects nothing", r.Name, r.Bin)
+		}
+		expects[r.Bin] = true
+	}
+	for _, bin := range []string{b.NoFence, b.NoAbsence, b.NoVerify} {
+		if !expects[bin] {
+			t.Errorf("no run of %s", bin)
+		}
+	}
+	if _, err := Profile("nightly", b, "/self", "/out", 0); err == nil {
+		t.Error("an unknown profile was accepted")
+	}
+	soak, err := Profile("soak", b, "/self", "/out", 0)
+	if err != nil || len(soak) != 1 || soak[0].Nodes != 5 || soak[0].Timings != ProductionTimings {
+		t.Errorf("soak: %+v, %v", soak, err)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	viol := checker.Report{Results: []checker.Result{
+		{Name: "tokens", Invariant: "I1"},
+		{Name: "fencing", Invariant: "I5", Violations: []checker.Violation{{Msg: "stale write kept"}}},
+	}}
+	clean := checker.Report{Results: []checker.Result{{Name: "tokens", Invariant: "I1"}}}
+	cases := []struct {
+		name     string
+		expect   []string
+		report   checker.Report
+		problems []string
+		passed   bool
+	}{
+		{"real build, clean", nil, clean, nil, true},
+		{"real build, violation", nil, viol, nil, false},
+		{"real build, clean but the run went wrong", nil, clean, []string{"drain"}, false},
+		{"broken build caught", []string{"I5"}, viol, nil, true},
+		{"broken build caught by name", []string{"fencing"}, viol, nil, true},
+		{"broken build, another invariant", []string{"I11"}, viol, nil, false},
+		{"broken build not caught", []string{"I5"}, clean, nil, false},
+		{"broken build, any", []string{"any"}, viol, nil, true},
+	}
+	for _, c := range cases {
+		o := &Outcome{Config: Config{Expect: c.expect}, Report: c.report, Problems: c.problems}
+		o.judge()
+		if o.Passed != c.passed {
+			t.Errorf("%s: passed %v, want %v", c.name, o.Passed, c.passed)
+		}
+	}
+}
+
+// TestRun is a whole run against real processes: the real build through
+// a leader kill must pass, and the build without fence checks must be
+// caught by I5. It builds both binaries and jepsen-lite itself.
+func TestRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real clusters")
+	}
+	dir := t.TempDir()
+	bins := BuildsIn(dir)
+	build(t, filepath.Join(dir, "jepsen-lite"), "", "./jepsen-lite/cmd/jepsen-lite")
+	build(t, bins.Real, "chaos", "./cmd/leasehold")
+	build(t, bins.NoFence, "chaos,chaos_nofence", "./cmd/leasehold")
+
+	run := func(name, bin, nemesis string, expect ...string) *Outcome {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		o, err := Run(ctx, Config{Name: name, Bin: bin, Self: filepath.Join(dir, "jepsen-lite"), Out: filepath.Join(dir, name),
+			Nemesis: []string{nemesis}, Duration: 3 * time.Second, Workers: 2, Concurrency: 2, Expect: expect})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var b strings.Builder
+		o.Summary(&b)
+		t.Logf("%s", b.String())
+		return o
+	}
+
+	real := run("real", bins.Real, "kill-leader")
+	if !real.Passed {
+		t.Fatalf("the real build failed a leader kill: %v", real.Problems)
+	}
+	if real.Report.Faults["kill-leader"] == 0 {
+		t.Errorf("no leader was killed: %v", real.Report.Faults)
+	}
+	if real.Report.Ops[history.OpReport].OK == 0 || real.Report.Ops[history.OpAcquire].OK == 0 {
+		t.Errorf("no work was done: %v", real.Report.Ops)
+	}
+	for _, f := range []string{"history.jsonl", "report.json", "logs/n1.log"} {
+		if _, err := os.Stat(filepath.Join(dir, "real", f)); err != nil {
+			t.Error(err)
+		}
+	}
+
+	broken := run("nofence", bins.NoFence, "none", "I5")
+	if !broken.Passed || !slices.Contains(broken.Caught, "I5") {
+		t.Fatalf("the build without fence checks was not caught: caught %v, problems %v", broken.Caught, broken.Problems)
+	}
+}
+
+func build(t *testing.T, out, tags, pkg string) {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("the go command is needed to build the binaries")
+	}
+	args := []string{"build", "-o", out}
+	if tags != "" {
+		args = append(args, "-tags", tags)
+	}
+	cmd := exec.Command(goBin, append(args, pkg)...)
+	cmd.Dir = repoRoot(t)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+}
+
+func repoRoot(t *testing.T) string {
+	b, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
+	if err != nil {
+		t.Fatal(fmt.Errorf("go list -m: %w", err))
+	}
+	return strings.TrimSpace(string(b))
+}
