@@ -59,7 +59,11 @@ func (c *Client) Watch(ctx context.Context, afterSeq uint64, fn func([]*leasehol
 		}
 		if err != nil {
 			e := toError(err)
-			if classify(e) == giveUp {
+			// Only an answer of the server (it carries a reason) ends a
+			// watch: a stream cut mid-message (connect's "incomplete
+			// envelope", INTERNAL) is a broken connection, and reading
+			// again from the last seq is always safe.
+			if e.Reason != "" && classify(e) == giveUp {
 				return e
 			}
 			if c.steer(ep.addr, e, &redirects) {

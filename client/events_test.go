@@ -43,8 +43,15 @@ func TestWatchReconnectsFromLastSeq(t *testing.T) {
 			}
 			return connect.NewError(connect.CodeUnavailable, errors.New("node going away"))
 		case 2:
+			// Cut mid-stream: connect reports INTERNAL with no reason of
+			// ours ("incomplete envelope"). Reconnect.
+			if err := send(&leaseholdv1.WatchEventsResponse{Events: events(3)}); err != nil {
+				return err
+			}
+			return connect.NewError(connect.CodeInternal, errors.New("protocol error: incomplete envelope"))
+		case 3:
 			// A clean end of stream: reconnect too.
-			return send(&leaseholdv1.WatchEventsResponse{Events: events(3)})
+			return nil
 		default:
 			if err := send(&leaseholdv1.WatchEventsResponse{Events: events(4, 5)}); err != nil {
 				return err
@@ -75,8 +82,8 @@ func TestWatchReconnectsFromLastSeq(t *testing.T) {
 	for _, r := range node.requests("WatchEvents") {
 		after = append(after, r.msg.(*leaseholdv1.WatchEventsRequest).GetAfterSeq())
 	}
-	if !slices.Equal(after, []uint64{0, 2, 3}) {
-		t.Fatalf("streams opened after seqs %v, want [0 2 3]", after)
+	if !slices.Equal(after, []uint64{0, 2, 3, 3}) {
+		t.Fatalf("streams opened after seqs %v, want [0 2 3 3]", after)
 	}
 }
 
