@@ -251,9 +251,10 @@ type knobs struct {
 	j3Expiry    int64 // the expiry of j3's token 3 is seen; w3 last renewed at 400
 	leaderAfter int64 // a leader is seen after the heal at 3000
 	j4Relet     int64 // j4 is leased again after the heal
+	j4Expiry    int64 // j4's orphaned lease expires
 }
 
-var defaults = knobs{w2Stop: 905, j2Expiry: 1110, j3Expiry: 1410, leaderAfter: 3050, j4Relet: 3400}
+var defaults = knobs{w2Stop: 905, j2Expiry: 1110, j3Expiry: 1410, leaderAfter: 3050, j4Relet: 3400, j4Expiry: 3310}
 
 func ref(job string, tok uint64) history.LeaseRef { return history.LeaseRef{JobID: job, Token: tok} }
 
@@ -325,7 +326,7 @@ func scenario(t testing.TB, k knobs) *hb {
 	b.sink(history.SinkFenced, "w2", "j2", 2, 3105, false)
 	b.sink(history.SinkUnfenced, "w2", "j2", 2, 3106, true)
 
-	b.expire("j4", 6, 3310)
+	b.expire("j4", 6, k.j4Expiry)
 	b.acquire("w1", "j4", 7, k.j4Relet, k.j4Relet+2)
 	b.exec("w1", "j4", 7, k.j4Relet+3, k.j4Relet+100, history.CauseCompleted, k.j4Relet+50)
 	b.heartbeat("w1", k.j4Relet+50, k.j4Relet+52, ref("j4", 7))

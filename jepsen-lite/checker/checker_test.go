@@ -339,7 +339,7 @@ func TestI12LeaderLate(t *testing.T) {
 
 func TestI12OrphanLate(t *testing.T) {
 	k := defaults
-	k.j4Relet = 4400
+	k.j4Expiry, k.j4Relet = 4390, 4400
 	rep := Check(scenario(t, k).finish(5000, true), Options{})
 	expectOnly(t, rep, "I12")
 	if len(rep.OrphanRecoveryMs) != 1 || rep.OrphanRecoveryMs[0] != 1402 {
@@ -347,6 +347,18 @@ func TestI12OrphanLate(t *testing.T) {
 	}
 	// A larger slack covers it.
 	expectOnly(t, Check(scenario(t, k).finish(5000, true), Options{Slack: 500e6}))
+}
+
+// An orphan that expires in time but waits for a free worker is the
+// workload's doing: reported, not flagged.
+func TestI12OrphanWaitsForCapacity(t *testing.T) {
+	k := defaults
+	k.j4Relet = 4400
+	rep := Check(scenario(t, k).finish(5000, true), Options{})
+	expectOnly(t, rep)
+	if len(rep.OrphanRecoveryMs) != 1 || rep.OrphanRecoveryMs[0] != 1402 {
+		t.Fatalf("orphan recovery %v", rep.OrphanRecoveryMs)
+	}
 }
 
 func TestUnpairedHistoryIsAnError(t *testing.T) {
