@@ -16,6 +16,16 @@
 // needs for what only a process owner can do: read the servers' CPU from
 // /proc and kill the leader with SIGKILL.
 //
-// docs/performance.md explains every workload and every key of the RESULT
-// line, and how to read them.
+// Only operations started inside the measured window count, and every one
+// that fails is counted as an error; an acquire that grants nothing while
+// the pre-submitted pool still has jobs is an error too, not the pool's end.
+// Where the cluster keeps a count of its own, the bench reads it back
+// (expiry's jobs queued again, fencing's grants and stale reports from the
+// event log), and the tests compare the rest with the cluster's state (jobs
+// reported against the cycles counted).
+//
+// `leasehold bench` (cmd/leasehold) is the command line; sweep.sh, behind
+// `make bench`, runs every workload at several concurrencies and gathers
+// the RESULT lines into one table. docs/performance.md explains every
+// workload and every key of the RESULT line, and how to read them.
 package bench

@@ -49,7 +49,7 @@ func runFailover(ctx context.Context, e *env) (*Result, error) {
 	cy.writes.mu.Lock()
 	writes := slices.Clone(cy.writes.times)
 	cy.writes.mu.Unlock()
-	recovery, gap := writeGaps(writes, k, p.start, p.end)
+	recovery, gap := writeGaps(writes, k, p.start, p.end, p.done)
 
 	// An expiry of a lease whose worker had a heartbeat acknowledged less
 	// than toleration before it: the server ended a lease it had heard.
@@ -82,14 +82,17 @@ func runFailover(ctx context.Context, e *env) (*Result, error) {
 
 // writeGaps reads the acknowledged writes' times: recovery is from the kill
 // to the first write acknowledged after the old leader was reaped (-1 if
-// none was), and gap the longest silence inside [start, end], counting from
-// start to the first write and from the last to end, so that writes that
-// never resumed show as a gap up to the window's end.
-func writeGaps(writes []time.Time, k kill, start, end time.Time) (recovery, gap time.Duration) {
+// none was), and gap the longest silence that began inside the window
+// [start, end): from start or a write in the window to the next write, even
+// one acknowledged after end (an op started in the window and still
+// counted), or to done, when the last op ended, if no write followed. A
+// silence that outlasts the window is thus measured whole.
+func writeGaps(writes []time.Time, k kill, start, end, done time.Time) (recovery, gap time.Duration) {
 	writes = slices.Clone(writes)
 	slices.SortFunc(writes, time.Time.Compare)
 	recovery = -1
 	prev := start
+	open := true // prev is inside the window: the silence after it counts
 	for _, t := range writes {
 		if recovery < 0 && t.After(k.reaped) {
 			recovery = t.Sub(k.at)
@@ -97,13 +100,14 @@ func writeGaps(writes []time.Time, k kill, start, end time.Time) (recovery, gap 
 		if t.Before(start) {
 			continue
 		}
-		if t.After(end) {
-			break
+		if open {
+			gap = max(gap, t.Sub(prev))
 		}
-		gap = max(gap, t.Sub(prev))
-		prev = t
+		prev, open = t, t.Before(end)
 	}
-	gap = max(gap, end.Sub(prev))
+	if open {
+		gap = max(gap, maxTime(done, end).Sub(prev))
+	}
 	return recovery, gap
 }
 

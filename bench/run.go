@@ -322,7 +322,8 @@ func errKind(err error) string {
 		if ce.Reason != "" {
 			return ce.Reason
 		}
-		return ce.Code.String()
+		// The Connect code, in the reasons' case: UNKNOWN, UNAVAILABLE.
+		return strings.ToUpper(ce.Code.String())
 	}
 	switch {
 	case errors.Is(err, errLost):

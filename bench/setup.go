@@ -87,7 +87,8 @@ func (p *pool) fill(ctx context.Context, n int) error {
 }
 
 // topUp sizes the pool for the window from the rate the warmup phase ran
-// at: enough for 1.5 times that rate over the window, plus a margin per
+// at: enough for twice that rate over the window (a warmup on a busy
+// machine, or a cold one, runs slower than the window), plus a margin per
 // caller. used is how many jobs the pool has given out so far.
 func (p *pool) topUp(ctx context.Context, warm *phase, used int64) error {
 	if p.e.cfg.Jobs > 0 {
@@ -97,7 +98,7 @@ func (p *pool) topUp(ctx context.Context, warm *phase, used int64) error {
 	if warm != nil && warm.ops > 0 && warm.window() > 0 {
 		rate = float64(warm.ops) / warm.window().Seconds()
 	}
-	need := int64(math.Ceil(1.5*rate*p.e.cfg.Duration.Seconds())) + int64(4*p.e.cfg.Concurrency)
+	need := int64(math.Ceil(2*rate*p.e.cfg.Duration.Seconds())) + int64(4*p.e.cfg.Concurrency)
 	left := p.submitted.Load() - used
 	return p.fill(ctx, int(need-left))
 }

@@ -1,7 +1,9 @@
 package bench
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -9,6 +11,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/client"
 )
 
 func TestHistQuantilesWithinOnePercent(t *testing.T) {
@@ -148,24 +154,47 @@ func TestWriteGaps(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	k := kill{at: at(500), reaped: at(501)}
-	start, end := at(0), at(1000)
+	start, end, done := at(0), at(1000), at(1020)
 	// Writes every 10ms until the kill, then from 800ms; one before the
-	// window (warmup) and one after it (an op's tail) are not the window's.
+	// window (warmup) does not count.
 	before := []time.Time{at(-300)}
 	for ms := 10; ms <= 490; ms += 10 {
 		before = append(before, at(ms))
 	}
-	writes := append(slices.Clone(before), at(1200))
-	for ms := 800; ms <= 1000; ms += 10 {
+	writes := slices.Clone(before)
+	for ms := 800; ms <= 1010; ms += 10 {
 		writes = append(writes, at(ms))
 	}
-	rec, gap := writeGaps(writes, k, start, end)
+	rec, gap := writeGaps(writes, k, start, end, done)
 	if rec != 300*time.Millisecond || gap != 310*time.Millisecond {
 		t.Fatalf("recovery %v gap %v, want 300ms and 310ms", rec, gap)
 	}
-	// Writes never resumed: no recovery, and the gap runs to the end.
-	rec, gap = writeGaps(before, k, start, end)
-	if rec != -1 || gap != 510*time.Millisecond {
-		t.Fatalf("no resumption: recovery %v gap %v, want -1 and 510ms", rec, gap)
+	// Writes resumed only after the window, by an op started inside it:
+	// the silence is measured whole, past the window's end.
+	late := append(slices.Clone(before), at(1500))
+	if rec, gap = writeGaps(late, k, start, end, at(1500)); rec != time.Second || gap != 1010*time.Millisecond {
+		t.Fatalf("late resumption: recovery %v gap %v, want 1s and 1.01s", rec, gap)
+	}
+	// Writes never resumed: no recovery, and the gap runs to the last op's end.
+	if rec, gap = writeGaps(before, k, start, end, done); rec != -1 || gap != 530*time.Millisecond {
+		t.Fatalf("no resumption: recovery %v gap %v, want -1 and 530ms", rec, gap)
+	}
+	// A silence that began after the window (1100 to 1900) is not its.
+	if _, gap = writeGaps([]time.Time{at(10), at(995), at(1100), at(1900)}, k, start, end, at(1900)); gap != 985*time.Millisecond {
+		t.Fatalf("gap %v, want 985ms (10 to 995)", gap)
+	}
+}
+
+func TestErrKind(t *testing.T) {
+	for want, err := range map[string]error{
+		"STALE_TOKEN": fmt.Errorf("report: %w", &client.Error{Reason: "STALE_TOKEN", Code: connect.CodeFailedPrecondition}),
+		"UNKNOWN":     &client.Error{Code: connect.CodeUnknown},
+		"LOST":        fmt.Errorf("heartbeat: %w", errLost),
+		"DEADLINE":    context.DeadlineExceeded,
+		"OTHER":       errors.New("?"),
+	} {
+		if got := errKind(err); got != want {
+			t.Errorf("errKind(%v) = %s, want %s", err, got, want)
+		}
 	}
 }
