@@ -147,7 +147,7 @@ func (w *workerProc) handle(ctx context.Context, job *client.Job) (client.Result
 	}
 	end := time.Now().Add(p.run())
 	for n := 0; ; n++ {
-		w.write(job, n)
+		w.write(ctx, job, n)
 		wait := min(p.writeEvery(), time.Until(end))
 		if wait <= 0 || ctx.Err() != nil {
 			break
@@ -180,13 +180,19 @@ func (w *workerProc) handle(ctx context.Context, job *client.Job) (client.Result
 
 func ref(job *client.Job) string { return fmt.Sprintf("ref-%s-%d", job.ID, job.Token) }
 
-func (w *workerProc) write(job *client.Job, n int) {
+// write writes to both sinks. A write in flight is abandoned when the
+// handler must stop, as a real job's would be: a self-stop is on time only
+// if the job's I/O ends with it.
+func (w *workerProc) write(ctx context.Context, job *client.Job, n int) {
 	for _, sink := range []string{history.SinkFenced, history.SinkUnfenced} {
-		ctx, cancel := context.WithTimeout(context.Background(), sinkTimeout)
-		_, err := w.sinks.Write(ctx, SinkWrite{Sink: sink, JobID: job.ID, Token: job.Token, WorkerID: w.cfg.ID,
+		if ctx.Err() != nil {
+			return
+		}
+		wctx, cancel := context.WithTimeout(ctx, sinkTimeout)
+		_, err := w.sinks.Write(wctx, SinkWrite{Sink: sink, JobID: job.ID, Token: job.Token, WorkerID: w.cfg.ID,
 			Key: fmt.Sprintf("%s/%d/%d", job.ID, job.Token, n)})
 		cancel()
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			w.log.Warn("sink write failed", "sink", sink, "job_id", job.ID, "token", job.Token, "error", err)
 		}
 	}
