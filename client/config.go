@@ -20,7 +20,8 @@ type Config struct {
 	// not empty. It never appears in errors or logs.
 	Token string
 	// TLS, when set, makes the client speak HTTPS with this configuration
-	// (HTTP/2 where the server offers it). Nil: plain HTTP/1.1.
+	// (HTTP/2 where the server offers it). Nil: plain-text HTTP/2 (h2c),
+	// which the API serves beside HTTP/1.1.
 	TLS *tls.Config
 	// HTTPClient replaces the client's own HTTP client (tests, proxies,
 	// custom transports). It must speak TLS itself when TLS is set; the
