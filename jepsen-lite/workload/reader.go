@@ -25,29 +25,22 @@ func NewReader(c *Caller, jobs *Jobs, interval time.Duration, seed uint64) *Read
 }
 
 // Run reads until ctx ends.
-func (r *Reader) Run(ctx context.Context) {
-	t := time.NewTicker(r.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		id := r.jobs.Pick(r.rng)
-		if id == "" {
-			continue
-		}
-		if r.rng.IntN(5) == 0 {
-			r.c.GetJob(ctx, id, true)
-			continue
-		}
-		job, err := r.c.GetJob(ctx, id, false)
-		if err != nil {
-			continue
-		}
-		r.c.Fence(ctx, id, pickToken(r.rng, job))
+func (r *Reader) Run(ctx context.Context) { every(ctx, r.interval, r.step) }
+
+func (r *Reader) step(ctx context.Context) {
+	id := r.jobs.Pick(r.rng)
+	if id == "" {
+		return
 	}
+	if r.rng.IntN(5) == 0 {
+		r.c.GetJob(ctx, id, true)
+		return
+	}
+	job, err := r.c.GetJob(ctx, id, false)
+	if err != nil {
+		return
+	}
+	r.c.Fence(ctx, id, pickToken(r.rng, job))
 }
 
 // pickToken is the job's live token half the time, else any of its
@@ -87,18 +80,7 @@ func NewStaleWriter(c *Caller, jobs *Jobs, sinks *Sinks, interval time.Duration,
 }
 
 // Run writes until ctx ends.
-func (s *StaleWriter) Run(ctx context.Context) {
-	t := time.NewTicker(s.interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.step(ctx)
-	}
-}
+func (s *StaleWriter) Run(ctx context.Context) { every(ctx, s.interval, s.step) }
 
 func (s *StaleWriter) step(ctx context.Context) {
 	id := s.jobs.Pick(s.rng)

@@ -91,6 +91,20 @@ func (r *Reporter) sendTwice(ctx context.Context, req *leaseholdv1.ReportRequest
 
 func newReportID(rng *rand.Rand) string { return fmt.Sprintf("%016x", rng.Uint64()) }
 
+// every calls fn every d until ctx ends.
+func every(ctx context.Context, d time.Duration, fn func(context.Context)) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		fn(ctx)
+	}
+}
+
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -46,18 +46,7 @@ func NewSubmitter(c *Caller, jobs *Jobs, cfg SubmitterConfig, seed uint64) *Subm
 }
 
 // Run acts every Interval until ctx ends.
-func (s *Submitter) Run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		s.step(ctx)
-	}
-}
+func (s *Submitter) Run(ctx context.Context) { every(ctx, s.cfg.Interval, s.step) }
 
 func (s *Submitter) step(ctx context.Context) {
 	r := s.rng.Float64()
