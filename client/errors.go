@@ -275,7 +275,30 @@ func isNetworkError(err error) bool {
 	return errors.As(err, &nerr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) ||
-		errors.Is(err, syscall.ECONNREFUSED)
+		errors.Is(err, syscall.ECONNREFUSED) ||
+		isHTTP2ConnError(err)
+}
+
+// http2ConnErrors are the messages of the HTTP/2 transport's errors for a
+// connection that died or was closed under a request in flight (a node
+// killed, or going away). They are unexported, so they are known by their
+// text. Every call the client retries is safe to repeat.
+var http2ConnErrors = []string{
+	"http2: client connection lost",
+	"http2: client connection force closed",
+	"http2: client conn is closed",
+	"http2: client conn not usable",
+	"http2: Transport received Server's graceful shutdown GOAWAY",
+}
+
+func isHTTP2ConnError(err error) bool {
+	msg := err.Error()
+	for _, m := range http2ConnErrors {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
 }
 
 // ctxError is what a call returns when its context ended while retrying:

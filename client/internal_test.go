@@ -1,10 +1,13 @@
 package client
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"connectrpc.com/connect"
 )
 
 // Backoff is full jitter: the n-th wait is anywhere in [0, min(max,
@@ -49,5 +52,22 @@ func TestClip(t *testing.T) {
 	}
 	if got := clip(strings.Repeat("é", 3000), maxMessageLen); len(got) > maxMessageLen || !utf8.ValidString(got) {
 		t.Errorf("clip of a long message: %d bytes, valid %v", len(got), utf8.ValidString(got))
+	}
+}
+
+// A connection the HTTP/2 transport lost or closed under a call is a
+// network failure (retried elsewhere); another unknown error is not.
+func TestHTTP2ConnectionErrorsAreRetried(t *testing.T) {
+	for _, msg := range []string{
+		"http2: client connection force closed via ClientConn.Close",
+		"protocol error: incomplete envelope: http2: client connection lost",
+	} {
+		e := toError(connect.NewError(connect.CodeUnknown, errors.New(msg)))
+		if classify(e) != backOff {
+			t.Errorf("%q is not retried", msg)
+		}
+	}
+	if classify(toError(connect.NewError(connect.CodeUnknown, errors.New("something else")))) == backOff {
+		t.Error("an unknown error is retried")
 	}
 }
