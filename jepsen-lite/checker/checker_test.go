@@ -194,6 +194,15 @@ func TestI5FencedSinkAcceptsStaleToken(t *testing.T) {
 	expectOnly(t, Check(b.finish(5000, true), Options{}), "I5")
 }
 
+// A deposed leader tells w2, long after its lease was taken from it, that
+// it still holds it (the worker named nothing: it had stopped).
+func TestI5HeartbeatClaimsEndedLease(t *testing.T) {
+	b := scenario(t, defaults)
+	b.call("w2", history.OpHeartbeat, history.Input{WorkerID: "w2"}, 3200, 3202, history.StatusOK, "",
+		&history.Output{Unnamed: []history.LeaseRef{{JobID: "j2", Token: 2}}})
+	expectOnly(t, Check(b.finish(5000, true), Options{}), "I5")
+}
+
 func TestI5RefusalNotRecorded(t *testing.T) {
 	b := scenario(t, defaults)
 	b.noEvent = true

@@ -173,6 +173,16 @@ func checkStaleHeartbeats(v *view, r *Result) {
 						op.Input.WorkerID, vd.Verdict, vd.JobID, vd.Token, why), vd.JobID, vd.Token, endIdx, op.CompleteIndex)
 				}
 			}
+			// Leases the answer says the worker holds without naming
+			// them: the same stale answer (a deposed leader's), about
+			// leases the worker has stopped running.
+			for _, u := range op.Output.Unnamed {
+				ended, endIdx, why := v.endedAt(u.JobID, u.Token, fromOp)
+				if ended < op.InvokeNs {
+					r.add(fmt.Sprintf("heartbeat of %s was told it still holds job %s token %d after the lease had ended (%s)",
+						op.Input.WorkerID, u.JobID, u.Token, why), u.JobID, u.Token, endIdx, op.CompleteIndex)
+				}
+			}
 		}
 	}
 }

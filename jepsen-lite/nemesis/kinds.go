@@ -112,6 +112,8 @@ func Catalog() []*Kind {
 		{Name: "worker-cut", Family: FamilyWorker, hold: pastToleration, start: workerCut},
 		{Name: "partition-leader-worker", Family: FamilyWorker, start: isolateLeaderWithWorker,
 			hold: func(t Timings, _ *rand.Rand) time.Duration { return 2*t.Toleration + t.Grace }},
+		{Name: "partition-leader-worker-pause", Family: FamilyWorker, start: isolatePausedLeaderWithWorker,
+			hold: func(t Timings, _ *rand.Rand) time.Duration { return t.Toleration + t.Grace + 2*t.Renew }},
 	}
 }
 
@@ -609,4 +611,36 @@ func isolateLeaderWithWorker(ctx context.Context, e *Env) (*Active, error) {
 	}
 	return &Active{At: history.Now(), Targets: []string{l[0], w, e.C.Process(w)},
 		Detail: fmt.Sprintf("%s with %s | %v", l[0], w, rest), stop: undo}, nil
+}
+
+// isolatePausedLeaderWithWorker is isolateLeaderWithWorker with the old
+// leader stopped (SIGSTOP) as the partition starts, so it cannot step down
+// while the majority elects another leader, expires the worker's leases
+// and grants them again. At the stop the old leader resumes first, still
+// cut off, with the worker's heartbeats waiting in its sockets: a correct
+// one answers none of them (it cannot confirm its leadership), and only
+// then is the partition healed.
+func isolatePausedLeaderWithWorker(ctx context.Context, e *Env) (*Active, error) {
+	a, err := isolateLeaderWithWorker(ctx, e)
+	if err != nil {
+		return nil, err
+	}
+	leader := a.Targets[0]
+	if err := e.C.Pause(leader); err != nil {
+		a.stop(ctx)
+		return nil, err
+	}
+	heal := a.stop
+	a.Pause, a.Detail = true, a.Detail+", leader SIGSTOPped"
+	a.stop = func(ctx context.Context) error {
+		err := e.C.Resume(leader)
+		t := time.NewTimer(3 * e.T.Renew)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+		return errors.Join(err, heal(ctx))
+	}
+	return a, nil
 }

@@ -65,12 +65,15 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// the sleep is the sure exposure.)
 		noabs := mk("broken-noabsence", b.NoAbsence, 3, "clock-leader-sleep,sigstop-all-long", 5*time.Second)
 		noabs.Expect = []string{"I11"}
-		// A deposed leader keeps acknowledging a worker that it shares a
-		// partition with, while the majority expires that worker's leases
-		// and grants them again: heartbeats answered "keep" on ended
-		// leases (I5), and the worker running on past the expiry (I4) and
-		// beside the new holder (I3) when its job outlives it.
-		noverify := mk("broken-noverify", b.NoVerify, 3, "partition-leader-worker", 5*time.Second)
+		// A deposed leader answers a worker it shares a partition with.
+		// Raft's leader lease makes a partitioned leader step down long
+		// before another is elected, so the leader is also stopped while
+		// the majority expires the worker's leases and grants them again;
+		// woken, still cut off, it answers the worker's waiting heartbeats
+		// from its stale state before it steps down: leases "held" that
+		// have ended (I5), and, had the worker not stopped yet, a worker
+		// running past the expiry (I4) beside the new holder (I3).
+		noverify := mk("broken-noverify", b.NoVerify, 3, "partition-leader-worker-pause", 5*time.Second)
 		noverify.Expect = []string{"I3", "I4", "I5"}
 		return append(runs, nofence, noabs, noverify), nil
 	case "soak":
