@@ -16,8 +16,9 @@ import (
 // *NotLeaderError, ErrNotReady, ErrLeadershipLost or ErrTimeout (the last
 // two: the outcome is unknown; commands are idempotent, retry them).
 //
-// Commands a worker sends (register, start, report, release) count as
-// hearing from it. Acquire and heartbeats have their own entry points.
+// Commands a worker sends (register, start, report, release) that the
+// state machine accepts count as hearing from it, as of their arrival.
+// Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	switch cmd.(type) {
 	case *fsm.Acquire, *fsm.Expire:
@@ -29,10 +30,15 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if w := workerOf(cmd); w != "" {
-		ls.table.Load().heard(w, n.clock.Now())
+	w, at := workerOf(cmd), n.clock.Now()
+	res, err := n.raftApply(ctx, cmd)
+	if w != "" && err == nil {
+		// Only a command the state machine took: a stale report
+		// refused, or one sent by anyone in the worker's name about a
+		// lease it no longer holds, says nothing about the worker.
+		ls.table.Load().heard(w, at)
 	}
-	return n.raftApply(ctx, cmd)
+	return res, err
 }
 
 func workerOf(cmd fsm.Command) string {

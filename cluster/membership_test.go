@@ -24,15 +24,15 @@ func TestTransferRemoveAndRejoin(t *testing.T) {
 		t.Fatal(err)
 	}
 	var members []cluster.Member
-	c.WaitFor(5*time.Second, "two members", func() bool {
-		members, _ = target.Members()
-		return len(members) == 2
-	})
 	defer func() {
 		if t.Failed() {
 			t.Logf("members %+v; target %+v", members, target.Status())
 		}
 	}()
+	c.WaitFor(10*time.Second, "two members", func() bool {
+		members, _ = target.Members()
+		return len(members) == 2
+	})
 	if _, ok := target.FSM().Node(gone.ID()); ok {
 		t.Fatal("removed node still in the node table")
 	}

@@ -61,6 +61,12 @@ func testUnreachable(t *testing.T, silence time.Duration) {
 	c := clustertest.New(t, 3)
 	leader := c.Leader()
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	// Registering times the worker. Silent past grace, it is unreachable;
+	// the acquire it then parks is heard, which makes it reachable again
+	// on the next tick: that is how the test knows the acquire arrived.
+	c.WaitFor(5*time.Second, "the registration to time the worker", func() bool { return leader.Status().WorkersTimed == 1 })
+	c.Run(leader.Index, clustertest.Grace+2*c.Tick(leader.Index))
+	c.WaitFor(5*time.Second, "worker.unreachable", func() bool { return countEvents(leader, fsm.EventWorkerUnreachable) == 1 })
 	type result struct {
 		res fsm.AcquireResult
 		err error
@@ -70,9 +76,12 @@ func testUnreachable(t *testing.T, silence time.Duration) {
 		res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "parked", Queues: []string{"default"}, Max: 1}, 8*time.Second)
 		done <- result{res, err}
 	}()
-	c.WaitFor(5*time.Second, "the worker to be timed", func() bool { return leader.Status().WorkersTimed == 1 })
+	c.WaitFor(5*time.Second, "the parked acquire to be heard", func() bool {
+		c.Run(leader.Index, c.Tick(leader.Index))
+		return countEvents(leader, fsm.EventWorkerReachable) == 1
+	})
 	c.Run(leader.Index, silence+2*c.Tick(leader.Index))
-	c.WaitFor(5*time.Second, "worker.unreachable", func() bool { return countEvents(leader, fsm.EventWorkerUnreachable) == 1 })
+	c.WaitFor(5*time.Second, "worker.unreachable again", func() bool { return countEvents(leader, fsm.EventWorkerUnreachable) == 2 })
 	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
 	r := <-done
 	if !errors.Is(r.err, cluster.ErrUnreachable) || len(r.res.Grants) != 0 {
@@ -80,7 +89,7 @@ func testUnreachable(t *testing.T, silence time.Duration) {
 	}
 	heartbeat(t, leader, "w")
 	c.Run(leader.Index, 2*c.Tick(leader.Index))
-	c.WaitFor(5*time.Second, "worker.reachable", func() bool { return countEvents(leader, fsm.EventWorkerReachable) == 1 })
+	c.WaitFor(5*time.Second, "worker.reachable", func() bool { return countEvents(leader, fsm.EventWorkerReachable) == 2 })
 	if g := acquire(t, leader, "w", "fresh"); g.Job.ID != "a" {
 		t.Fatalf("reachable again, granted %s", g.Job.ID)
 	}
