@@ -175,9 +175,16 @@ func checkStaleHeartbeats(v *view, r *Result) {
 			}
 			// Leases the answer says the worker holds without naming
 			// them: the same stale answer (a deposed leader's), about
-			// leases the worker has stopped running.
+			// leases the worker has stopped running. Their end is often
+			// seen only as an event (an expired run-style job is never
+			// granted again); an event is read from a node that applied
+			// it, which the answering leader may trail by a moment, so an
+			// event counts only when seen a renew before the call.
 			for _, u := range op.Output.Unnamed {
 				ended, endIdx, why := v.endedAt(u.JobID, u.Token, fromOp)
+				if evEnd, evIdx, evWhy := v.endedAt(u.JobID, u.Token, fromEvent|fromRead); evEnd+int64(v.opts.Renew) < ended {
+					ended, endIdx, why = evEnd+int64(v.opts.Renew), evIdx, evWhy
+				}
 				if ended < op.InvokeNs {
 					r.add(fmt.Sprintf("heartbeat of %s was told it still holds job %s token %d after the lease had ended (%s)",
 						op.Input.WorkerID, u.JobID, u.Token, why), u.JobID, u.Token, endIdx, op.CompleteIndex)

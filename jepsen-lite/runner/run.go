@@ -207,7 +207,11 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	tailWG.Go(func() { workload.NewReporter(caller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
 	defer func() { stopTail(); tailWG.Wait() }()
 
-	// Let work start before the first fault.
+	// Let work start before the first fault: a fault that finds no lease
+	// held tests nothing.
+	if !c.waitBusy(ctx, 20*time.Second) {
+		problem("no worker held a lease before the faults")
+	}
 	sleep(ctx, 2*t.Renew)
 
 	kinds, err := nemesis.Select(cfg.Nemesis, cfg.Nodes, c.net.Mode() == NetProxy)
@@ -284,6 +288,20 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	complete, last := events.stop()
 	rec.Append(history.Entry{Kind: history.KindRunEnd, Process: "runner", RunEnd: &history.RunEnd{EventsComplete: complete, LastEventSeq: last}})
 	return nil
+}
+
+// waitBusy waits until workers hold leases, up to bound.
+func (c *cluster) waitBusy(ctx context.Context, bound time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	for c.BusyWorker(ctx, false) == "" {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return true
 }
 
 // drain waits until no job is queued or leased, up to bound.
