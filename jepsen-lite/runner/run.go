@@ -67,7 +67,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	log := hclog.New(&hclog.LoggerOptions{Name: cfg.Name, Output: logOut, Level: hclog.Info})
 	start := time.Now()
 
-	n, err := newNetwork(cfg)
+	n, err := newNetwork(cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	return out, nil
 }
 
-func newNetwork(cfg Config) (netem.Network, error) {
+func newNetwork(cfg Config, log hclog.Logger) (netem.Network, error) {
 	mode := cfg.Net
 	if mode == NetAuto {
 		mode = NetProxy
@@ -142,7 +142,13 @@ func newNetwork(cfg Config) (netem.Network, error) {
 		}
 	}
 	if mode == NetNetns {
-		return netem.NewNetns(cfg.Nodes, cfg.Workers)
+		n, err := netem.NewNetns(cfg.Nodes, cfg.Workers)
+		if err == nil || cfg.Net == NetNetns {
+			return n, err
+		}
+		// Root, but namespaces are not allowed here (a container
+		// without CAP_SYS_ADMIN): the proxies need no privilege.
+		log.Warn("network namespaces unavailable, using proxies", "error", err)
 	}
 	// A lost chunk waits a quarter of a renew: loss shows as delay, as TCP
 	// retransmissions would make it.
