@@ -548,3 +548,23 @@ func TestTransportFailureIsUnavailable(t *testing.T) {
 		t.Fatalf("Status on a dead node: %v", err)
 	}
 }
+
+// A release refused STALE_TOKEN after an attempt that may have taken
+// effect is an unknown outcome, not a refusal; without such an attempt it
+// stays a refusal.
+func TestReleaseRetriedAfterUnknownAttempt(t *testing.T) {
+	node := newFakeNode(t)
+	stale := reasonErr(transport.ReasonStaleToken, nil)
+	node.script("Release", nil, unavailable, stale)
+	c := newClient(t, node.addr)
+	_, err := c.Release(testCtx(t), "w1", "j1", 3, "done")
+	if !errors.Is(err, client.ErrOutcomeUnknown) || errors.Is(err, client.ErrStaleToken) {
+		t.Fatalf("Release after a lost attempt: %v, want outcome unknown", err)
+	}
+	node = newFakeNode(t)
+	node.script("Release", nil, stale)
+	c = newClient(t, node.addr)
+	if _, err := c.Release(testCtx(t), "w1", "j1", 3, "done"); !errors.Is(err, client.ErrStaleToken) {
+		t.Fatalf("Release refused at once: %v, want stale token", err)
+	}
+}

@@ -282,7 +282,10 @@ func isNetworkError(err error) bool {
 // http2ConnErrors are the messages of the HTTP/2 transport's errors for a
 // connection that died or was closed under a request in flight (a node
 // killed, or going away). They are unexported, so they are known by their
-// text. Every call the client retries is safe to repeat.
+// text. The request may have arrived: writes are repeated with the same
+// idempotency keys (submit, acquire, report), are harmless to repeat
+// (start, heartbeat, cancel, register), or turn a refusal after such a
+// repeat into ErrOutcomeUnknown (release).
 var http2ConnErrors = []string{
 	"http2: client connection lost",
 	"http2: client connection force closed",
@@ -349,3 +352,14 @@ func (e *RevokedError) Error() string {
 
 // Is makes every *RevokedError match ErrRevoked.
 func (e *RevokedError) Is(target error) bool { return target == ErrRevoked }
+
+// mayHaveApplied reports whether a failed attempt of a write could have
+// taken effect: it got no answer of the server's, or an answer that says
+// the outcome is unknown.
+func mayHaveApplied(err error) bool {
+	switch toError(err).Reason {
+	case "", transport.ReasonOutcomeUnknown, transport.ReasonTimeout, transport.ReasonShuttingDown:
+		return true
+	}
+	return false
+}

@@ -2,9 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -83,10 +87,28 @@ func (c *Client) Report(ctx context.Context, req *leaseholdv1.ReportRequest) (*l
 
 // Release gives a lease back: the job is queued again at once and no
 // attempt is counted.
+//
+// A release carries no idempotency key: repeated after an attempt that may
+// have taken effect (the connection broke after sending, the outcome was
+// unknown), it is refused STALE_TOKEN because the first one ended the
+// lease. That refusal is then returned as ErrOutcomeUnknown: the lease is
+// over either way, but whether this release ended it is not known.
 func (c *Client) Release(ctx context.Context, workerID, jobID string, token uint64, reason string) (*leaseholdv1.Job, error) {
+	maybeApplied := false
 	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ReleaseRequest{WorkerId: workerID, JobId: jobID, Token: token, Reason: reason},
-		workerSvc, workersAPI.Release)
+		workerSvc, func(s workersAPI, ctx context.Context, r *connect.Request[leaseholdv1.ReleaseRequest]) (*connect.Response[leaseholdv1.ReleaseResponse], error) {
+			resp, err := s.Release(ctx, r)
+			if err != nil && mayHaveApplied(err) {
+				maybeApplied = true
+			}
+			return resp, err
+		})
 	if err != nil {
+		if maybeApplied && errors.Is(err, ErrStaleToken) {
+			e := toError(err)
+			return nil, &Error{Reason: transport.ReasonOutcomeUnknown, Code: e.Code,
+				Message: "an earlier attempt may have released the lease; this one was refused: " + e.Message}
+		}
 		return nil, err
 	}
 	return resp.GetJob(), nil
