@@ -59,11 +59,12 @@ func (c *Client) Watch(ctx context.Context, afterSeq uint64, fn func([]*leasehol
 		}
 		if err != nil {
 			e := toError(err)
-			// Only an answer of the server (it carries a reason) ends a
-			// watch: a stream cut mid-message (connect's "incomplete
-			// envelope", INTERNAL) is a broken connection, and reading
-			// again from the last seq is always safe.
-			if e.Reason != "" && classify(e) == giveUp {
+			// A stream cut mid-message is reported by connect as INTERNAL
+			// or UNKNOWN with no reason of ours ("incomplete envelope"):
+			// a broken connection, and reading again from the last seq is
+			// always safe. Any other refusal ends the watch as usual.
+			cut := e.Reason == "" && (e.Code == connect.CodeInternal || e.Code == connect.CodeUnknown)
+			if !cut && classify(e) == giveUp {
 				return e
 			}
 			if c.steer(ep.addr, e, &redirects) {

@@ -163,3 +163,22 @@ func TestEventsLongPoll(t *testing.T) {
 		t.Fatalf("request %v", req)
 	}
 }
+
+// A refusal that is not a cut stream ends the watch even without a reason
+// of ours (a wrong port answering UNIMPLEMENTED), rather than reconnecting
+// for ever.
+func TestWatchStopsOnForeignRefusal(t *testing.T) {
+	node := newFakeNode(t)
+	node.setWatch(func(context.Context, *leaseholdv1.WatchEventsRequest, func(*leaseholdv1.WatchEventsResponse) error) error {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("no such service"))
+	})
+	c := newClient(t, node.addr)
+	err := c.Watch(testCtx(t), 0, func([]*leaseholdv1.Event) error { return nil })
+	var e *client.Error
+	if !errors.As(err, &e) || e.Code != connect.CodeUnimplemented {
+		t.Fatalf("Watch: %v, want UNIMPLEMENTED", err)
+	}
+	if n := node.count("WatchEvents"); n != 1 {
+		t.Fatalf("%d streams opened, want 1", n)
+	}
+}
