@@ -49,7 +49,7 @@ func withEnv(env bool) []cli.Flag {
 			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (leasehold dev's by default)"},
 		&cli.StringFlag{Name: "token", EnvVars: e("LEASEHOLD_TOKEN"), Usage: "bearer token"},
 		&cli.StringFlag{Name: "ca-file", EnvVars: e("LEASEHOLD_CA_FILE"), Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
-		&cli.StringFlag{Name: "cert-file", EnvVars: e("LEASEHOLD_CERT_FILE"), Usage: "client certificate, for an API that requires mutual TLS (with --key-file)"},
+		&cli.StringFlag{Name: "cert-file", EnvVars: e("LEASEHOLD_CERT_FILE"), Usage: "client certificate, for an API that requires mutual TLS (with --key-file; turns TLS on)"},
 		&cli.StringFlag{Name: "key-file", EnvVars: e("LEASEHOLD_KEY_FILE"), Usage: "the client certificate's private key"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: e("LEASEHOLD_OUTPUT"), Value: "table", Usage: "table or json"},
 		&cli.DurationFlag{Name: "timeout", EnvVars: e("LEASEHOLD_TIMEOUT"), Value: 15 * time.Second, Usage: "bound on each command"},
@@ -134,7 +134,8 @@ func newClient(c *cli.Context) (*client.Client, error) {
 	}
 	if cert != "" {
 		if cfg.TLS == nil {
-			return nil, errors.New("--cert-file needs --ca-file (mutual TLS is TLS)")
+			// Mutual TLS with a server certificate the system trusts.
+			cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
 		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {

@@ -50,8 +50,8 @@ func TestMutualTLS(t *testing.T) {
 		}
 		return nil
 	})
-	if r := runCLI(t, baseEnv(), base...); r.code == 0 {
-		t.Errorf("a client without a certificate was answered: %s", r.stdout)
+	if r := runCLI(t, baseEnv(), base...); r.code == 0 || !strings.Contains(strings.ToLower(r.stderr), "certificate") {
+		t.Errorf("a client without a certificate: exit %d, stderr %q; want a refusal naming the certificate", r.code, r.stderr)
 	}
 	r := runCLI(t, baseEnv(), append(base, "--cert-file", cli[0])...)
 	if r.code == 0 || !strings.Contains(r.stderr, "--key-file") {
