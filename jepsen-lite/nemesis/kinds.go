@@ -631,7 +631,11 @@ func isolatePausedLeaderWithWorker(ctx context.Context, e *Env) (*Active, error)
 		return nil, err
 	}
 	heal := a.stop
-	a.Pause, a.Detail = true, a.Detail+", leader SIGSTOPped"
+	// Only the leader is paused: the worker, cut off but running, must
+	// stop itself in time like any other, so it is named in the detail
+	// alone (a target of a pause is excused by the checkers).
+	a.Targets, a.Pause = []string{leader}, true
+	a.Detail += ", leader SIGSTOPped"
 	a.stop = func(ctx context.Context) error {
 		err := e.C.Resume(leader)
 		t := time.NewTimer(3 * e.T.Renew)

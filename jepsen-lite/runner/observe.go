@@ -21,13 +21,14 @@ type eventLog struct {
 	rec    *history.Recorder
 	client *client.Client
 
-	mu      sync.Mutex
-	last    uint64
-	gap     bool  // a seq was skipped, or the log was truncated
-	err     error // why Watch ended, if it did on its own
-	changed chan struct{}
-	cancel  context.CancelFunc
-	done    chan struct{}
+	mu       sync.Mutex
+	last     uint64
+	gap      bool  // a seq was skipped, or the log was truncated
+	stopping bool  // stop was called: the watch's end is expected
+	err      error // why Watch ended, if it did on its own
+	changed  chan struct{}
+	cancel   context.CancelFunc
+	done     chan struct{}
 }
 
 func startEventLog(ctx context.Context, rec *history.Recorder, c *client.Client) *eventLog {
@@ -37,7 +38,12 @@ func startEventLog(ctx context.Context, rec *history.Recorder, c *client.Client)
 		defer close(l.done)
 		err := c.Watch(ctx, 0, l.record)
 		l.mu.Lock()
-		if ctx.Err() == nil {
+		if !l.stopping {
+			// Ended before stop asked: an error, or the run itself was
+			// cancelled. Either way the log was not read whole.
+			if err == nil {
+				err = errors.New("runner: event watch ended")
+			}
 			l.err = err
 			l.gap = true
 		}
@@ -83,6 +89,13 @@ func (l *eventLog) catchUp(ctx context.Context, seq uint64, bound time.Duration)
 		select {
 		case <-changed:
 		case <-l.done:
+			l.mu.Lock()
+			last, err = l.last, l.err
+			l.mu.Unlock()
+			if last >= seq {
+				return nil
+			}
+			return fmt.Errorf("runner: event watch ended at seq %d of %d: %v", last, seq, err)
 		case <-t.C:
 			return fmt.Errorf("runner: events read to seq %d of %d within %v", last, seq, bound)
 		case <-ctx.Done():
@@ -94,6 +107,9 @@ func (l *eventLog) catchUp(ctx context.Context, seq uint64, bound time.Duration)
 // stop ends the reading and says whether the log was read whole, to
 // which seq.
 func (l *eventLog) stop() (complete bool, last uint64) {
+	l.mu.Lock()
+	l.stopping = true
+	l.mu.Unlock()
 	l.cancel()
 	<-l.done
 	l.mu.Lock()

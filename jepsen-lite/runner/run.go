@@ -55,6 +55,12 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, err
 	}
+	// A directory used before: its histories, data and logs would mix
+	// with this run's (histories are appended to, nodes would boot from
+	// the old cluster's state).
+	if err := removeRunFiles(cfg.Out); err != nil {
+		return nil, err
+	}
 	logFile, err := os.Create(filepath.Join(cfg.Out, "runner.log"))
 	if err != nil {
 		return nil, err
@@ -73,6 +79,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	}
 	defer n.Close()
 	out := &Outcome{Config: cfg, Net: n.Mode()}
+	kinds, err := nemesis.Select(cfg.Nemesis, cfg.Nodes, n.Mode() == NetProxy)
+	if err != nil {
+		return nil, err
+	}
 	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "nemesis", cfg.Nemesis, "seed", cfg.Seed)
 
 	histFile, err := os.Create(filepath.Join(cfg.Out, "history-runner.jsonl"))
@@ -99,7 +109,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		log.Error(msg)
 		out.Problems = append(out.Problems, msg)
 	}
-	if err := runPhases(ctx, cfg, c, rec, log, problems); err != nil {
+	if err := runPhases(ctx, cfg, c, kinds, rec, log, problems); err != nil {
 		return nil, err
 	}
 	c.shutdown()
@@ -157,7 +167,7 @@ func newNetwork(cfg Config, log hclog.Logger) (netem.Network, error) {
 
 // runPhases is the run from the first boot to the final states. It
 // returns an error only when the run cannot go on at all.
-func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorder, log hclog.Logger, problem func(string, ...any)) error {
+func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kind, rec *history.Recorder, log hclog.Logger, problem func(string, ...any)) error {
 	t := cfg.Timings
 	rec.Append(history.Entry{Kind: history.KindRun, Process: "runner", Run: &history.Run{
 		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: workerNames(cfg.Workers),
@@ -199,8 +209,8 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	seed := uint64(cfg.Seed)
 	jobs := workload.NewJobs()
 	load, stopLoad := context.WithCancel(ctx)
-	defer stopLoad()
 	var wg sync.WaitGroup
+	defer func() { stopLoad(); wg.Wait() }()
 	sub := workload.NewSubmitter(caller(workload.SubmitterMain), jobs, workload.SubmitterConfig{
 		Interval: t.Renew / 3, MaxQueued: 3 * cfg.Workers * cfg.Concurrency, Renew: t.Renew, Toleration: t.Toleration}, seed)
 	wg.Go(func() { sub.Run(load) })
@@ -220,10 +230,6 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	}
 	sleep(ctx, 2*t.Renew)
 
-	kinds, err := nemesis.Select(cfg.Nemesis, cfg.Nodes, c.net.Mode() == NetProxy)
-	if err != nil {
-		return err
-	}
 	nem := nemesis.New(c, rec, t.nemesis(), seed, log.Named("nemesis"))
 	plan := nemesis.Plan(kinds, cfg.Duration, t.nemesis(), t.Renew*3, rand.New(rand.NewPCG(seed, 9)))
 	log.Info("fault phase", "steps", len(plan), "kinds", len(kinds))
@@ -259,6 +265,9 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	sleep(ctx, t.Toleration+t.Grace+2*t.Renew)
 	stopLoad()
 	wg.Wait()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
 
 	// Drain: the early executor cancels what it left queued; everything
 	// else must finish.
@@ -267,6 +276,9 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	workload.CancelSubmitter(dctx, rec, cc.Process, c.client.CancelSubmitterOnce, workload.SubmitterEarly)
 	dcancel()
 	if err := c.drain(ctx, 3*t.Toleration+30*time.Second); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		problem("drain: %v", err)
 	}
 	stopTail()
@@ -293,6 +305,28 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, rec *history.Recorde
 	}
 	complete, last := events.stop()
 	rec.Append(history.Entry{Kind: history.KindRunEnd, Process: "runner", RunEnd: &history.RunEnd{EventsComplete: complete, LastEventSeq: last}})
+	return nil
+}
+
+// removeRunFiles removes what an earlier run left in dir: the files and
+// directories a run writes, nothing else.
+func removeRunFiles(dir string) error {
+	var paths []string
+	for _, pattern := range []string{"history*.jsonl", "report.json", "runner.log", "leasehold.toml", "i10-*.html"} {
+		m, err := filepath.Glob(filepath.Join(dir, pattern))
+		if err != nil {
+			return err
+		}
+		paths = append(paths, m...)
+	}
+	for _, d := range []string{"data", "logs", "clock"} {
+		paths = append(paths, filepath.Join(dir, d))
+	}
+	for _, p := range paths {
+		if err := os.RemoveAll(p); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
