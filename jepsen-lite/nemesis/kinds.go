@@ -453,7 +453,9 @@ func setClocks(e *Env, nodes []string, offset time.Duration, rate float64, detai
 
 // clockSleep jumps clocks forward past toleration: what a machine (or a
 // whole cluster's host) that slept looks like to CLOCK_BOOTTIME, while
-// Raft's monotonic timers saw nothing.
+// Raft's monotonic timers saw nothing. The slept time is never given back
+// (a clock that jumped back would be held still by the server's monotone
+// clamp, and the next sleep would only catch up): each sleep is a jump.
 func clockSleep(pick picker) func(ctx context.Context, e *Env) (*Active, error) {
 	return func(ctx context.Context, e *Env) (*Active, error) {
 		nodes, err := pick(ctx, e)
@@ -461,7 +463,12 @@ func clockSleep(pick picker) func(ctx context.Context, e *Env) (*Active, error) 
 			return nil, err
 		}
 		jump := e.T.Toleration + e.T.Grace
-		return setClocks(e, nodes, jump, 1, fmt.Sprintf("slept %v", jump))
+		for _, n := range nodes {
+			if err := e.C.Sleep(n, jump); err != nil {
+				return nil, err
+			}
+		}
+		return &Active{At: history.Now(), Targets: nodes, ClockJump: jump, Detail: fmt.Sprintf("slept %v", jump)}, nil
 	}
 }
 

@@ -51,14 +51,19 @@ type Cluster interface {
 	Pause(name string) error
 	Resume(name string) error
 	// SetClock sets a node's chaos clock: an offset from real time and a
-	// rate (1 real time).
+	// rate (1 real time), on top of what the node slept.
 	SetClock(node string, offset time.Duration, rate float64) error
+	// Sleep moves a node's clock ahead by d for good, as a machine that
+	// slept: it never comes back (CLOCK_BOOTTIME does not), so sleeping
+	// again is another jump ahead.
+	Sleep(node string, d time.Duration) error
 	// Transfer hands leadership to another node and names it.
 	Transfer(ctx context.Context) (string, error)
 	// HealProcesses resumes every paused process and restarts every
 	// killed one, save the workers killed for good.
 	HealProcesses(ctx context.Context) error
-	// ResetClocks puts every node's clock back to real time.
+	// ResetClocks puts every node's clock back to real time plus what it
+	// slept.
 	ResetClocks() error
 }
 

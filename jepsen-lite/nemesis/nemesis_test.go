@@ -123,13 +123,14 @@ type fakeCluster struct {
 	shaped  map[[2]string]bool
 	log     []string
 	clocks  map[string]string
+	slept   map[string]time.Duration
 	paused  map[string]bool
 	dead    map[string]bool
 	incarn  map[string]int
 }
 
 func newFakeCluster(n int) *fakeCluster {
-	c := &fakeCluster{leader: "n1", blocked: map[[2]string]bool{}, shaped: map[[2]string]bool{}, clocks: map[string]string{},
+	c := &fakeCluster{leader: "n1", blocked: map[[2]string]bool{}, shaped: map[[2]string]bool{}, clocks: map[string]string{}, slept: map[string]time.Duration{},
 		paused: map[string]bool{}, dead: map[string]bool{}, incarn: map[string]int{"w1": 1, "w2": 1}}
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, fmt.Sprintf("n%d", i))
@@ -192,6 +193,12 @@ func (c *fakeCluster) SetClock(node string, off time.Duration, rate float64) err
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.clocks[node] = fmt.Sprintf("%v %v", off, rate)
+	return nil
+}
+func (c *fakeCluster) Sleep(node string, d time.Duration) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.slept[node] += d
 	return nil
 }
 func (c *fakeCluster) Transfer(context.Context) (string, error) {
@@ -259,7 +266,7 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.mu.Lock()
-			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks)
+			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks) + len(c.slept)
 			c.mu.Unlock()
 			if broke == 0 && k.Name != "transfer" {
 				t.Fatalf("%s broke nothing", k.Name)

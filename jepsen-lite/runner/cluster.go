@@ -38,7 +38,8 @@ type cluster struct {
 	status []leaseholdv1connect.ClusterServiceClient
 	jobs   []leaseholdv1connect.JobServiceClient
 
-	mu sync.Mutex
+	mu     sync.Mutex
+	clocks map[string]*clockState // by node
 }
 
 var _ nemesis.Cluster = (*cluster)(nil)
@@ -319,17 +320,21 @@ func (c *cluster) Resume(name string) error {
 	return p.signal(sigcont)
 }
 
-// SetClock writes the node's chaos clock file ("OFFSET_SECONDS RATE").
+// clockState is what a node's chaos clock file says: the fault's offset
+// and rate, on top of what the node slept for good.
+type clockState struct {
+	slept, offset time.Duration
+	rate          float64
+}
+
+// SetClock sets the fault part of a node's chaos clock.
 func (c *cluster) SetClock(node string, offset time.Duration, rate float64) error {
-	if c.nodeIndex(node) < 0 {
-		return fmt.Errorf("runner: no node %q", node)
-	}
-	path := c.dir("clock", node)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%g %g\n", offset.Seconds(), rate)), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return c.editClock(node, func(s *clockState) { s.offset, s.rate = offset, rate })
+}
+
+// Sleep moves a node's clock ahead for good.
+func (c *cluster) Sleep(node string, d time.Duration) error {
+	return c.editClock(node, func(s *clockState) { s.slept += d })
 }
 
 func (c *cluster) ResetClocks() error {
@@ -338,6 +343,31 @@ func (c *cluster) ResetClocks() error {
 		errs = append(errs, c.SetClock(n, 0, 1))
 	}
 	return errors.Join(errs...)
+}
+
+// editClock changes a node's clock state and writes its chaos clock file
+// ("OFFSET_SECONDS RATE"), atomically.
+func (c *cluster) editClock(node string, edit func(*clockState)) error {
+	if c.nodeIndex(node) < 0 {
+		return fmt.Errorf("runner: no node %q", node)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.clocks == nil {
+		c.clocks = map[string]*clockState{}
+	}
+	st := c.clocks[node]
+	if st == nil {
+		st = &clockState{rate: 1}
+		c.clocks[node] = st
+	}
+	edit(st)
+	path := c.dir("clock", node)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(fmt.Sprintf("%g %g\n", (st.slept+st.offset).Seconds(), st.rate)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
 
 // Transfer asks the leader to hand over to the most up-to-date voter.

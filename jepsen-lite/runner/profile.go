@@ -61,10 +61,12 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// clock sleeps (Raft's timers see nothing). Without the absence
 		// rule it expires the leases of workers that kept heartbeating,
 		// unless each of them got a heartbeat in between the jump and the
-		// next tick: the sleep is repeated for the odds. (After a stop of
+		// expiry decision (the tick records its events first): the sleep
+		// is repeated, each one a jump further ahead, for the odds. (After a stop of
 		// every node an election often wins the race, and takeover
 		// restarts the clocks: stopping them exposes it less often.)
 		noabs := mk("broken-noabsence", b.NoAbsence, 3, "clock-leader-sleep", 20*time.Second)
+		noabs.Workers = 5 // more workers, more chances that one is caught silent
 		noabs.Expect = []string{"I11"}
 		// A deposed leader answers a worker it shares a partition with.
 		// Raft's leader lease makes a partitioned leader step down long
