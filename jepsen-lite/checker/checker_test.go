@@ -203,6 +203,15 @@ func TestI5HeartbeatClaimsEndedLease(t *testing.T) {
 	expectOnly(t, Check(b.finish(5000, true), Options{}), "I5")
 }
 
+// A lease named as held is judged only on evidence of its end: a live one,
+// or one nothing says ended, is no violation.
+func TestI5HeartbeatClaimsLiveLease(t *testing.T) {
+	b := scenario(t, defaults)
+	b.call("w1", history.OpHeartbeat, history.Input{WorkerID: "w1"}, 150, 152, history.StatusOK, "",
+		&history.Output{Unnamed: []history.LeaseRef{{JobID: "j1", Token: 1}, {JobID: "j1", Token: 99}}})
+	expectOnly(t, Check(b.finish(5000, true), Options{}))
+}
+
 func TestI5RefusalNotRecorded(t *testing.T) {
 	b := scenario(t, defaults)
 	b.noEvent = true

@@ -182,7 +182,7 @@ func checkStaleHeartbeats(v *view, r *Result) {
 			// event counts only when seen a renew before the call.
 			for _, u := range op.Output.Unnamed {
 				ended, endIdx, why := v.endedAt(u.JobID, u.Token, fromOp)
-				if evEnd, evIdx, evWhy := v.endedAt(u.JobID, u.Token, fromEvent|fromRead); evEnd+int64(v.opts.Renew) < ended {
+				if evEnd, evIdx, evWhy := v.endedAt(u.JobID, u.Token, fromEvent|fromRead); evEnd != never && evEnd+int64(v.opts.Renew) < ended {
 					ended, endIdx, why = evEnd+int64(v.opts.Renew), evIdx, evWhy
 				}
 				if ended < op.InvokeNs {

@@ -55,13 +55,16 @@ func (r *Reporter) step(ctx context.Context) {
 	resp, err := r.c.Acquire(ctx, req)
 	if err != nil || len(resp.GetGrants()) == 0 {
 		if err != nil {
+			// The acquire may have granted a lease whose answer was
+			// lost: heartbeats would keep it alive for ever.
+			r.releaseUnnamed(ctx, nil)
 			sleepCtx(ctx, r.wait/4)
 		}
 		return
 	}
 	l := resp.GetGrants()[0].GetLease()
 	job, tok := l.GetJobId(), l.GetToken()
-	r.c.Heartbeat(ctx, ReporterID, []*leaseholdv1.LeaseRef{{JobId: job, Token: tok}})
+	r.releaseUnnamed(ctx, []*leaseholdv1.LeaseRef{{JobId: job, Token: tok}})
 	report := func(outcome leaseholdv1.Outcome, retryable bool) *leaseholdv1.ReportRequest {
 		return &leaseholdv1.ReportRequest{WorkerId: ReporterID, JobId: job, Token: tok, ReportId: newReportID(r.rng),
 			Outcome: outcome, Retryable: retryable, Ref: fmt.Sprintf("ref-%s-%d", job, tok)}
@@ -79,6 +82,20 @@ func (r *Reporter) step(ctx context.Context) {
 		if _, err := r.c.Release(ctx, ReporterID, job, tok, "jepsen-lite release"); err == nil {
 			r.c.Report(ctx, report(leaseholdv1.Outcome_OUTCOME_SUCCEEDED, false)) // stale
 		}
+	}
+}
+
+// releaseUnnamed heartbeats the leases the Reporter knows it holds and
+// releases any other the answer says it holds (a grant whose answer was
+// lost, a lease whose report's outcome is unknown), as the worker runtime
+// does.
+func (r *Reporter) releaseUnnamed(ctx context.Context, held []*leaseholdv1.LeaseRef) {
+	resp, err := r.c.Heartbeat(ctx, ReporterID, held)
+	if err != nil {
+		return
+	}
+	for _, u := range resp.GetUnnamed() {
+		r.c.Release(ctx, ReporterID, u.GetJobId(), u.GetToken(), "not known to the reporter")
 	}
 }
 
