@@ -1,11 +1,8 @@
 package bench
 
 import (
-	"crypto/tls"
-	"net"
 	"net/http"
 	"sync/atomic"
-	"time"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/transport"
@@ -34,7 +31,7 @@ func newFleet(cfg *Config) (*fleet, error) {
 	}
 	for range cfg.Conns {
 		for _, eps := range groups {
-			tr := newTransport(cfg.TLS)
+			tr := client.NewTransport(cfg.TLS)
 			f.transports = append(f.transports, tr)
 			hc := &http.Client{Transport: &wireTransport{
 				next:      tr,
@@ -66,28 +63,6 @@ func (f *fleet) close() {
 	}
 	for _, t := range f.transports {
 		t.CloseIdleConnections()
-	}
-}
-
-// newTransport mirrors the client's own: HTTP/2 (h2c without TLS), so every
-// caller of one client shares one connection per node, as an application's
-// goroutines would.
-func newTransport(tlsConfig *tls.Config) *http.Transport {
-	protocols := new(http.Protocols)
-	if tlsConfig == nil {
-		protocols.SetUnencryptedHTTP2(true)
-	} else {
-		protocols.SetHTTP2(true)
-		protocols.SetHTTP1(true)
-	}
-	return &http.Transport{
-		Protocols:           protocols,
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		TLSClientConfig:     tlsConfig,
-		ForceAttemptHTTP2:   tlsConfig != nil,
-		TLSHandshakeTimeout: 10 * time.Second,
-		MaxIdleConnsPerHost: 32,
-		IdleConnTimeout:     90 * time.Second,
 	}
 }
 

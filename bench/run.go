@@ -80,7 +80,7 @@ func newEnv(ctx context.Context, cfg *Config) (*env, error) {
 		return nil, err
 	}
 	scheme := "http"
-	tr := newTransport(cfg.TLS)
+	tr := client.NewTransport(cfg.TLS)
 	if cfg.TLS != nil {
 		scheme = "https"
 	}

@@ -64,18 +64,20 @@ func New(cfg Config) (*Client, error) {
 	}
 	c.http = cfg.HTTPClient
 	if c.http == nil {
-		c.owned = newTransport(cfg.TLS)
+		c.owned = NewTransport(cfg.TLS)
 		c.http = &http.Client{Transport: c.owned}
 	}
 	c.closed, c.closeFunc = context.WithCancel(context.Background())
 	return c, nil
 }
 
-// newTransport is an HTTP/2 transport (h2c without TLS: the API serves
-// it), so the long poll, the heartbeat and the reports of a worker, or the
+// NewTransport is the transport a Client makes for itself when
+// Config.HTTPClient is nil: HTTP/2 (h2c without TLS: the API serves it),
+// so the long poll, the heartbeat and the reports of a worker, or the
 // calls of many goroutines, share one connection per node instead of
-// opening one each.
-func newTransport(tlsConfig *tls.Config) *http.Transport {
+// opening one each. Callers that wrap the transport (to count or trace
+// requests) start from it.
+func NewTransport(tlsConfig *tls.Config) *http.Transport {
 	protocols := new(http.Protocols)
 	if tlsConfig == nil {
 		protocols.SetUnencryptedHTTP2(true)
