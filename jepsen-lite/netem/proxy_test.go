@@ -214,12 +214,21 @@ func TestProxyCloseCutsConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	r := bufio.NewReader(c)
 	io.WriteString(c, "x\n")
 	recvWithin(t, echo.got, bound)
+	// Read the echo back first: it may already be on its way through the
+	// proxy, and the read below must see only what Close does.
+	c.SetReadDeadline(time.Now().Add(bound))
+	if _, err := r.ReadString('\n'); err != nil {
+		t.Fatalf("echo: %v", err)
+	}
 	p.links.Block("n1", "w1") // a held connection must not keep Close waiting
+	io.WriteString(c, "y\n")
+	recvWithin(t, echo.got, bound) // its echo is held back by the block
 	p.Close()
 	c.SetReadDeadline(time.Now().Add(bound))
-	if _, err := bufio.NewReader(c).ReadString('\n'); err == nil || isTimeout(err) {
+	if _, err := r.ReadString('\n'); err == nil || isTimeout(err) {
 		t.Fatalf("read after Close: %v, want the connection cut", err)
 	}
 }
