@@ -13,21 +13,12 @@ import (
 // must restart every lease's clock at its takeover, SPEC section 4).
 func runFailover(ctx context.Context, e *env) (*Result, error) {
 	lc := e.cfg.Cluster
-	held := newHeldSet(ctx, e)
-	defer held.stop()
-	if _, err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
-		return nil, err
-	}
-	x := newExpiries(held)
-	w, err := e.watch(ctx, x.observe)
+	hl, err := e.heldLoad(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer w.stop()
-	cy, err := e.newCycler(ctx, false)
-	if err != nil {
-		return nil, err
-	}
+	defer hl.stop()
+	held, x, w, cy := hl.held, hl.x, hl.w, hl.cy
 	cy.writes = &writeLog{}
 
 	var k kill

@@ -79,21 +79,12 @@ func addHeld(r *Result, h *heldSet, x map[uint64]expiry) {
 // the load of a cluster whose workers hold long leases while others churn
 // short jobs.
 func runMixed(ctx context.Context, e *env) (*Result, error) {
-	held := newHeldSet(ctx, e)
-	defer held.stop()
-	if _, err := e.hold(ctx, held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
-		return nil, err
-	}
-	x := newExpiries(held)
-	w, err := e.watch(ctx, x.observe)
+	hl, err := e.heldLoad(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer w.stop()
-	cy, err := e.newCycler(ctx, false)
-	if err != nil {
-		return nil, err
-	}
+	defer hl.stop()
+	held, x, w, cy := hl.held, hl.x, hl.w, hl.cy
 	p, win, err := e.measure(ctx, cy.callers(), hooks{afterWarmup: cy.topUp, held: held})
 	if err != nil {
 		return nil, err
@@ -105,4 +96,41 @@ func runMixed(ctx context.Context, e *env) (*Result, error) {
 	addHeld(r, held, x.snapshot())
 	r.add("events_truncated", w.isTruncated())
 	return r, nil
+}
+
+// heldLoad is the setup mixed and failover share: Held leases heartbeated
+// on schedule, their expiries watched, and a job cycler.
+type heldLoad struct {
+	held *heldSet
+	x    *expiries
+	w    *watcher
+	cy   *cycler
+}
+
+func (e *env) heldLoad(ctx context.Context) (*heldLoad, error) {
+	hl := &heldLoad{held: newHeldSet(ctx, e)}
+	if _, err := e.hold(ctx, hl.held, "held", e.cfg.Held, e.cfg.Leases); err != nil {
+		hl.stop()
+		return nil, err
+	}
+	hl.x = newExpiries(hl.held)
+	w, err := e.watch(ctx, hl.x.observe)
+	if err != nil {
+		hl.stop()
+		return nil, err
+	}
+	hl.w = w
+	if hl.cy, err = e.newCycler(ctx, false); err != nil {
+		hl.stop()
+		return nil, err
+	}
+	return hl, nil
+}
+
+// stop ends the watch and the held leases' heartbeats.
+func (hl *heldLoad) stop() {
+	if hl.w != nil {
+		hl.w.stop()
+	}
+	hl.held.stop()
 }
