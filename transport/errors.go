@@ -16,4 +16,7 @@ var (
 	// ErrInvalidConfig: NewMux was given a config it cannot run with. The
 	// error names the field and the value.
 	ErrInvalidConfig = errors.New("invalid transport config")
+	// ErrWrongPeer: a dialed node's certificate names another node than
+	// the one the caller meant to reach.
+	ErrWrongPeer = errors.New("peer is not the node expected")
 )

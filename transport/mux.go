@@ -19,6 +19,10 @@ import (
 const (
 	typeRaft byte = 0x01
 	typeRPC  byte = 0x02
+	// typeAPI carries the public API between nodes: a follower forwards a
+	// request to the leader over the peer port, authenticated as itself,
+	// instead of sending the caller's credentials to the leader's API port.
+	typeAPI byte = 0x03
 )
 
 // DefaultHandshakeTimeout bounds the TLS handshake and the type byte of an
@@ -97,6 +101,7 @@ type Mux struct {
 
 	raft *subListener
 	rpc  *subListener
+	api  *subListener
 
 	// ctx is cancelled by Close; it aborts outbound dials in progress.
 	ctx    context.Context
@@ -140,6 +145,7 @@ func NewMux(cfg MuxConfig) (*Mux, error) {
 		handshakeTimeout: timeout,
 		raft:             newSubListener(addr),
 		rpc:              newSubListener(addr),
+		api:              newSubListener(addr),
 		ctx:              ctx,
 		cancel:           cancel,
 		pending:          make(map[net.Conn]struct{}),
@@ -152,6 +158,10 @@ func (m *Mux) Addr() net.Addr { return m.advertise }
 // RPCListener returns the listener that yields RPC (0x02) connections, for
 // RPCServer.Serve. It is the same listener on every call.
 func (m *Mux) RPCListener() net.Listener { return m.rpc }
+
+// APIListener returns the listener that yields API (0x03) connections:
+// requests other nodes forward to this one. PeerOf tells who sent them.
+func (m *Mux) APIListener() net.Listener { return m.api }
 
 // Serve accepts connections until Close, handling each in its own goroutine.
 // It returns nil after Close, and an error if the listener fails for another
@@ -205,13 +215,15 @@ func (m *Mux) Close() error {
 
 	m.cancel()
 	err := m.ln.Close()
-	m.raft.Close()
-	m.rpc.Close()
+	for _, l := range []*subListener{m.raft, m.rpc, m.api} {
+		l.Close()
+	}
 	for conn := range pending {
 		conn.Close()
 	}
-	m.raft.closeLive()
-	m.rpc.closeLive()
+	for _, l := range []*subListener{m.raft, m.rpc, m.api} {
+		l.closeLive()
+	}
 	m.wg.Wait()
 	if errors.Is(err, net.ErrClosed) {
 		err = nil
@@ -236,6 +248,8 @@ func (m *Mux) handle(raw net.Conn) {
 		m.raft.handoff(conn)
 	case typeRPC:
 		m.rpc.handoff(conn)
+	case typeAPI:
+		m.api.handoff(conn)
 	default:
 		m.logger.Debug("dropped connection of unknown type", "remote_addr", raw.RemoteAddr().String(), "type", typ)
 		conn.Close()
@@ -255,7 +269,7 @@ func (m *Mux) handshake(raw net.Conn) (net.Conn, byte, error) {
 		if err := tc.Handshake(); err != nil {
 			return nil, 0, fmt.Errorf("tls handshake: %w", err)
 		}
-		conn = tc
+		conn = authenticate(tc, m.serverTLS)
 	}
 	var b [1]byte
 	if _, err := io.ReadFull(conn, b[:]); err != nil {

@@ -17,7 +17,7 @@ import (
 // RPCHandler answers one call. body is the caller's request as sent (JSON,
 // "null" if it sent nil); the result is encoded as JSON. ctx ends when the
 // caller hangs up or the server closes, and the handler must return then:
-// RPCServer.Close waits for it.
+// RPCServer.Close waits for it. PeerFromContext(ctx) says who is calling.
 type RPCHandler func(ctx context.Context, body json.RawMessage) (any, error)
 
 // CodedError is an error that chooses its own wire code. A handler error
@@ -159,6 +159,7 @@ func (s *RPCServer) serveConn(conn net.Conn) {
 	defer s.wg.Done()
 	defer s.untrack(conn)
 	r := &connReader{conn: conn}
+	base := ContextWithPeer(s.ctx, conn)
 	for {
 		frame, err := readFrame(r)
 		if err != nil {
@@ -172,7 +173,7 @@ func (s *RPCServer) serveConn(conn net.Conn) {
 			s.logger.Debug("closing connection: malformed request", "remote_addr", conn.RemoteAddr().String(), "error", err)
 			return
 		}
-		reply, peerGone := s.call(r, req)
+		reply, peerGone := s.call(base, r, req)
 		if peerGone {
 			return
 		}
@@ -185,7 +186,7 @@ func (s *RPCServer) serveConn(conn net.Conn) {
 
 // call runs the handler for req and returns the encoded reply. peerGone
 // reports that the caller hung up meanwhile, so there is no one to reply to.
-func (s *RPCServer) call(r *connReader, req rpcRequest) (reply []byte, peerGone bool) {
+func (s *RPCServer) call(base context.Context, r *connReader, req rpcRequest) (reply []byte, peerGone bool) {
 	s.mu.Lock()
 	h := s.handlers[req.Method]
 	s.mu.Unlock()
@@ -197,7 +198,7 @@ func (s *RPCServer) call(r *connReader, req rpcRequest) (reply []byte, peerGone 
 		body = json.RawMessage("null")
 	}
 
-	ctx, cancel := context.WithCancel(s.ctx)
+	ctx, cancel := context.WithCancel(base)
 	defer cancel()
 	stopWatch := r.watchHangup(cancel)
 	result, err := h(ctx, body)

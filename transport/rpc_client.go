@@ -30,13 +30,13 @@ func (e *RPCError) RPCDetails() map[string]string { return maps.Clone(e.Details)
 
 // RPCClient calls methods on other nodes' RPCServers, one connection per call.
 type RPCClient struct {
-	dial func(ctx context.Context, addr string) (net.Conn, error)
+	dial func(ctx context.Context, addr, nodeID string) (net.Conn, error)
 }
 
 // NewRPCClient returns a client that opens connections with dial, which must
-// return a conn ready for frames (type byte sent, TLS done), as
-// Mux.DialRPC does.
-func NewRPCClient(dial func(ctx context.Context, addr string) (net.Conn, error)) *RPCClient {
+// return a conn ready for frames (type byte sent, TLS done) to the node
+// nodeID (any node when empty), as Mux.DialRPC does.
+func NewRPCClient(dial func(ctx context.Context, addr, nodeID string) (net.Conn, error)) *RPCClient {
 	return &RPCClient{dial: dial}
 }
 
@@ -49,6 +49,13 @@ func (m *Mux) RPCClient() *RPCClient { return NewRPCClient(m.DialRPC) }
 // *RPCError if the remote refused, and a wrapped local or network error
 // otherwise; when ctx ended first the error matches ctx.Err().
 func (c *RPCClient) Call(ctx context.Context, addr, method string, req, resp any) error {
+	return c.CallNode(ctx, addr, "", method, req, resp)
+}
+
+// CallNode is Call to the node nodeID at addr: with peer TLS, a remote
+// whose certificate names another node is refused before the request is
+// sent (ErrWrongPeer).
+func (c *RPCClient) CallNode(ctx context.Context, addr, nodeID, method string, req, resp any) error {
 	body, err := json.Marshal(req)
 	if err != nil {
 		return fmt.Errorf("transport: %s: encode request: %w", method, err)
@@ -61,7 +68,7 @@ func (c *RPCClient) Call(ctx context.Context, addr, method string, req, resp any
 		return fmt.Errorf("transport: %s: request of %d bytes: %w", method, len(frame), ErrFrameTooLarge)
 	}
 
-	conn, err := c.dial(ctx, addr)
+	conn, err := c.dial(ctx, addr, nodeID)
 	if err != nil {
 		return callError(ctx, method, addr, err)
 	}

@@ -163,7 +163,7 @@ func TestRPC_OversizedFrames(t *testing.T) {
 		t.Errorf("Call with oversized reply = %v, want code %q", err, CodeInternal)
 	}
 
-	conn, err := m.DialRPC(context.Background(), addr)
+	conn, err := m.DialRPC(context.Background(), addr, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestRPC_OversizedFrames(t *testing.T) {
 func TestRPC_SequentialCallsOnOneConn(t *testing.T) {
 	m := newTestMux(t, MuxConfig{})
 	newTestRPCServer(t, m)
-	conn, err := m.DialRPC(context.Background(), m.Addr().String())
+	conn, err := m.DialRPC(context.Background(), m.Addr().String(), "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -124,18 +124,32 @@ func (l raftLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	return l.mux.dial(ctx, string(address), typeRaft)
+	return l.mux.dial(ctx, string(address), typeRaft, "")
 }
 
 // DialRPC opens an RPC (0x02) connection to addr, bounded by ctx. RPCClient
-// uses it; it is exported for callers that need their own client.
-func (m *Mux) DialRPC(ctx context.Context, addr string) (net.Conn, error) {
-	return m.dial(ctx, addr, typeRPC)
+// uses it; it is exported for callers that need their own client. With
+// peer TLS, a non-empty nodeID must be the id the remote's certificate
+// names; otherwise any server of the cluster will do.
+func (m *Mux) DialRPC(ctx context.Context, addr, nodeID string) (net.Conn, error) {
+	return m.dial(ctx, addr, typeRPC, nodeID)
 }
 
-// dial connects to addr, completes TLS if configured and sends the type
-// byte. Close aborts dials in progress.
-func (m *Mux) dial(ctx context.Context, addr string, typ byte) (net.Conn, error) {
+// DialAPI opens an API (0x03) connection to the node nodeID at addr, for
+// forwarding a request to it. With peer TLS the remote must prove it is
+// nodeID, so a caller's request never reaches anyone else.
+func (m *Mux) DialAPI(ctx context.Context, addr, nodeID string) (net.Conn, error) {
+	return m.dial(ctx, addr, typeAPI, nodeID)
+}
+
+// PeerTLS reports whether the peer port runs mutual TLS, so connections
+// are authenticated.
+func (m *Mux) PeerTLS() bool { return m.clientTLS != nil && m.serverTLS != nil }
+
+// dial connects to addr, completes TLS if configured (checking that the
+// remote is nodeID, when given) and sends the type byte. Close aborts dials
+// in progress.
+func (m *Mux) dial(ctx context.Context, addr string, typ byte, nodeID string) (net.Conn, error) {
 	if m.isClosed() {
 		return nil, fmt.Errorf("transport: dial %s: %w", addr, ErrClosed)
 	}
@@ -153,6 +167,10 @@ func (m *Mux) dial(ctx context.Context, addr string, typ byte) (net.Conn, error)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			conn.Close()
 			return nil, m.dialError(addr, "tls handshake", err)
+		}
+		if err := checkRemoteID(tc, nodeID); err != nil {
+			conn.Close()
+			return nil, m.dialError(addr, "tls identity", err)
 		}
 		conn = tc
 	}
@@ -193,4 +211,23 @@ func (m *Mux) clientConfig(addr string) *tls.Config {
 		cfg.ServerName = addr
 	}
 	return cfg
+}
+
+// checkRemoteID refuses a server that is not nodeID (when nodeID is set).
+func checkRemoteID(tc *tls.Conn, nodeID string) error {
+	if nodeID == "" {
+		return nil
+	}
+	certs := tc.ConnectionState().PeerCertificates
+	if len(certs) == 0 {
+		return fmt.Errorf("%w: the remote presented no certificate", ErrWrongPeer)
+	}
+	id, err := IdentityOf(certs[0])
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrWrongPeer, err)
+	}
+	if id.Role != RoleServer || id.Name != nodeID {
+		return fmt.Errorf("%w: want node %s, the remote is %s", ErrWrongPeer, nodeID, id)
+	}
+	return nil
 }
