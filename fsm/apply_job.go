@@ -152,6 +152,16 @@ func applyRecordEvents(s *state, cmd Command) (any, error) {
 	return nil, nil
 }
 
+func applyAudit(s *state, cmd Command) (any, error) {
+	c := cmd.(*Audit)
+	detail := c.Action
+	if c.Detail != "" {
+		detail += ": " + c.Detail
+	}
+	s.emit(Event{Type: EventAudit, Actor: c.Actor, Source: c.Source, Detail: detail})
+	return nil, nil
+}
+
 func applyRecordEvent(s *state, cmd Command) (any, error) {
 	c := cmd.(*RecordEvent)
 	s.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})

@@ -28,6 +28,7 @@ func sampleCommands() []Command {
 		&SetNode{NodeID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:7001"},
 		&RemoveNode{NodeID: "node-1"},
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
+		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
 	}
 }
 

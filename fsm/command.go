@@ -23,6 +23,7 @@ const (
 	CmdSetNode          CommandType = 14
 	CmdRemoveNode       CommandType = 15
 	CmdRecordEvents     CommandType = 16
+	CmdAudit            CommandType = 17
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -151,6 +152,18 @@ type RemoveNode struct {
 	NodeID string
 }
 
+// Audit records an administrative action, or a refused attempt at one, with
+// who asked and from where. The node that saw the action proposes it.
+type Audit struct {
+	Action string // what was done, e.g. "cluster.join", "auth.refused"
+	Actor  string // the identity: a token's name, a certificate's subject, a node
+	Source string // the caller's address
+	Detail string // the target and the outcome
+}
+
+// MaxActorLen bounds Audit.Actor (a certificate identity URI is longer than an id).
+const MaxActorLen = 512
+
 // RecordEvent records a fact only the leader observes (see recordable).
 type RecordEvent struct {
 	Event    EventType
@@ -174,6 +187,7 @@ func (*RecordEvent) Type() CommandType      { return CmdRecordEvent }
 func (*SetNode) Type() CommandType          { return CmdSetNode }
 func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
 func (*RecordEvents) Type() CommandType     { return CmdRecordEvents }
+func (*Audit) Type() CommandType            { return CmdAudit }
 
 // --- validation ---
 
@@ -340,6 +354,19 @@ func (c *RecordEvent) Validate() error {
 		return invalid("event", "event type %s cannot be recorded directly", c.Event)
 	}
 	if err := checkOptionalID("worker_id", c.WorkerID); err != nil {
+		return err
+	}
+	return checkText("detail", c.Detail, MaxMessageLen)
+}
+
+func (c *Audit) Validate() error {
+	if err := checkName("action", c.Action); err != nil {
+		return err
+	}
+	if err := checkText("actor", c.Actor, MaxActorLen); err != nil {
+		return err
+	}
+	if err := checkText("source", c.Source, MaxAddrLen); err != nil {
 		return err
 	}
 	return checkText("detail", c.Detail, MaxMessageLen)
@@ -552,6 +579,14 @@ func (c *RecordEvents) decode(d *decoder) {
 	}
 }
 
+func (c *Audit) encode(e *encoder) { e.str(c.Action); e.str(c.Actor); e.str(c.Source); e.str(c.Detail) }
+func (c *Audit) decode(d *decoder) {
+	c.Action = d.str(MaxNameLen)
+	c.Actor = d.str(MaxActorLen)
+	c.Source = d.str(MaxAddrLen)
+	c.Detail = d.str(MaxMessageLen)
+}
+
 func (c *RemoveNode) encode(e *encoder) { e.str(c.NodeID) }
 func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 
@@ -589,6 +624,7 @@ func init() {
 	registerCommand(func() Command { return new(SetNode) })
 	registerCommand(func() Command { return new(RemoveNode) })
 	registerCommand(func() Command { return new(RecordEvents) })
+	registerCommand(func() Command { return new(Audit) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -29,6 +29,7 @@ const (
 	EventJobsCompacted      EventType = 23
 	EventNodeSet            EventType = 24
 	EventNodeRemoved        EventType = 25
+	EventAudit              EventType = 26 // an admin action or a refused attempt: Actor, Source, Detail
 )
 
 var eventTypeNames = map[EventType]string{
@@ -57,6 +58,7 @@ var eventTypeNames = map[EventType]string{
 	EventJobsCompacted:      "jobs.compacted",
 	EventNodeSet:            "node.set",
 	EventNodeRemoved:        "node.removed",
+	EventAudit:              "audit",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }
@@ -84,4 +86,6 @@ type Event struct {
 	WorkerID string
 	Ref      string // a report's output ref (reported, stale_report)
 	Detail   string // reason, outcome or message
+	Actor    string // audit: who (token name, certificate identity, node)
+	Source   string // audit: the caller's address
 }

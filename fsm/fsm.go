@@ -43,6 +43,7 @@ func New() *FSM {
 	f.register(CmdSetNode, applySetNode)
 	f.register(CmdRemoveNode, applyRemoveNode)
 	f.register(CmdRecordEvents, applyRecordEvents)
+	f.register(CmdAudit, applyAudit)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

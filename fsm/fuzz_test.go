@@ -82,7 +82,7 @@ func FuzzRestore(f *testing.F) {
 	base := snapshotBytes(f, busyMachine(f).f)
 	f.Add(base)
 	f.Add(base[:len(base)/2])
-	f.Add([]byte(snapMagic))
+	f.Add(append([]byte(snapMagic), snapVersion))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		// Re-seal the checksum so mutations reach the record decoders
 		// instead of all stopping at the CRC.

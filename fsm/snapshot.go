@@ -12,17 +12,22 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 1:
+// Snapshot stream format, version 2:
 //
-//	magic "LEASEHOLD-SNAPSHOT\x01"
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 or \x02)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
 // Records come in a fixed order: one header, the workers by id, the jobs by
 // seq, the events by seq, the nodes by id. The encoding is canonical, so two replicas with
 // the same state write the same bytes, and Hash is a hash of them.
+//
+// Versions: 2 adds the audit fields (actor, source) at the end of each
+// event. Every version ever written stays readable; the writer writes the
+// newest.
 const (
-	snapMagic     = "LEASEHOLD-SNAPSHOT\x01"
+	snapMagic     = "LEASEHOLD-SNAPSHOT"
+	snapVersion   = 2
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
@@ -85,7 +90,8 @@ func (s *Snapshot) LastIndex() uint64 { return s.hdr.lastIndex }
 
 // snapWriter frames records and keeps the running checksum.
 type snapWriter struct {
-	w   *bufio.Writer
+	version byte
+	w       *bufio.Writer
 	crc hash.Hash32
 	n   int64
 	enc encoder
@@ -123,15 +129,15 @@ func (sw *snapWriter) finish() error {
 	return sw.err
 }
 
-func newSnapWriter(w io.Writer) *snapWriter {
-	sw := &snapWriter{w: bufio.NewWriterSize(w, 256<<10), crc: crc32.New(castagnoli)}
-	sw.write([]byte(snapMagic))
+func newSnapWriter(w io.Writer, version byte) *snapWriter {
+	sw := &snapWriter{version: version, w: bufio.NewWriterSize(w, 256<<10), crc: crc32.New(castagnoli)}
+	sw.write(append([]byte(snapMagic), version))
 	return sw
 }
 
 // WriteTo streams the snapshot. It never touches the live state.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	sw := newSnapWriter(w)
+	sw := newSnapWriter(w, snapVersion)
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
 	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range s.workers {
@@ -142,7 +148,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 		return sw.err == nil
 	})
 	for i := range s.events.len() {
-		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, s.events.at(i)) })
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, s.events.at(i), sw.version) })
 	}
 	slices.SortFunc(s.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	for _, n := range s.nodes {
@@ -174,19 +180,24 @@ func (f *FSM) HashAt() ([32]byte, uint64) {
 
 // snapReader reads framed records and checks the checksum at the end.
 type snapReader struct {
-	r   *bufio.Reader
+	version byte
+	r       *bufio.Reader
 	crc hash.Hash32
 	buf []byte
 }
 
 func newSnapReader(r io.Reader) (*snapReader, error) {
 	sr := &snapReader{r: bufio.NewReaderSize(r, 256<<10), crc: crc32.New(castagnoli)}
-	magic := make([]byte, len(snapMagic))
+	magic := make([]byte, len(snapMagic)+1)
 	if _, err := io.ReadFull(sr.r, magic); err != nil {
 		return nil, fmt.Errorf("%w: snapshot magic: %w", ErrCorrupt, err)
 	}
-	if string(magic) != snapMagic {
-		return nil, fmt.Errorf("%w: not a leasehold snapshot (version 1)", ErrCorrupt)
+	if string(magic[:len(snapMagic)]) != snapMagic {
+		return nil, fmt.Errorf("%w: not a leasehold snapshot", ErrCorrupt)
+	}
+	sr.version = magic[len(snapMagic)]
+	if sr.version < 1 || sr.version > snapVersion {
+		return nil, fmt.Errorf("%w: snapshot version %d (this build reads 1 to %d)", ErrCorrupt, sr.version, snapVersion)
 	}
 	sr.crc.Write(magic)
 	return sr, nil
@@ -320,7 +331,7 @@ func readState(r io.Reader) (*state, error) {
 			jobs++
 		case tagEvent:
 			var ev Event
-			if err := decodeRecord(body, func(d *decoder) { decodeEvent(d, &ev) }); err != nil {
+			if err := decodeRecord(body, func(d *decoder) { decodeEvent(d, &ev, sr.version) }); err != nil {
 				return nil, err
 			}
 			if s.events.len() == MaxEvents {
@@ -412,7 +423,8 @@ func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
 		Seq: hdr.eventSeq, Index: hdr.lastIndex, Time: int64(hdr.lastTime), Type: EventTokenFloorRaised,
 		Detail: fmt.Sprintf("restore: from %d to %d", old, hdr.lastToken),
 	}
-	sw := newSnapWriter(dst)
+	// Records are copied as they are, so the copy keeps the source's version.
+	sw := newSnapWriter(dst, sr.version)
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
 	appended := false
 	for {
@@ -423,7 +435,7 @@ func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
 		// The new event is the last event: it goes before whatever record
 		// type follows the events.
 		if tag > tagEvent && !appended {
-			sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev) })
+			sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev, sw.version) })
 			appended = true
 		}
 		if tag == tagEnd {
@@ -597,7 +609,7 @@ func decodeLease(d *decoder, l *Lease) {
 	}
 }
 
-func encodeEvent(e *encoder, ev *Event) {
+func encodeEvent(e *encoder, ev *Event, version byte) {
 	e.uvarint(ev.Seq)
 	e.uvarint(ev.Index)
 	e.varint(ev.Time)
@@ -607,9 +619,13 @@ func encodeEvent(e *encoder, ev *Event) {
 	e.str(ev.WorkerID)
 	e.str(ev.Ref)
 	e.str(ev.Detail)
+	if version >= 2 {
+		e.str(ev.Actor)
+		e.str(ev.Source)
+	}
 }
 
-func decodeEvent(d *decoder, ev *Event) {
+func decodeEvent(d *decoder, ev *Event, version byte) {
 	ev.Seq = d.uvarint()
 	ev.Index = d.uvarint()
 	ev.Time = d.varint()
@@ -619,6 +635,10 @@ func decodeEvent(d *decoder, ev *Event) {
 	ev.WorkerID = d.str(MaxIDLen)
 	ev.Ref = d.str(MaxRefLen)
 	ev.Detail = d.str(MaxMessageLen + 256)
+	if version >= 2 {
+		ev.Actor = d.str(MaxActorLen)
+		ev.Source = d.str(MaxAddrLen)
+	}
 	if _, ok := eventTypeNames[ev.Type]; !ok {
 		d.fail("event %d: type %d", ev.Seq, ev.Type)
 	}

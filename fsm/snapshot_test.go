@@ -45,6 +45,7 @@ func busyMachine(t testing.TB) *machine {
 	m.do(&Cancel{JobID: "job-119"})
 	m.do(&SetNode{NodeID: "node-b", RaftAddr: "127.0.0.1:7002", APIAddr: "127.0.0.1:8002"})
 	m.do(&SetNode{NodeID: "node-a", RaftAddr: "127.0.0.1:7001", APIAddr: "127.0.0.1:8001"})
+	m.do(&Audit{Action: "cluster.transfer", Actor: "ops", Source: "10.0.0.9:4000", Detail: "to node-b"})
 	return m
 }
 
@@ -82,6 +83,78 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	st, err := InspectSnapshot(bytes.NewReader(data))
 	if err != nil || st.LastIndex != m.index || st.Jobs[JobQueued] != m.f.Stats().Jobs[JobQueued] {
 		t.Fatalf("inspect: %+v %v", st, err)
+	}
+}
+
+// A snapshot written by version 1 (no audit fields) still restores, and its
+// events read back with empty audit fields.
+func TestSnapshotVersion1StillReads(t *testing.T) {
+	m := busyMachine(t)
+	snap := m.f.Snapshot()
+	var v1 bytes.Buffer
+	sw := newSnapWriter(&v1, 1)
+	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &snap.hdr) })
+	var full bytes.Buffer
+	snap.WriteTo(&full) // sorts the workers and nodes the same way
+	for _, w := range snap.workers {
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w) })
+	}
+	eachJob(snap.shards, func(j *Job) bool { sw.record(tagJob, func(e *encoder) { encodeJob(e, j) }); return true })
+	for i := range snap.events.len() {
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, snap.events.at(i), 1) })
+	}
+	for _, n := range snap.nodes {
+		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
+	}
+	if err := sw.finish(); err != nil {
+		t.Fatal(err)
+	}
+	g := New()
+	if err := g.Restore(bytes.NewReader(v1.Bytes())); err != nil {
+		t.Fatalf("version 1 snapshot refused: %v", err)
+	}
+	page := g.Events(0, MaxPageSize)
+	audits := 0
+	for _, ev := range page.Events {
+		if ev.Type == EventAudit {
+			audits++
+			if ev.Actor != "" || ev.Source != "" {
+				t.Fatalf("version 1 event read with audit fields: %+v", ev)
+			}
+		}
+	}
+	if audits != 1 {
+		t.Fatalf("%d audit events, want 1", audits)
+	}
+	// A raised copy keeps the source's version, so it reads back too.
+	var raised bytes.Buffer
+	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(v1.Bytes()), 1<<40); err != nil {
+		t.Fatal(err)
+	}
+	if raised.Bytes()[len(snapMagic)] != 1 {
+		t.Fatal("raised copy changed the version")
+	}
+	if err := New().Restore(&raised); err != nil {
+		t.Fatalf("raised version 1 snapshot refused: %v", err)
+	}
+	// The newest version keeps the audit fields; an unknown version is refused.
+	h := New()
+	if err := h.Restore(bytes.NewReader(full.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, ev := range h.Events(0, MaxPageSize).Events {
+		if ev.Type == EventAudit && ev.Actor == "ops" && ev.Source == "10.0.0.9:4000" && ev.Detail == "cluster.transfer: to node-b" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("audit event lost its fields in a round trip")
+	}
+	future := append([]byte(nil), full.Bytes()...)
+	future[len(snapMagic)] = snapVersion + 1
+	if err := New().Restore(bytes.NewReader(future)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("future version: %v", err)
 	}
 }
 

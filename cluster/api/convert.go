@@ -102,7 +102,7 @@ func workerToProto(w *fsm.Worker) *pb.Worker {
 func eventToProto(e *fsm.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Index: e.Index, Time: ts(e.Time), Type: e.Type.String(), JobId: e.JobID,
-		Token: e.Token, WorkerId: e.WorkerID, Ref: e.Ref, Detail: e.Detail,
+		Token: e.Token, WorkerId: e.WorkerID, Ref: e.Ref, Detail: e.Detail, Actor: e.Actor, Source: e.Source,
 	}
 }
 

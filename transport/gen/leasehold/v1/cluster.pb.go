@@ -142,8 +142,14 @@ type StatusResponse struct {
 	// With include_hash: a SHA-256 of the state machine's state at
 	// state_index (the raft index of the last command it applied); replicas
 	// at the same state_index have equal hashes.
-	StateHash     []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
-	StateIndex    uint64 `protobuf:"varint,20,opt,name=state_index,json=stateIndex,proto3" json:"state_index,omitempty"`
+	StateHash  []byte `protobuf:"bytes,19,opt,name=state_hash,json=stateHash,proto3" json:"state_hash,omitempty"`
+	StateIndex uint64 `protobuf:"varint,20,opt,name=state_index,json=stateIndex,proto3" json:"state_index,omitempty"`
+	// The node runs without peer mutual TLS or without API authentication,
+	// because its operator said --insecure (or it serves loopback only).
+	Insecure bool `protobuf:"varint,21,opt,name=insecure,proto3" json:"insecure,omitempty"`
+	// The peer port requires mutual TLS; the API requires credentials.
+	PeerTls       bool `protobuf:"varint,22,opt,name=peer_tls,json=peerTls,proto3" json:"peer_tls,omitempty"`
+	ApiAuth       bool `protobuf:"varint,23,opt,name=api_auth,json=apiAuth,proto3" json:"api_auth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -316,6 +322,27 @@ func (x *StatusResponse) GetStateIndex() uint64 {
 		return x.StateIndex
 	}
 	return 0
+}
+
+func (x *StatusResponse) GetInsecure() bool {
+	if x != nil {
+		return x.Insecure
+	}
+	return false
+}
+
+func (x *StatusResponse) GetPeerTls() bool {
+	if x != nil {
+		return x.PeerTls
+	}
+	return false
+}
+
+func (x *StatusResponse) GetApiAuth() bool {
+	if x != nil {
+		return x.ApiAuth
+	}
+	return false
 }
 
 type Member struct {
@@ -747,7 +774,7 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\finclude_hash\x18\x01 \x01(\bR\vincludeHash\"N\n" +
 	"\bJobCount\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xfd\x04\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\xcf\x05\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -775,7 +802,10 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"state_hash\x18\x13 \x01(\fR\tstateHash\x12\x1f\n" +
 	"\vstate_index\x18\x14 \x01(\x04R\n" +
-	"stateIndex\"~\n" +
+	"stateIndex\x12\x1a\n" +
+	"\binsecure\x18\x15 \x01(\bR\binsecure\x12\x19\n" +
+	"\bpeer_tls\x18\x16 \x01(\bR\apeerTls\x12\x19\n" +
+	"\bapi_auth\x18\x17 \x01(\bR\aapiAuth\"~\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +

@@ -916,16 +916,20 @@ func (x *Timings) GetToleration() *durationpb.Duration {
 }
 
 type Event struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"` // raft index of the command that produced it
-	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
-	Type          string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"` // e.g. "lease.stale_report"
-	JobId         string                 `protobuf:"bytes,5,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,7,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Ref           string                 `protobuf:"bytes,8,opt,name=ref,proto3" json:"ref,omitempty"`
-	Detail        string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Seq      uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Index    uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"` // raft index of the command that produced it
+	Time     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	Type     string                 `protobuf:"bytes,4,opt,name=type,proto3" json:"type,omitempty"` // e.g. "lease.stale_report"
+	JobId    string                 `protobuf:"bytes,5,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token    uint64                 `protobuf:"varint,6,opt,name=token,proto3" json:"token,omitempty"`
+	WorkerId string                 `protobuf:"bytes,7,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Ref      string                 `protobuf:"bytes,8,opt,name=ref,proto3" json:"ref,omitempty"`
+	Detail   string                 `protobuf:"bytes,9,opt,name=detail,proto3" json:"detail,omitempty"`
+	// Audit events: who acted (a token's name, a certificate's identity or
+	// a node) and from which address.
+	Actor         string `protobuf:"bytes,10,opt,name=actor,proto3" json:"actor,omitempty"`
+	Source        string `protobuf:"bytes,11,opt,name=source,proto3" json:"source,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1019,6 +1023,20 @@ func (x *Event) GetRef() string {
 func (x *Event) GetDetail() string {
 	if x != nil {
 		return x.Detail
+	}
+	return ""
+}
+
+func (x *Event) GetActor() string {
+	if x != nil {
+		return x.Actor
+	}
+	return ""
+}
+
+func (x *Event) GetSource() string {
+	if x != nil {
+		return x.Source
 	}
 	return ""
 }
@@ -1159,7 +1177,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x129\n" +
 	"\n" +
 	"toleration\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\n" +
-	"toleration\"\xe7\x01\n" +
+	"toleration\"\x95\x02\n" +
 	"\x05Event\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12.\n" +
@@ -1169,7 +1187,10 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05token\x18\x06 \x01(\x04R\x05token\x12\x1b\n" +
 	"\tworker_id\x18\a \x01(\tR\bworkerId\x12\x10\n" +
 	"\x03ref\x18\b \x01(\tR\x03ref\x12\x16\n" +
-	"\x06detail\x18\t \x01(\tR\x06detail\"w\n" +
+	"\x06detail\x18\t \x01(\tR\x06detail\x12\x14\n" +
+	"\x05actor\x18\n" +
+	" \x01(\tR\x05actor\x12\x16\n" +
+	"\x06source\x18\v \x01(\tR\x06source\"w\n" +
 	"\vErrorDetail\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
