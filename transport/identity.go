@@ -2,6 +2,7 @@ package transport
 
 import (
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
@@ -23,6 +24,28 @@ const (
 	// operator does not choose one.
 	DefaultClusterName = "leasehold"
 )
+
+// CheckClusterName reports whether name can be a cluster's name. The
+// cluster is the host of the identity URI, and x509 parses that host as a
+// domain name: a name outside the rule (a space, a colon, a non-ASCII
+// letter) makes certificates nobody can parse. The rule: labels of ASCII
+// letters, digits, '-' and '_', joined by single dots.
+func CheckClusterName(name string) error {
+	if name == "" {
+		return errors.New("the cluster name is empty")
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" {
+			return fmt.Errorf("cluster name %q: an empty label (a leading, trailing or doubled dot)", name)
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+				return fmt.Errorf("cluster name %q: %q is not allowed (letters, digits, '-', '_' and dots between)", name, r)
+			}
+		}
+	}
+	return nil
+}
 
 // CertIdentity is who a certificate says its holder is.
 type CertIdentity struct {

@@ -100,6 +100,45 @@ func TestIdentityURIRoundTrip(t *testing.T) {
 	}
 }
 
+// A cluster name CheckClusterName accepts survives a certificate: issued,
+// parsed back by x509, and read as the same identity. One it refuses would
+// make a certificate x509 cannot parse, so NewCA and Issue refuse it too.
+func TestCheckClusterName(t *testing.T) {
+	ca, err := NewCA("prod", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{DefaultClusterName, "prod", "Prod-EU_1", "eu.prod", "a.b-c.d_e", "7"} {
+		if err := CheckClusterName(name); err != nil {
+			t.Fatalf("%q refused: %v", name, err)
+		}
+		id := ServerIdentity(name, "n 1/ü")
+		p, err := ca.Issue(CertRequest{Identity: id, Validity: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := pem.Decode(p.Cert)
+		cert, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			t.Fatalf("cluster %q: %v", name, err)
+		}
+		if got, err := IdentityOf(cert); err != nil || got != id {
+			t.Fatalf("cluster %q: identity %+v, %v", name, got, err)
+		}
+	}
+	for _, name := range []string{"", "my cluster", "a:b", "a:1", "ü", "a@b", "a?b", "a#b", "a%b", "a/b", `a\b`, ".a", "a.", "a..b", "[::1]", "a\nb"} {
+		if err := CheckClusterName(name); err == nil {
+			t.Errorf("%q accepted", name)
+		}
+		if _, err := NewCA(name, time.Hour); err == nil {
+			t.Errorf("NewCA(%q) made a CA", name)
+		}
+		if _, err := ca.Issue(CertRequest{Identity: ClientIdentity(name, "ops"), Validity: time.Hour}); err == nil {
+			t.Errorf("issued a certificate for cluster %q", name)
+		}
+	}
+}
+
 // The peer port takes only servers of its own cluster, and each call knows
 // which node made it.
 func TestPeerTLS_OnlyServersOfTheCluster(t *testing.T) {

@@ -47,6 +47,9 @@ func NewCA(cluster string, validity time.Duration) (*CA, error) {
 	if cluster == "" || validity <= 0 {
 		return nil, errors.New("pki: a CA needs a cluster name and a positive validity")
 	}
+	if err := CheckClusterName(cluster); err != nil {
+		return nil, fmt.Errorf("pki: %w", err)
+	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -128,6 +131,9 @@ func (ca *CA) Issue(req CertRequest) (PEMPair, error) {
 	}
 	if req.Validity <= 0 {
 		return PEMPair{}, errors.New("pki: validity must be positive")
+	}
+	if err := CheckClusterName(id.Cluster); err != nil {
+		return PEMPair{}, fmt.Errorf("pki: %w", err)
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -26,8 +26,17 @@ func main() {
 	app := newApp()
 	if err := app.Run(interspersed(app, os.Args)); err != nil {
 		fmt.Fprintln(os.Stderr, "leasehold: "+oneLine(err))
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
+}
+
+// exitCode is 2 for a command used wrongly (errUsage), 1 for any other
+// failure.
+func exitCode(err error) int {
+	if errors.Is(err, errUsage) {
+		return 2
+	}
+	return 1
 }
 
 // globalFlags may be given before the command or after it. Only the
@@ -51,16 +60,25 @@ func withEnv(env bool) []cli.Flag {
 		&cli.StringFlag{Name: "ca-file", EnvVars: e("LEASEHOLD_CA_FILE"), Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
 		&cli.StringFlag{Name: "cert-file", EnvVars: e("LEASEHOLD_CERT_FILE"), Usage: "client certificate, for an API that requires mutual TLS (with --key-file; turns TLS on)"},
 		&cli.StringFlag{Name: "key-file", EnvVars: e("LEASEHOLD_KEY_FILE"), Usage: "the client certificate's private key"},
-		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: e("LEASEHOLD_OUTPUT"), Value: "table", Usage: "table or json"},
+		outputFlag(e("LEASEHOLD_OUTPUT")),
 		&cli.DurationFlag{Name: "timeout", EnvVars: e("LEASEHOLD_TIMEOUT"), Value: 15 * time.Second, Usage: "bound on each command"},
 	}
 }
 
+func outputFlag(envVars []string) cli.Flag {
+	return &cli.StringFlag{Name: "output", Aliases: []string{"o"}, EnvVars: envVars, Value: "table", Usage: "table or json"}
+}
+
 // addGlobalFlags gives every command that does something the global flags
 // too, so "leasehold job get X -o json" works like "leasehold -o json job
-// get X".
+// get X". server and dev have their own flags; tls works offline and takes
+// only --output (an API flag such as --ca-file beside its --ca would be
+// accepted and silently ignored).
 func addGlobalFlags(cmds []*cli.Command) {
 	for _, cmd := range cmds {
+		if cmd.Name == "tls" {
+			continue
+		}
 		if cmd.Action != nil && cmd.Name != "server" && cmd.Name != "dev" {
 			cmd.Flags = append(cmd.Flags, globalFlags()...)
 		}
@@ -98,6 +116,7 @@ func newAppTree() *cli.App {
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
 			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
+			tlsCommand(),
 			{
 				Name: "version", Usage: "print the version",
 				Action: func(c *cli.Context) error {

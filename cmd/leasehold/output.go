@@ -14,10 +14,11 @@ import (
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
-// output prints v as JSON with -o json, or runs table otherwise.
+// output prints v as JSON with -o json, or runs table otherwise. JSON goes
+// to the app's Writer (os.Stdout unless a test sets it).
 func output(c *cli.Context, v any, table func()) error {
 	if flagString(c, "output") == "json" {
-		enc := json.NewEncoder(os.Stdout)
+		enc := json.NewEncoder(c.App.Writer)
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
