@@ -19,6 +19,13 @@
 // the state machine's commands and only package cluster translates between
 // the two.
 //
+// RaftGuard wraps the raft.Transport handed to raft and refuses, before raft
+// sees them, Raft messages whose term or log index no real cluster reaches
+// (MaxRaftValue and above): raft adds to terms without checking for
+// overflow, and one AppendEntries at term 2^64-1 once left a cluster without
+// a leader for good. Peer TLS decides who may speak; the guard bounds what
+// even a member may say.
+//
 // No peer can stall another: a client that connects and says nothing is
 // dropped after MuxConfig.HandshakeTimeout without holding up the accept
 // loop, a call ends when its context does (and a caller that hangs up

@@ -19,4 +19,8 @@ var (
 	// ErrWrongPeer: a dialed node's certificate names another node than
 	// the one the caller meant to reach.
 	ErrWrongPeer = errors.New("peer is not the node expected")
+	// ErrRaftRPCRefused: a RaftGuard refused a Raft message whose term or
+	// log index is out of bounds, or whose type raft never sends. The error
+	// names the field and the value; the sender receives it as text.
+	ErrRaftRPCRefused = errors.New("raft rpc refused")
 )

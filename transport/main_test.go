@@ -24,6 +24,37 @@ func TestMain(m *testing.M) {
 // waits for.
 const hangGuard = time.Minute
 
+// waitFor polls cond until it holds. The bound only turns a hang into a
+// failure; nothing is timed by it.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	bound := time.NewTimer(hangGuard)
+	defer bound.Stop()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-tick.C:
+		case <-bound.C:
+			t.Fatalf("gave up waiting for %s", what)
+		}
+	}
+}
+
+// recv takes one value from ch, failing the test on a hang.
+func recv[T any](t *testing.T, what string, ch <-chan T) T {
+	t.Helper()
+	bound := time.NewTimer(hangGuard)
+	defer bound.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-bound.C:
+		t.Fatalf("gave up waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
 // testLogger is silent unless TRANSPORT_TEST_LOG names a level ("debug").
 func testLogger(name string) hclog.Logger {
 	level := hclog.LevelFromString(os.Getenv("TRANSPORT_TEST_LOG"))
