@@ -83,7 +83,7 @@ func (n *Node) raftApply(ctx context.Context, cmd fsm.Command) (any, error) {
 	case <-done:
 	case <-ctx.Done():
 		return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	case <-n.shutdownCh:
+	case <-n.life.Done():
 		return nil, ErrShutdown
 	}
 	if err := f.Error(); err != nil {
@@ -116,12 +116,17 @@ func (n *Node) raftError(err error) error {
 	return err
 }
 
-// notLeader names the leader as this node knows it, with its API address
-// from the replicated node table.
+// notLeader names the leader as this node knows it: its id and Raft
+// address from the Raft configuration, its API address from the replicated
+// node table.
 func (n *Node) notLeader() error {
-	addr, id := n.raft.LeaderWithID()
-	e := &NotLeaderError{LeaderID: string(id), LeaderRaft: string(addr)}
-	if node, ok := n.fsm.Node(e.LeaderID); ok {
+	e := &NotLeaderError{}
+	id, addr, err := n.leaderPeer()
+	if err != nil {
+		return e
+	}
+	e.LeaderID, e.LeaderRaft = id, addr
+	if node, ok := n.fsm.Node(id); ok {
 		e.LeaderAPI = node.APIAddr
 	}
 	return e
@@ -144,7 +149,7 @@ func (n *Node) ReadBarrier(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		case <-n.shutdownCh:
+		case <-n.life.Done():
 			return ErrShutdown
 		case <-time.After(wait):
 		}

@@ -31,6 +31,15 @@ var (
 	ErrInvalidConfig = errors.New("invalid config")
 	// ErrInvalidSnapshot: a snapshot to restore failed its checks.
 	ErrInvalidSnapshot = errors.New("invalid snapshot")
+	// ErrForbidden: the caller may not ask this (a node asking for a
+	// change to another node's entry).
+	ErrForbidden = errors.New("forbidden")
+	// ErrIDInUse: another node answers as this id at its own address; two
+	// nodes never share an id.
+	ErrIDInUse = errors.New("node id in use")
+	// ErrClaimRefused: the node at the claimed Raft address does not
+	// confirm the claimed id and addresses.
+	ErrClaimRefused = errors.New("claim not confirmed")
 )
 
 // NotLeaderError is returned by a node that cannot serve a request only the

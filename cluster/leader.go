@@ -28,7 +28,7 @@ func (n *Node) monitorLeadership() {
 				running.stop()
 				running = nil
 			}
-		case <-n.shutdownCh:
+		case <-n.life.Done():
 			if running != nil {
 				running.stop()
 			}
@@ -44,7 +44,7 @@ type leaderRun struct {
 }
 
 func (n *Node) startLeaderLoop() *leaderRun {
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(n.life)
 	r := &leaderRun{cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(r.done)

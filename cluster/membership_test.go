@@ -12,7 +12,7 @@ func TestTransferRemoveAndRejoin(t *testing.T) {
 	c := clustertest.New(t, 3)
 	leader := c.Leader()
 	target := c.Nodes[(leader.Index+1)%3]
-	if err := leader.TransferLeadership(ctx(t), target.ID()); err != nil {
+	if err := leader.TransferLeadership(ctx(t), target.ID(), cluster.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	if l := c.Leader(); l != target {
@@ -20,7 +20,7 @@ func TestTransferRemoveAndRejoin(t *testing.T) {
 	}
 	// Remove a follower, then let it join again through a peer.
 	gone := c.Nodes[(target.Index+1)%3]
-	if err := target.RemoveNode(ctx(t), gone.ID()); err != nil {
+	if err := target.RemoveNode(ctx(t), gone.ID(), cluster.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	var members []cluster.Member

@@ -40,6 +40,10 @@ type Metrics struct {
 	LiveLeases   int
 	LastToken    uint64
 	Jobs         map[string]int
+	// RaftRPCsRefused counts Raft messages the guard refused (terms or
+	// indexes out of range); AuditsDropped, audit records never recorded.
+	RaftRPCsRefused uint64
+	AuditsDropped   uint64
 }
 
 // Metrics returns the node's counters.
@@ -50,6 +54,7 @@ func (n *Node) Metrics() Metrics {
 		LogWrites: n.logs.writes.Load(), LogEntries: n.logs.entries.Load(), LastIndex: st.LastIndex,
 		CommitIndex: st.CommitIndex, AppliedIndex: st.AppliedIndex, Term: st.Term, Leader: st.State == "Leader",
 		WorkersTimed: st.WorkersTimed, LiveLeases: fs.LiveLeases, LastToken: fs.LastToken, Jobs: map[string]int{},
+		RaftRPCsRefused: n.guard.Dropped(), AuditsDropped: n.audits.dropped.Load(),
 	}
 	for s, c := range fs.Jobs {
 		m.Jobs[s.String()] = c

@@ -36,12 +36,15 @@ type Node struct {
 	store *raftboltdb.BoltStore
 	logs  *countingLogStore
 	trans *raft.NetworkTransport
+	guard *transport.RaftGuard // wraps trans; raft sees only the guard
 	mux   *transport.Mux
 	rpc   *transport.RPCServer
 	peers *transport.RPCClient
 	check *leaderCheck
 	gate  *acquireGate
 	book  peerBook
+	// audits waits to be proposed (or sent to the leader): see audit.go.
+	audits auditor
 
 	notifyCh chan bool
 
@@ -51,7 +54,9 @@ type Node struct {
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable
 
-	shutdownCh   chan struct{}
+	// life ends when the node stops; every background loop watches it.
+	life         context.Context
+	endLife      context.CancelFunc
 	shutdownOnce sync.Once
 	wg           sync.WaitGroup
 }
@@ -71,14 +76,15 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, err
 	}
 	n := &Node{
-		cfg:        cfg,
-		logger:     cfg.Logger,
-		clock:      cfg.Clock,
-		fsm:        fsm.New(),
-		gate:       newAcquireGate(),
-		notifyCh:   make(chan bool, 16),
-		shutdownCh: make(chan struct{}),
+		cfg:      cfg,
+		logger:   cfg.Logger,
+		clock:    cfg.Clock,
+		fsm:      fsm.New(),
+		gate:     newAcquireGate(),
+		notifyCh: make(chan bool, 16),
 	}
+	n.life, n.endLife = context.WithCancel(context.Background())
+	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
 	var closers []func() error
 	defer func() {
 		if err != nil {
@@ -133,6 +139,12 @@ func New(cfg Config) (_ *Node, err error) {
 		Logger: n.logger.Named("raft-net"),
 	})
 	closers = append(closers, n.trans.Close)
+	// Raft adds to terms without checking for overflow: the guard refuses
+	// RPCs whose terms and indexes no real cluster reaches.
+	if n.guard, err = transport.GuardRaft(n.trans, n.logger.Named("raft-guard")); err != nil {
+		return nil, err
+	}
+	closers = append(closers, n.guard.Close)
 
 	// fsync on every append: NoSync is never set.
 	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
@@ -168,7 +180,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, &ConfigError{Field: "raft", Value: err, Reason: "refused by raft"}
 	}
-	n.raft, err = raft.NewRaft(rc, &raftFSM{f: n.fsm}, logs, n.store, snaps, n.trans)
+	n.raft, err = raft.NewRaft(rc, &raftFSM{f: n.fsm}, logs, n.store, snaps, n.guard)
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
@@ -181,9 +193,10 @@ func New(cfg Config) (_ *Node, err error) {
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.rpc.Serve(n.mux.RPCListener()) }()
 
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.monitorLeadership() }()
 	go func() { defer n.wg.Done(); n.membershipLoop(!hasState) }()
+	go func() { defer n.wg.Done(); n.auditLoop() }()
 	n.logger.Info("node_started", "raft_addr", n.advertise, "api_addr", cfg.APIAddr, "has_state", hasState)
 	return n, nil
 }
@@ -223,9 +236,9 @@ func (n *Node) Kill() error { return n.stop() }
 func (n *Node) stop() error {
 	var errs []error
 	n.shutdownOnce.Do(func() {
-		close(n.shutdownCh)
+		n.endLife()
 		errs = append(errs, n.raft.Shutdown().Error())
-		errs = append(errs, n.trans.Close(), n.rpc.Close(), n.mux.Close())
+		errs = append(errs, n.guard.Close(), n.rpc.Close(), n.mux.Close())
 		n.wg.Wait()
 		errs = append(errs, n.store.Close())
 		n.logger.Info("node_stopped")

@@ -174,7 +174,7 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			return fsm.AcquireResult{}, nil
 		case <-ctx.Done():
 			return fsm.AcquireResult{}, ctx.Err()
-		case <-n.shutdownCh:
+		case <-n.life.Done():
 			return fsm.AcquireResult{}, ErrShutdown
 		}
 	}

@@ -61,3 +61,28 @@ const (
 	// id of a voter; an operator must remove that voter first.
 	CodeRejoinRefused = "rejoin_refused"
 )
+
+// MethodPeerAudit records an audit event: a node sends the admin actions and
+// refusals it saw to the leader, which proposes them. PeerAuditRequest ->
+// nothing.
+const MethodPeerAudit = "peer.audit"
+
+// PeerAuditRequest is one audit record (see fsm.Audit).
+type PeerAuditRequest struct {
+	Action string `json:"action"`
+	Actor  string `json:"actor"`
+	Source string `json:"source"`
+	Detail string `json:"detail"`
+}
+
+// Codes of refusals on the peer port.
+const (
+	// CodeForbidden: the caller is not allowed to ask this (a node asking
+	// for a change to another node's entry, an unauthenticated caller).
+	CodeForbidden = "forbidden"
+	// CodeIDInUse: another live node answers as this id.
+	CodeIDInUse = "id_in_use"
+	// CodeClaimRefused: the node at the claimed address does not confirm
+	// the claim (another id, or other addresses).
+	CodeClaimRefused = "claim_refused"
+)

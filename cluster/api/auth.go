@@ -3,16 +3,91 @@ package api
 import (
 	"context"
 	"crypto/subtle"
+	"crypto/x509"
+	"fmt"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
+	"time"
 
-	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
 
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 )
 
+// Who may call what is decided in one place, authenticate, an HTTP
+// middleware that runs before any handler and before any body is read.
+
+// Role is what a credential may do.
+type Role string
+
+const (
+	RoleAdmin     Role = "admin"     // everything
+	RoleSubmitter Role = "submitter" // jobs, events, reads
+	RoleWorker    Role = "worker"    // worker calls, fence checks, events, reads
+)
+
+// Token is one bearer token and the name it is audited under.
+type Token struct {
+	Name   string
+	Secret string
+	Role   Role
+}
+
+// CertRole gives the role to client certificates whose identity name
+// (transport.CertIdentity's Name, or the subject's common name for a
+// certificate that names no leasehold identity) is Name.
+type CertRole struct {
+	Name string
+	Role Role
+}
+
+// Credentials are who may call the API. SetCredentials replaces them whole
+// (SIGHUP). With none configured the API is open: every caller is admin.
+type Credentials struct {
+	Tokens []Token
+	Certs  []CertRole
+	// RequireClientCerts: the API's TLS requires a verified client
+	// certificate. With it and no Certs, every verified certificate is
+	// admin (the CA is the policy); otherwise a certificate must be listed.
+	RequireClientCerts bool
+}
+
+// Enabled reports whether calls must be authenticated.
+func (c Credentials) Enabled() bool {
+	return len(c.Tokens) > 0 || len(c.Certs) > 0 || c.RequireClientCerts
+}
+
+// Identity is who a request acts as.
+type Identity struct {
+	Kind   string // "token", "cert", or "open" when authentication is off
+	Name   string // the token's name or the certificate's identity name
+	Role   Role
+	Source string // the original caller's address
+	// Via is the member that forwarded the request, if one did.
+	Via string
+}
+
+// Actor names the identity in audit records.
+func (id Identity) actor() cluster.Actor {
+	name := id.Kind + ":" + id.Name
+	if id.Via != "" {
+		name += " via " + id.Via
+	}
+	return cluster.Actor{Name: name, Source: id.Source}
+}
+
+var (
+	errUnauthenticated = fmt.Errorf("missing, unknown or unverified credentials")
+	errForbidden       = fmt.Errorf("the credential's role may not call this")
+	errPeerOnly        = fmt.Errorf("the peer port takes only requests forwarded by members")
+)
+
 // Which services (and single procedures) each role may call. Admin may call
-// everything, including the plain snapshot endpoints.
+// everything, including the plain endpoints.
 var roleAccess = map[Role][]string{
 	RoleSubmitter: {
 		"leasehold.v1.JobService", "leasehold.v1.EventService",
@@ -25,82 +100,293 @@ var roleAccess = map[Role][]string{
 	},
 }
 
-func allowed(role Role, procedure string) bool {
-	if role == RoleAdmin {
+// Plain endpoints: who may call them. Paths not listed are Connect
+// procedures (roleAccess) or unknown (admin only, then 404).
+var (
+	openPaths   = map[string]bool{"/livez": true, "/readyz": true}
+	anyRolePath = map[string]bool{"/metrics": true}
+)
+
+func allowed(role Role, path string) bool {
+	if role == RoleAdmin || anyRolePath[path] {
 		return true
 	}
-	svc := procedureService(procedure)
+	svc := procedureService(path)
 	for _, a := range roleAccess[role] {
-		if a == svc || a == procedure {
+		if a == svc || a == path {
 			return true
 		}
 	}
 	return false
 }
 
-// roleOf authenticates a request's bearer token. Tokens are compared in
-// constant time and never logged.
-func (s *Server) roleOf(h http.Header) (Role, bool) {
-	v := h.Get(transport.HeaderAuthorization)
-	token, ok := strings.CutPrefix(v, "Bearer ")
-	if !ok || token == "" {
-		return "", false
-	}
-	var found Role
-	for t, role := range s.tokens {
-		if subtle.ConstantTimeCompare([]byte(t), []byte(token)) == 1 {
-			found = role
+// adminOnly: a path no role but admin may call; refusals there are audited.
+func adminOnly(path string) bool {
+	return !allowed(RoleSubmitter, path) && !allowed(RoleWorker, path)
+}
+
+// Headers between members: a follower forwarding over the peer port vouches
+// for the caller it authenticated, so the caller's secret never leaves the
+// node it was sent to.
+const (
+	headerForwardedIdentity = "Leasehold-Forwarded-Identity" // kind:name
+	headerForwardedSource   = "Leasehold-Forwarded-Source"
+)
+
+type requestKey struct{}
+
+// request is what authenticate learned, for the handlers.
+type request struct {
+	id Identity
+	// forwarded: the request came from another member; it is not
+	// forwarded again.
+	forwarded bool
+	// authorization is the caller's Authorization header, forwarded only
+	// when the peer port is not authenticated (insecure mode).
+	authorization string
+}
+
+func requestOf(ctx context.Context) request {
+	r, _ := ctx.Value(requestKey{}).(request)
+	return r
+}
+
+// identityOf returns who the request in ctx acts as.
+func identityOf(ctx context.Context) Identity { return requestOf(ctx).id }
+
+// authenticate wraps the API: it decides who the caller is and whether the
+// role may call the path, before the handler runs and before anything of
+// the body is read. A refusal is answered in the caller's protocol
+// (Connect, gRPC, gRPC-Web, or JSON for plain endpoints).
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if openPaths[r.URL.Path] {
+			next.ServeHTTP(w, r)
+			return
+		}
+		req, err := s.identify(r)
+		if err == nil && !allowed(req.id.Role, r.URL.Path) {
+			err = errForbidden
+		}
+		if err != nil {
+			s.refused(r, req.id, err)
+			s.writeRefusal(w, r, toWire(err))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+	})
+}
+
+// identify authenticates r. On the public port: a bearer token, else a
+// verified client certificate. On the peer port: a forwarded request whose
+// sender, an authenticated member, vouches for the caller; without peer
+// TLS the caller's own credentials, forwarded, are checked like any.
+func (s *Server) identify(r *http.Request) (request, error) {
+	creds := s.creds.Load()
+	source := r.RemoteAddr
+	peer, viaPeer := transport.PeerFromContext(r.Context())
+	req := request{id: Identity{Source: source}}
+	if viaPeer {
+		if r.Header.Get(transport.HeaderForwarded) == "" {
+			return req, errPeerOnly
+		}
+		req.forwarded = true
+		if src := r.Header.Get(headerForwardedSource); src != "" {
+			req.id.Source = src
+		}
+		if peer.Authenticated {
+			req.id.Via = peer.NodeID()
+			if !creds.Enabled() {
+				req.id.Kind, req.id.Name, req.id.Role = "open", "anonymous", RoleAdmin
+				return req, nil
+			}
+			kind, name, ok := strings.Cut(r.Header.Get(headerForwardedIdentity), ":")
+			if !ok {
+				return req, errUnauthenticated
+			}
+			role, ok := creds.roleOf(kind, name)
+			if !ok {
+				return req, errUnauthenticated
+			}
+			req.id.Kind, req.id.Name, req.id.Role = kind, name, role
+			return req, nil
 		}
 	}
-	return found, found != ""
-}
-
-func (s *Server) check(h http.Header, procedure string) error {
-	if len(s.tokens) == 0 {
-		return nil
+	if !creds.Enabled() {
+		req.id.Kind, req.id.Name, req.id.Role = "open", "anonymous", RoleAdmin
+		return req, nil
 	}
-	role, ok := s.roleOf(h)
-	if !ok {
-		return toWire(errUnauthenticated)
-	}
-	if !allowed(role, procedure) {
-		return toWire(errForbidden)
-	}
-	return nil
-}
-
-func (s *Server) authInterceptor() connect.Interceptor { return authInterceptor{s} }
-
-type authInterceptor struct{ s *Server }
-
-func (a authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-		if err := a.s.check(req.Header(), req.Spec().Procedure); err != nil {
-			return nil, err
+	if auth := r.Header.Get(transport.HeaderAuthorization); auth != "" {
+		secret, ok := strings.CutPrefix(auth, "Bearer ")
+		t, found := creds.token(secret)
+		if !ok || !found {
+			return req, errUnauthenticated
 		}
-		return next(ctx, req)
+		req.id.Kind, req.id.Name, req.id.Role = "token", t.Name, t.Role
+		req.authorization = auth
+		return req, nil
 	}
-}
-
-func (a authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return next
-}
-
-func (a authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		if err := a.s.check(conn.RequestHeader(), conn.Spec().Procedure); err != nil {
-			return err
+	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+		// The handshake verified the chain (TLSMaterial.APIServerConfig).
+		name := s.certName(r.TLS.PeerCertificates[0])
+		role, ok := creds.roleOf("cert", name)
+		if !ok {
+			return req, errUnauthenticated
 		}
-		return next(ctx, conn)
+		req.id.Kind, req.id.Name, req.id.Role = "cert", name, role
+		return req, nil
 	}
+	return req, errUnauthenticated
 }
 
-// allowHTTP guards the plain endpoints that change or dump the whole state:
-// admin only.
-func (s *Server) allowHTTP(w http.ResponseWriter, r *http.Request) bool {
-	if err := s.check(r.Header, "/leasehold.v1.Admin/Snapshot"); err != nil {
-		writeError(w, err)
+// credentials is Credentials prepared for lookups.
+type credentials struct {
+	Credentials
+	certs map[string]Role
+}
+
+func newCredentials(c Credentials) *credentials {
+	out := &credentials{Credentials: c, certs: map[string]Role{}}
+	for _, cr := range c.Certs {
+		out.certs[cr.Name] = cr.Role
+	}
+	return out
+}
+
+// token finds the token with this secret, comparing every one in constant
+// time.
+func (c *credentials) token(secret string) (Token, bool) {
+	var found Token
+	ok := false
+	for _, t := range c.Tokens {
+		if subtle.ConstantTimeCompare([]byte(t.Secret), []byte(secret)) == 1 {
+			found, ok = t, true
+		}
+	}
+	return found, ok && secret != ""
+}
+
+// roleOf resolves an identity by name: the role this node's own
+// configuration gives it.
+func (c *credentials) roleOf(kind, name string) (Role, bool) {
+	switch kind {
+	case "token":
+		for _, t := range c.Tokens {
+			if t.Name == name {
+				return t.Role, true
+			}
+		}
+	case "cert":
+		if role, ok := c.certs[name]; ok {
+			return role, true
+		}
+		if len(c.certs) == 0 && c.RequireClientCerts && name != "" {
+			return RoleAdmin, true
+		}
+	}
+	return "", false
+}
+
+// refusals limits the audit records refused calls produce: one per source
+// host, identity and path per refusalWindow, and refusalRate a second in
+// all, so refusals cannot flood the event log.
+type refusals struct {
+	mu      sync.Mutex
+	last    map[string]time.Time
+	limiter *rate.Limiter
+}
+
+const (
+	refusalWindow  = 10 * time.Second
+	refusalRate    = 5
+	refusalKeysMax = 4096
+)
+
+func newRefusals() *refusals {
+	return &refusals{last: map[string]time.Time{}, limiter: rate.NewLimiter(refusalRate, 4*refusalRate)}
+}
+
+func (f *refusals) allow(key string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t, ok := f.last[key]; ok && now.Sub(t) < refusalWindow {
 		return false
 	}
+	if !f.limiter.AllowN(now, 1) {
+		return false
+	}
+	if len(f.last) >= refusalKeysMax {
+		clear(f.last)
+	}
+	f.last[key] = now
 	return true
+}
+
+// refused audits a refused call to an admin-only path.
+func (s *Server) refused(r *http.Request, id Identity, err error) {
+	if !adminOnly(r.URL.Path) {
+		return
+	}
+	host, _, _ := net.SplitHostPort(id.Source)
+	who := id.Kind + ":" + id.Name
+	if id.Kind == "" {
+		who = "unauthenticated"
+	}
+	if !s.refusals.allow(host+"|"+who+"|"+r.URL.Path, time.Now()) {
+		return
+	}
+	actor := id.actor()
+	if id.Kind == "" {
+		actor.Name = who
+	}
+	s.node.AuditAsync(cluster.AuditOf(actor, "auth.refused", r.Method+" "+r.URL.Path+": "+err.Error()))
+}
+
+// writeRefusal answers a refused request in its own protocol.
+func (s *Server) writeRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	if s.errw.IsSupported(r) {
+		s.errw.Write(w, r, err)
+		return
+	}
+	writeError(w, err)
+}
+
+// forwardHeaders sets what the leader needs to know who the caller is: the
+// identity this node vouches for when the peer port is authenticated, the
+// caller's own credentials otherwise. ok is false when neither can be sent
+// (a certificate identity over an unauthenticated peer port): the caller
+// must then go to the leader itself.
+func (s *Server) forwardHeaders(ctx context.Context, h http.Header) (ok bool) {
+	req := requestOf(ctx)
+	h.Set(transport.HeaderForwarded, "1")
+	h.Del(transport.HeaderAuthorization)
+	h.Del(headerForwardedIdentity)
+	h.Set(headerForwardedSource, req.id.Source)
+	switch {
+	case s.node.PeerTLS():
+		if req.id.Kind != "open" {
+			h.Set(headerForwardedIdentity, req.id.Kind+":"+req.id.Name)
+		}
+		return true
+	case req.authorization != "":
+		h.Set(transport.HeaderAuthorization, req.authorization)
+		return true
+	default:
+		return req.id.Kind == "open"
+	}
+}
+
+// certName is the name a client certificate is known by: its leasehold
+// identity's name when it names one of this cluster, its common name
+// otherwise.
+func (s *Server) certName(cert *x509.Certificate) string {
+	if id, err := transport.IdentityOf(cert); err == nil && id.Cluster == s.cluster {
+		return id.Name
+	}
+	return cert.Subject.CommonName
+}
+
+// auditRecord is the audit record of an action by id.
+func auditRecord(id Identity, action, detail string) fsm.Audit {
+	return cluster.AuditOf(id.actor(), action, detail)
 }

@@ -12,6 +12,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
@@ -38,7 +39,8 @@ func (s *Server) status() *pb.StatusResponse {
 		AppliedIndex: st.AppliedIndex, LastIndex: st.LastIndex, Ready: st.Ready,
 		WorkersTimed: uint32(st.WorkersTimed), LastToken: stats.LastToken, Workers: uint32(stats.Workers),
 		LiveLeases: uint32(stats.LiveLeases), LastEventSeq: stats.LastEventSeq,
-		Timings: timingsToProto(s.node.Timings()),
+		Timings:  timingsToProto(s.node.Timings()),
+		Insecure: s.insecure, PeerTls: st.PeerTLS, ApiAuth: s.creds.Load().Enabled(),
 	}
 	for state, n := range stats.Jobs {
 		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})
@@ -61,8 +63,8 @@ func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.Mem
 
 func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.AddNodeRequest]) (*connect.Response[pb.AddNodeResponse], error) {
 	m := req.Msg
-	err := c.s.node.AddNode(ctx, transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()})
-	if p := c.s.leaderFor(req.Header(), err); p != nil {
+	err := c.s.node.AddNode(ctx, transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()}, identityOf(ctx).actor())
+	if p := c.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.cluster.AddNode)
 	}
 	if err != nil {
@@ -72,8 +74,8 @@ func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.Add
 }
 
 func (c clusterService) RemoveNode(ctx context.Context, req *connect.Request[pb.RemoveNodeRequest]) (*connect.Response[pb.RemoveNodeResponse], error) {
-	err := c.s.node.RemoveNode(ctx, req.Msg.GetId())
-	if p := c.s.leaderFor(req.Header(), err); p != nil {
+	err := c.s.node.RemoveNode(ctx, req.Msg.GetId(), identityOf(ctx).actor())
+	if p := c.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.cluster.RemoveNode)
 	}
 	if err != nil {
@@ -83,8 +85,8 @@ func (c clusterService) RemoveNode(ctx context.Context, req *connect.Request[pb.
 }
 
 func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Request[pb.TransferLeadershipRequest]) (*connect.Response[pb.TransferLeadershipResponse], error) {
-	err := c.s.node.TransferLeadership(ctx, req.Msg.GetId())
-	if p := c.s.leaderFor(req.Header(), err); p != nil {
+	err := c.s.node.TransferLeadership(ctx, req.Msg.GetId(), identityOf(ctx).actor())
+	if p := c.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.cluster.TransferLeadership)
 	}
 	if err != nil {
@@ -99,9 +101,6 @@ func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Req
 // saveSnapshot streams a backup of the state, read linearizably on the
 // leader; a follower proxies the request there.
 func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
-	if !s.allowHTTP(w, r) {
-		return
-	}
 	if err := s.node.ReadBarrier(r.Context()); err != nil {
 		s.proxyOrFail(w, r, err)
 		return
@@ -109,18 +108,26 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	// The stream ends with a checksum: a transfer cut short is refused by
 	// whoever reads it (snapshot inspect, restore).
-	if _, err := s.node.FSM().Snapshot().WriteTo(w); err != nil {
+	snap := s.node.FSM().Snapshot()
+	n, err := snap.WriteTo(w)
+	if err != nil {
 		s.log.Warn("snapshot_save_failed", "error", err)
 	}
+	s.node.AuditAsync(auditRecord(identityOf(r.Context()), "snapshot.save",
+		fmt.Sprintf("index %d, %d bytes: %s", snap.LastIndex(), n, outcome(err))))
 }
 
 // restoreSnapshot makes the request body the cluster's state (on the
 // leader; a follower proxies).
 func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
-	if !s.allowHTTP(w, r) {
-		return
-	}
 	stats, err := s.node.RestoreSnapshot(r.Context(), http.MaxBytesReader(w, r.Body, MaxSnapshotBytes))
+	if s.leaderFor(r.Context(), err) == nil && !errors.Is(err, cluster.ErrNotLeader) && !errors.Is(err, cluster.ErrNoLeader) {
+		detail := fmt.Sprintf("last token %d: done", stats.LastToken)
+		if err != nil {
+			detail = outcome(err)
+		}
+		s.node.AuditAsync(auditRecord(identityOf(r.Context()), "snapshot.restore", detail))
+	}
 	if err != nil {
 		s.proxyOrFail(w, r, err)
 		return
@@ -129,11 +136,10 @@ func (s *Server) restoreSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) proxyOrFail(w http.ResponseWriter, r *http.Request, err error) {
-	if p := s.leaderFor(r.Header, err); p != nil {
+	if p := s.leaderFor(r.Context(), err); p != nil {
 		target, _ := url.Parse(p.base)
 		proxy := httputil.NewSingleHostReverseProxy(target)
 		proxy.Transport = s.client.Transport
-		r.Header.Set(transport.HeaderForwarded, "1")
 		proxy.ServeHTTP(w, r)
 		return
 	}
@@ -152,17 +158,20 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	if !st.Ready {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, map[string]any{"ready": st.Ready, "state": st.State, "leader_id": st.LeaderID, "leader_api": st.LeaderAPI})
+	writeJSON(w, code, map[string]any{"ready": st.Ready, "state": st.State, "leader_id": st.LeaderID, "leader_api": st.LeaderAPI,
+		"insecure": s.insecure})
+}
+
+// outcome is an audit record's result.
+func outcome(err error) string {
+	if err == nil {
+		return "done"
+	}
+	return "failed: " + err.Error()
 }
 
 // metrics serves the node's counters in the Prometheus text format.
 func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	if len(s.tokens) > 0 {
-		if _, ok := s.roleOf(r.Header); !ok {
-			writeError(w, toWire(errUnauthenticated))
-			return
-		}
-	}
 	m := s.node.Metrics()
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 	b := func(v bool) int {
@@ -176,6 +185,8 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	for name, v := range map[string]uint64{"last_index": m.LastIndex, "commit_index": m.CommitIndex, "applied_index": m.AppliedIndex, "term": m.Term} {
 		fmt.Fprintf(w, "# TYPE leasehold_raft_%s gauge\nleasehold_raft_%s %d\n", name, name, v)
 	}
+	fmt.Fprintf(w, "# HELP leasehold_raft_rpcs_refused_total Raft messages refused for terms or indexes no cluster reaches.\n# TYPE leasehold_raft_rpcs_refused_total counter\nleasehold_raft_rpcs_refused_total %d\n", m.RaftRPCsRefused)
+	fmt.Fprintf(w, "# HELP leasehold_audits_dropped_total Audit records that could not be recorded.\n# TYPE leasehold_audits_dropped_total counter\nleasehold_audits_dropped_total %d\n", m.AuditsDropped)
 	fmt.Fprintf(w, "# TYPE leasehold_leader gauge\nleasehold_leader %d\n", b(m.Leader))
 	fmt.Fprintf(w, "# TYPE leasehold_workers_timed gauge\nleasehold_workers_timed %d\n", m.WorkersTimed)
 	fmt.Fprintf(w, "# TYPE leasehold_live_leases gauge\nleasehold_live_leases %d\n", m.LiveLeases)

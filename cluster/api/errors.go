@@ -37,13 +37,9 @@ var errorTable = []struct {
 	{fsm.ErrTokensExhausted, transport.ReasonTokensExhausted},
 	{errUnauthenticated, transport.ReasonUnauthenticated},
 	{errForbidden, transport.ReasonForbidden},
+	{errPeerOnly, transport.ReasonForbidden},
 	{context.DeadlineExceeded, transport.ReasonTimeout},
 }
-
-var (
-	errUnauthenticated = errors.New("missing or unknown bearer token")
-	errForbidden       = errors.New("the token's role may not call this")
-)
 
 // toWire turns any error of a handler into an API error with a reason and
 // details. A *connect.Error (a forwarded call's answer) passes unchanged.

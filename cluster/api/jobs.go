@@ -29,7 +29,7 @@ func (s *Server) apply(ctx context.Context, m proto.Message) (any, error) {
 // linearizable read returns the leader's clients to forward to instead.
 func (s *Server) read(ctx context.Context, h http.Header, c pb.Consistency) (*fsm.FSM, *peerClients, error) {
 	f, err := s.node.State(ctx, c == pb.Consistency_CONSISTENCY_STALE)
-	if p := s.leaderFor(h, err); p != nil {
+	if p := s.leaderFor(ctx, err); p != nil {
 		return nil, p, nil
 	}
 	return f, nil, toWire(err)
@@ -37,7 +37,7 @@ func (s *Server) read(ctx context.Context, h http.Header, c pb.Consistency) (*fs
 
 func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.SubmitJobRequest]) (*connect.Response[pb.SubmitJobResponse], error) {
 	v, err := j.s.apply(ctx, req.Msg)
-	if p := j.s.leaderFor(req.Header(), err); p != nil {
+	if p := j.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.jobs.SubmitJob)
 	}
 	if err != nil {
@@ -87,7 +87,7 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 
 func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.CancelJobRequest]) (*connect.Response[pb.CancelJobResponse], error) {
 	v, err := j.s.apply(ctx, req.Msg)
-	if p := j.s.leaderFor(req.Header(), err); p != nil {
+	if p := j.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.jobs.CancelJob)
 	}
 	if err != nil {
@@ -99,13 +99,15 @@ func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.Cance
 
 func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Request[pb.CancelSubmitterJobsRequest]) (*connect.Response[pb.CancelSubmitterJobsResponse], error) {
 	v, err := j.s.apply(ctx, req.Msg)
-	if p := j.s.leaderFor(req.Header(), err); p != nil {
+	if p := j.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.jobs.CancelSubmitterJobs)
 	}
 	if err != nil {
 		return nil, toWire(err)
 	}
 	r := v.(fsm.CancelSubmitterResult)
+	j.s.node.AuditAsync(auditRecord(identityOf(ctx), "jobs.cancel_submitter",
+		fmt.Sprintf("submitter %q: %d cancelled, %d remaining", req.Msg.GetSubmitter(), len(r.Cancelled), r.Remaining)))
 	return connect.NewResponse(&pb.CancelSubmitterJobsResponse{Cancelled: r.Cancelled, Remaining: uint32(r.Remaining)}), nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,71 +19,69 @@ import (
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
 )
 
-// Role is what a bearer token may do.
-type Role string
-
-const (
-	RoleAdmin     Role = "admin"     // everything
-	RoleSubmitter Role = "submitter" // jobs, events, reads
-	RoleWorker    Role = "worker"    // worker calls, fence checks, events, reads
-)
-
 // Options configure a Server.
 type Options struct {
 	Node *cluster.Node
-	// Tokens enables bearer-token authentication: token -> role. Empty:
-	// no authentication.
-	Tokens map[string]Role
-	// Forward is the HTTP client used to forward requests to the leader;
-	// nil: a default client (plain HTTP, or ForwardTLS).
-	Forward    *http.Client
-	ForwardTLS *tls.Config
-	Logger     hclog.Logger
+	// Credentials turn on authentication; none: every caller is admin.
+	Credentials Credentials
+	// Cluster is the cluster name client certificates' identities must
+	// carry to be known by their leasehold name (transport.CertIdentity).
+	// Default: transport.DefaultClusterName.
+	Cluster string
+	// Insecure: the node runs without peer TLS or API authentication
+	// because its operator said so; /readyz and Status say it.
+	Insecure bool
+	Logger   hclog.Logger
 }
 
 // Server is a node's API: the Connect services of transport/proto (which
-// also speak gRPC and gRPC-Web), /v1/snapshot, /livez and /readyz, all on
-// one HTTP handler.
+// also speak gRPC and gRPC-Web), /v1/snapshot, /livez, /readyz and
+// /metrics, all on one HTTP handler behind one authentication layer.
 type Server struct {
-	node   *cluster.Node
-	log    hclog.Logger
-	tokens map[string]Role
-	client *http.Client
-	scheme string
+	node     *cluster.Node
+	log      hclog.Logger
+	creds    atomic.Pointer[credentials]
+	cluster  string
+	insecure bool
+	refusals *refusals
+	errw     *connect.ErrorWriter
+	client   *http.Client // to other members, over the peer port
 
 	mu    sync.Mutex
-	peers map[string]*peerClients // by leader API address
+	peers map[string]*peerClients // by leader Raft address
 }
 
 // NewServer returns the API of a node.
 func NewServer(o Options) *Server {
-	s := &Server{node: o.Node, log: o.Logger, tokens: o.Tokens, client: o.Forward, scheme: "http", peers: map[string]*peerClients{}}
+	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: newRefusals(),
+		errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
+	if s.cluster == "" {
+		s.cluster = transport.DefaultClusterName
+	}
 	s.log = s.log.Named("api")
-	if o.ForwardTLS != nil {
-		s.scheme = "https"
+	s.creds.Store(newCredentials(o.Credentials))
+	// HTTP/2 over the peer port's API connections (TLS, when on, is the
+	// peer port's): every forwarded call shares one connection per leader.
+	tr := &http.Transport{
+		DialContext:     func(ctx context.Context, _, addr string) (net.Conn, error) { return s.node.DialPeerAPI(ctx, addr) },
+		Protocols:       new(http.Protocols),
+		IdleConnTimeout: 90 * time.Second,
 	}
-	if s.client == nil {
-		// HTTP/2 (h2c without TLS): every forwarded call shares one
-		// connection to the leader.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.TLSClientConfig = o.ForwardTLS
-		tr.Protocols = new(http.Protocols)
-		if o.ForwardTLS == nil {
-			tr.Protocols.SetUnencryptedHTTP2(true)
-		} else {
-			tr.Protocols.SetHTTP2(true)
-		}
-		s.client = &http.Client{Transport: tr}
-	}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	s.client = &http.Client{Transport: forwarder{s: s, next: tr}}
 	return s
 }
 
+// SetCredentials replaces who may call the API (for SIGHUP); calls in
+// flight keep what they were admitted with.
+func (s *Server) SetCredentials(c Credentials) { s.creds.Store(newCredentials(c)) }
+
 // Handler serves every endpoint of the API.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithInterceptors(s.authInterceptor(), s.leaderHint())
+	opts := connect.WithInterceptors(s.leaderHint())
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
@@ -93,10 +92,11 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /livez", s.livez)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.metrics)
-	return mux
+	return s.authenticate(mux)
 }
 
-// peerClients are Connect clients of one other node's API.
+// peerClients are Connect clients of one other node's API, reached over
+// the peer port.
 type peerClients struct {
 	jobs    leaseholdv1connect.JobServiceClient
 	workers leaseholdv1connect.WorkerServiceClient
@@ -105,12 +105,12 @@ type peerClients struct {
 	base    string
 }
 
-func (s *Server) peer(addr string) *peerClients {
+func (s *Server) peer(raftAddr string) *peerClients {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := s.peers[addr]
+	p := s.peers[raftAddr]
 	if p == nil {
-		base := s.scheme + "://" + addr
+		base := "http://" + raftAddr
 		p = &peerClients{
 			jobs:    leaseholdv1connect.NewJobServiceClient(s.client, base),
 			workers: leaseholdv1connect.NewWorkerServiceClient(s.client, base),
@@ -118,32 +118,46 @@ func (s *Server) peer(addr string) *peerClients {
 			cluster: leaseholdv1connect.NewClusterServiceClient(s.client, base),
 			base:    base,
 		}
-		s.peers[addr] = p
+		s.peers[raftAddr] = p
 	}
 	return p
 }
 
 // leaderFor returns the leader's clients when err says this node is not the
-// leader, the leader's API address is known, and the request has not been
-// forwarded already: a request takes at most one hop.
-func (s *Server) leaderFor(h http.Header, err error) *peerClients {
+// leader, the leader is a voter, the request was not forwarded already (a
+// request takes at most one hop), and the caller's identity can travel
+// with it. Otherwise the handler answers err, which names the leader, and
+// the client goes there itself.
+func (s *Server) leaderFor(ctx context.Context, err error) *peerClients {
 	var nl *cluster.NotLeaderError
-	if !errors.As(err, &nl) || nl.LeaderAPI == "" || h.Get(transport.HeaderForwarded) != "" {
+	if !errors.As(err, &nl) || nl.LeaderRaft == "" {
 		return nil
 	}
-	return s.peer(nl.LeaderAPI)
+	req := requestOf(ctx)
+	if req.forwarded || !s.forwardHeaders(ctx, http.Header{}) {
+		return nil
+	}
+	return s.peer(nl.LeaderRaft)
 }
 
-// forward sends a request on to the leader, marked as forwarded, with the
-// caller's credentials.
+// forward sends a request on to the leader. The forwarder transport adds
+// who the caller is.
 func forward[Req, Res any](ctx context.Context, req *connect.Request[Req],
 	call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
-	out := connect.NewRequest(req.Msg)
-	out.Header().Set(transport.HeaderForwarded, "1")
-	if a := req.Header().Get(transport.HeaderAuthorization); a != "" {
-		out.Header().Set(transport.HeaderAuthorization, a)
-	}
-	return call(ctx, out)
+	return call(ctx, connect.NewRequest(req.Msg))
+}
+
+// forwarder sets the forwarding headers (Server.forwardHeaders) on every
+// request to another member, from the caller's request in the context.
+type forwarder struct {
+	s    *Server
+	next http.RoundTripper
+}
+
+func (f forwarder) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	f.s.forwardHeaders(r.Context(), r.Header)
+	return f.next.RoundTrip(r)
 }
 
 // leaderHint sets the leader's API address on every response, so clients
@@ -185,40 +199,46 @@ func (h hintInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc)
 // beside the Raft log, before it is checked.
 const MaxSnapshotBytes = 16 << 30
 
-// HTTPServer serves the API on a listener.
+// HTTPServer serves the API on the public port and on the node's peer
+// port (requests other members forward).
 type HTTPServer struct {
-	srv    *http.Server
-	cancel context.CancelFunc
-	done   chan error
+	public, peer *http.Server
+	cancel       context.CancelFunc
+	done         chan error
 }
 
-// Serve starts serving h on ln: TLS when tlsConf is set, otherwise HTTP/1.1
-// and HTTP/2 without TLS (h2c), so gRPC clients work too.
-func Serve(ln net.Listener, h http.Handler, tlsConf *tls.Config) *HTTPServer {
+// Serve starts serving s on ln, TLS when tlsConf is set, otherwise HTTP/1.1
+// and HTTP/2 without TLS (h2c) so gRPC clients work too; and on the node's
+// peer port, where requests arrive over the peer port's own TLS.
+func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
+	h := s.Handler()
 	base, cancel := context.WithCancel(context.Background())
-	srv := &http.Server{Handler: h, TLSConfig: tlsConf, BaseContext: func(net.Listener) context.Context { return base },
-		ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	if tlsConf == nil {
-		protocols.SetUnencryptedHTTP2(true)
-	} else {
-		protocols.SetHTTP2(true)
+	newServer := func(plainH2 bool) *http.Server {
+		srv := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base },
+			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+		var protocols http.Protocols
+		protocols.SetHTTP1(true)
+		if plainH2 {
+			protocols.SetUnencryptedHTTP2(true)
+		} else {
+			protocols.SetHTTP2(true)
+		}
+		srv.Protocols = &protocols
+		return srv
 	}
-	srv.Protocols = &protocols
-	hs := &HTTPServer{srv: srv, cancel: cancel, done: make(chan error, 1)}
+	hs := &HTTPServer{public: newServer(tlsConf == nil), peer: newServer(true), cancel: cancel, done: make(chan error, 2)}
+	hs.public.TLSConfig = tlsConf
+	hs.peer.ConnContext = transport.ContextWithPeer
 	go func() {
 		var err error
 		if tlsConf != nil {
-			err = srv.ServeTLS(ln, "", "")
+			err = hs.public.ServeTLS(ln, "", "")
 		} else {
-			err = srv.Serve(ln)
-		}
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
+			err = hs.public.Serve(ln)
 		}
 		hs.done <- err
 	}()
+	go func() { hs.done <- hs.peer.Serve(s.node.PeerAPIListener()) }()
 	return hs
 }
 
@@ -227,14 +247,19 @@ func Serve(ln net.Listener, h http.Handler, tlsConf *tls.Config) *HTTPServer {
 // another node, then it waits, bounded by ctx, for handlers to finish.
 func (h *HTTPServer) Shutdown(ctx context.Context) error {
 	h.cancel()
-	err := h.srv.Shutdown(ctx)
-	if err != nil {
-		h.srv.Close()
+	var errs []error
+	for _, srv := range []*http.Server{h.public, h.peer} {
+		if err := srv.Shutdown(ctx); err != nil {
+			srv.Close()
+			errs = append(errs, err)
+		}
 	}
-	if serr := <-h.done; err == nil {
-		err = serr
+	for range 2 {
+		if err := <-h.done; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
+			errs = append(errs, err)
+		}
 	}
-	return err
+	return errors.Join(errs...)
 }
 
 // procedureService returns "leasehold.v1.JobService" from a procedure name.

@@ -18,7 +18,7 @@ func (w workerService) timings() *pb.Timings {
 
 func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
 	v, err := w.s.apply(ctx, req.Msg)
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.RegisterWorker)
 	}
 	if err != nil {
@@ -30,7 +30,7 @@ func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[
 
 func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Request[pb.DeregisterWorkerRequest]) (*connect.Response[pb.DeregisterWorkerResponse], error) {
 	v, err := w.s.apply(ctx, req.Msg)
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.DeregisterWorker)
 	}
 	if err != nil {
@@ -42,7 +42,7 @@ func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Reques
 func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
 	cmd, _ := commandOf(req.Msg)
 	res, err := w.s.node.Acquire(ctx, *cmd.(*fsm.Acquire), waitOf(req.Msg.GetWait()))
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.Acquire)
 	}
 	if err != nil {
@@ -53,7 +53,7 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 
 func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.StartLeaseRequest]) (*connect.Response[pb.StartLeaseResponse], error) {
 	v, err := w.s.apply(ctx, req.Msg)
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.StartLease)
 	}
 	if err != nil {
@@ -65,7 +65,7 @@ func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.S
 
 func (w workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
 	res, err := w.s.node.Heartbeat(ctx, req.Msg.GetWorkerId(), refsFromProto(req.Msg.GetLeases()))
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.Heartbeat)
 	}
 	if err != nil {
@@ -95,7 +95,7 @@ func verdictToProto(v cluster.Verdict) pb.Verdict {
 
 func (w workerService) Report(ctx context.Context, req *connect.Request[pb.ReportRequest]) (*connect.Response[pb.ReportResponse], error) {
 	v, err := w.s.apply(ctx, req.Msg)
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.Report)
 	}
 	if err != nil {
@@ -109,7 +109,7 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 
 func (w workerService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	v, err := w.s.apply(ctx, req.Msg)
-	if p := w.s.leaderFor(req.Header(), err); p != nil {
+	if p := w.s.leaderFor(ctx, err); p != nil {
 		return forward(ctx, req, p.workers.Release)
 	}
 	if err != nil {

@@ -36,6 +36,9 @@ type Cluster struct {
 	subnet string // "127.a.b.": each cluster its own, so parallel test processes never share an address
 	expect int
 	join   []string
+	// API, when set, adjusts each node's API options before it starts
+	// (credentials, say); set it between Prepare and Start.
+	API func(i int, o *api.Options)
 }
 
 // Node is one member. Node.Node is nil while it is killed.
@@ -178,7 +181,11 @@ func (c *Cluster) start(node *Node) {
 		c.t.Fatalf("node %d: %v", node.Index, err)
 	}
 	node.Node = n
-	node.API = api.Serve(c.listen(node.APIAddr), api.NewServer(api.Options{Node: n, Logger: cfg.Logger}).Handler(), nil)
+	o := api.Options{Node: n, Logger: cfg.Logger, Cluster: TLSCluster}
+	if c.API != nil {
+		c.API(node.Index, &o)
+	}
+	node.API = api.Serve(api.NewServer(o), c.listen(node.APIAddr), nil)
 }
 
 // listen binds addr. The port was free a moment ago (or was this node's

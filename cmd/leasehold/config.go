@@ -2,10 +2,9 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
+	"net"
 	"slices"
 	"strings"
 	"time"
@@ -15,12 +14,16 @@ import (
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
+	"github.com/leasehold/leasehold/transport"
 )
 
 // ServerConfig is the server's configuration as an operator writes it
 // (leasehold.example.toml documents every key). Flags and LEASEHOLD_*
 // environment variables override the file.
 type ServerConfig struct {
+	// ClusterName is the cluster every peer certificate must name
+	// (leasehold://<cluster>/server/<node-id>).
+	ClusterName     string   `toml:"cluster_name"`
 	NodeID          string   `toml:"node_id"`
 	DataDir         string   `toml:"data_dir"`
 	RaftBind        string   `toml:"raft_bind"`
@@ -30,6 +33,9 @@ type ServerConfig struct {
 	BootstrapExpect int      `toml:"bootstrap_expect"`
 	Join            []string `toml:"join"`
 	LogLevel        string   `toml:"log_level"`
+	// Insecure starts a node that binds or advertises a non-loopback
+	// address without peer mutual TLS and API authentication.
+	Insecure bool `toml:"insecure"`
 
 	Raft      RaftSection      `toml:"raft"`
 	Retention RetentionSection `toml:"retention"`
@@ -65,23 +71,52 @@ type RetentionSection struct {
 	CompactInterval duration `toml:"compact_interval"`
 }
 
-// TLSSection turns on TLS for both ports: the API and Raft.
+// TLSSection is [tls]: one configuration per port.
 type TLSSection struct {
-	CertFile string `toml:"cert_file"`
-	KeyFile  string `toml:"key_file"`
-	// CAFile verifies peers (and, with VerifyClients, clients).
-	CAFile        string `toml:"ca_file"`
-	VerifyClients bool   `toml:"verify_clients"`
+	// Peer is the Raft and node-to-node port: mutual TLS, every connection
+	// presents a certificate from the CA naming a server of this cluster.
+	Peer TLSFiles `toml:"peer"`
+	// API is the public port: a server certificate; client certificates
+	// verified against ca_file when presented, required with
+	// verify_clients.
+	API TLSFiles `toml:"api"`
 }
 
-// AuthSection turns on bearer tokens.
+// TLSFiles is one port's PEM files.
+type TLSFiles struct {
+	CertFile      string `toml:"cert_file"`
+	KeyFile       string `toml:"key_file"`
+	CAFile        string `toml:"ca_file"`
+	VerifyClients bool   `toml:"verify_clients"` // [tls.api] only
+}
+
+func (f TLSFiles) set() bool {
+	return f.CertFile != "" || f.KeyFile != "" || f.CAFile != "" || f.VerifyClients
+}
+
+func (f TLSFiles) files() transport.TLSFiles {
+	return transport.TLSFiles{CertFile: f.CertFile, KeyFile: f.KeyFile, CAFile: f.CAFile}
+}
+
+// AuthSection is [auth]: bearer tokens and client certificates' roles.
 type AuthSection struct {
 	Tokens []TokenEntry `toml:"tokens"`
+	Certs  []CertEntry  `toml:"certs"`
 }
 
+// TokenEntry is one [[auth.tokens]]: a secret, its role, and the name it
+// is audited under.
 type TokenEntry struct {
+	Name  string `toml:"name"`
 	Token string `toml:"token"`
 	Role  string `toml:"role"`
+}
+
+// CertEntry is one [[auth.certs]]: the role of the client certificate
+// whose identity name (or common name) is Name.
+type CertEntry struct {
+	Name string `toml:"name"`
+	Role string `toml:"role"`
 }
 
 // duration is a TOML string like "1s".
@@ -104,6 +139,7 @@ func defaultServerConfig() ServerConfig {
 	c.RaftBind = "0.0.0.0:7711"
 	c.APIBind = "0.0.0.0:7701"
 	c.LogLevel = "info"
+	c.ClusterName = transport.DefaultClusterName
 	c.Raft = RaftSection{
 		HeartbeatTimeout: duration{d.HeartbeatTimeout}, ElectionTimeout: duration{d.ElectionTimeout},
 		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, SnapshotInterval: duration{d.SnapshotInterval},
@@ -129,7 +165,13 @@ func loadConfigFile(path string, into *ServerConfig) error {
 		for i, k := range undecoded {
 			keys[i] = k.String()
 		}
-		return fmt.Errorf("config %s: unknown key %s", path, strings.Join(keys, ", "))
+		hint := ""
+		for _, k := range keys {
+			if strings.HasPrefix(k, "tls.") && !strings.HasPrefix(k, "tls.peer.") && !strings.HasPrefix(k, "tls.api.") {
+				hint = " ([tls] has one section per port: [tls.peer] and [tls.api])"
+			}
+		}
+		return fmt.Errorf("config %s: unknown key %s%s", path, strings.Join(keys, ", "), hint)
 	}
 	return nil
 }
@@ -137,8 +179,9 @@ func loadConfigFile(path string, into *ServerConfig) error {
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
 // clusterConfig turns the operator's configuration into the node's, and
-// validates it (cluster.Config.Validate names the field).
-func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, error) {
+// validates it (cluster.Config.Validate names the field). The peer TLS
+// material it loads is returned for reloading.
+func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *transport.TLSMaterial, error) {
 	cfg := cluster.DefaultConfig()
 	cfg.NodeID, cfg.DataDir = c.NodeID, c.DataDir
 	cfg.RaftBind, cfg.RaftAdvertise = c.RaftBind, c.RaftAdvertise
@@ -156,75 +199,161 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, error
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
 	cfg.Logger = logger
 	cfg.Clock = serverClock()
-	if c.TLS.CertFile != "" {
-		server, client, err := c.TLS.configs()
+	if err := transport.CheckClusterName(c.ClusterName); err != nil {
+		return cfg, nil, &cluster.ConfigError{Field: "cluster_name", Value: c.ClusterName, Reason: err.Error()}
+	}
+	var peer *transport.TLSMaterial
+	if c.TLS.Peer.set() {
+		if c.TLS.Peer.VerifyClients {
+			return cfg, nil, &cluster.ConfigError{Field: "tls.peer.verify_clients", Value: true, Reason: "the peer port always verifies: remove the key"}
+		}
+		var err error
+		if peer, err = transport.LoadTLS(c.TLS.Peer.files()); err != nil {
+			return cfg, nil, &cluster.ConfigError{Field: "tls.peer", Value: c.TLS.Peer.CertFile, Reason: err.Error()}
+		}
+		server, client, err := peer.PeerConfigs(c.ClusterName)
 		if err != nil {
-			return cfg, err
+			return cfg, nil, &cluster.ConfigError{Field: "tls.peer.ca_file", Value: c.TLS.Peer.CAFile, Reason: err.Error()}
 		}
 		cfg.RaftTLS, cfg.RaftClientTLS = server, client
 	}
-	if _, err := c.tokens(); err != nil {
-		return cfg, err
+	if _, err := c.credentials(); err != nil {
+		return cfg, nil, err
 	}
 	if !slices.Contains([]string{"trace", "debug", "info", "warn", "error"}, c.LogLevel) {
-		return cfg, &cluster.ConfigError{Field: "log_level", Value: c.LogLevel, Reason: "one of trace, debug, info, warn, error"}
+		return cfg, nil, &cluster.ConfigError{Field: "log_level", Value: c.LogLevel, Reason: "one of trace, debug, info, warn, error"}
 	}
 	if c.APIBind == "" {
-		return cfg, &cluster.ConfigError{Field: "api_bind", Value: c.APIBind, Reason: "must be set"}
+		return cfg, nil, &cluster.ConfigError{Field: "api_bind", Value: c.APIBind, Reason: "must be set"}
 	}
-	return cfg, cfg.Validate()
+	if err := c.checkExposure(); err != nil {
+		return cfg, nil, err
+	}
+	return cfg, peer, cfg.Validate()
 }
 
-// configs builds the server and client TLS configurations shared by both
-// ports.
-func (t *TLSSection) configs() (server, client *tls.Config, err error) {
-	if t.KeyFile == "" {
-		return nil, nil, &cluster.ConfigError{Field: "tls.key_file", Value: "", Reason: "required with tls.cert_file"}
+// apiTLS loads the API port's TLS material and configuration; nil without
+// [tls.api].
+func (c *ServerConfig) apiTLS() (*transport.TLSMaterial, *tls.Config, error) {
+	a := c.TLS.API
+	if !a.set() {
+		return nil, nil, nil
 	}
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	mat, err := transport.LoadTLS(a.files())
 	if err != nil {
-		return nil, nil, &cluster.ConfigError{Field: "tls.cert_file", Value: t.CertFile, Reason: err.Error()}
+		return nil, nil, &cluster.ConfigError{Field: "tls.api", Value: a.CertFile, Reason: err.Error()}
 	}
-	server = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	client = &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, nil, &cluster.ConfigError{Field: "tls.ca_file", Value: t.CAFile, Reason: err.Error()}
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, nil, &cluster.ConfigError{Field: "tls.ca_file", Value: t.CAFile, Reason: "no PEM certificate in it"}
-		}
-		client.RootCAs = pool
-		server.ClientCAs = pool
+	policy := transport.ClientCertNone
+	switch {
+	case a.VerifyClients:
+		policy = transport.ClientCertRequired
+	case a.CAFile != "":
+		policy = transport.ClientCertOptional
 	}
-	if t.VerifyClients {
-		if t.CAFile == "" {
-			return nil, nil, &cluster.ConfigError{Field: "tls.verify_clients", Value: true, Reason: "needs tls.ca_file"}
-		}
-		server.ClientAuth = tls.RequireAndVerifyClientCert
+	conf, err := mat.APIServerConfig(policy)
+	if err != nil {
+		return nil, nil, &cluster.ConfigError{Field: "tls.api.verify_clients", Value: a.VerifyClients, Reason: err.Error()}
 	}
-	return server, client, nil
+	return mat, conf, nil
 }
 
-func (c *ServerConfig) tokens() (map[string]api.Role, error) {
-	if len(c.Auth.Tokens) == 0 {
-		return nil, nil
-	}
-	out := map[string]api.Role{}
+// credentials are the API's tokens and certificate roles. Token secrets are
+// never echoed back, not even a bad one.
+func (c *ServerConfig) credentials() (api.Credentials, error) {
+	out := api.Credentials{RequireClientCerts: c.TLS.API.VerifyClients}
+	names := map[string]bool{}
 	for i, t := range c.Auth.Tokens {
-		role := api.Role(t.Role)
-		if role != api.RoleAdmin && role != api.RoleSubmitter && role != api.RoleWorker {
-			return nil, &cluster.ConfigError{Field: fmt.Sprintf("auth.tokens[%d].role", i), Value: t.Role, Reason: "one of admin, submitter, worker"}
+		field := fmt.Sprintf("auth.tokens[%d]", i)
+		role, err := parseRole(field+".role", t.Role)
+		if err != nil {
+			return out, err
 		}
 		if len(t.Token) < 16 {
-			// Never echo a token back, not even a bad one.
-			return nil, &cluster.ConfigError{Field: fmt.Sprintf("auth.tokens[%d].token", i), Value: "(hidden)", Reason: "at least 16 characters"}
+			return out, &cluster.ConfigError{Field: field + ".token", Value: "(hidden)", Reason: "at least 16 characters"}
 		}
-		out[t.Token] = role
+		name := t.Name
+		if name == "" {
+			name = fmt.Sprintf("%s-%d", t.Role, i+1)
+		}
+		if names[name] {
+			return out, &cluster.ConfigError{Field: field + ".name", Value: name, Reason: "another token has this name"}
+		}
+		names[name] = true
+		out.Tokens = append(out.Tokens, api.Token{Name: name, Secret: t.Token, Role: role})
+	}
+	for i, ce := range c.Auth.Certs {
+		field := fmt.Sprintf("auth.certs[%d]", i)
+		role, err := parseRole(field+".role", ce.Role)
+		if err != nil {
+			return out, err
+		}
+		if ce.Name == "" {
+			return out, &cluster.ConfigError{Field: field + ".name", Value: "", Reason: "name the certificate (its identity name or common name)"}
+		}
+		out.Certs = append(out.Certs, api.CertRole{Name: ce.Name, Role: role})
+	}
+	if len(out.Certs) > 0 && c.TLS.API.CAFile == "" {
+		return out, &cluster.ConfigError{Field: "auth.certs", Value: len(out.Certs), Reason: "client certificates need [tls.api] ca_file"}
 	}
 	return out, nil
+}
+
+func parseRole(field, s string) (api.Role, error) {
+	switch role := api.Role(s); role {
+	case api.RoleAdmin, api.RoleSubmitter, api.RoleWorker:
+		return role, nil
+	}
+	return "", &cluster.ConfigError{Field: field, Value: s, Reason: "one of admin, submitter, worker"}
+}
+
+// checkExposure refuses to run a node reachable from other hosts without
+// peer mutual TLS and API authentication, unless the operator said
+// insecure: anyone who reaches such a node owns the cluster.
+func (c *ServerConfig) checkExposure() error {
+	var exposed []string
+	for _, a := range []struct{ key, addr string }{
+		{"raft_bind", c.RaftBind}, {"raft_advertise", c.RaftAdvertise}, {"api_bind", c.APIBind}, {"api_advertise", c.APIAdvertise},
+	} {
+		if a.addr != "" && !isLoopback(a.addr) {
+			exposed = append(exposed, a.key+" "+a.addr)
+		}
+	}
+	if len(exposed) == 0 || c.Insecure {
+		return nil
+	}
+	creds, _ := c.credentials()
+	var missing []string
+	if !c.TLS.Peer.set() {
+		missing = append(missing, "peer mutual TLS ([tls.peer])")
+	}
+	if !creds.Enabled() {
+		missing = append(missing, "API authentication ([[auth.tokens]] or [tls.api] verify_clients)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	return fmt.Errorf("refusing to start: %s is not loopback and there is no %s; configure it (docs/security.md) or start with --insecure",
+		strings.Join(exposed, ", "), strings.Join(missing, " and no "))
+}
+
+// secured reports whether the node runs with both peer TLS and API
+// authentication.
+func (c *ServerConfig) secured() bool {
+	creds, _ := c.credentials()
+	return c.TLS.Peer.set() && creds.Enabled()
+}
+
+// isLoopback: a loopback IP or "localhost".
+func isLoopback(hostport string) bool {
+	host, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 var errUsage = errors.New("usage")

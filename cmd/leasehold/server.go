@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
+	"github.com/leasehold/leasehold/transport"
 )
 
 // serverFlags override the config file; each has a LEASEHOLD_* variable.
@@ -31,6 +32,7 @@ func serverFlags() []cli.Flag {
 		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster (1, 3 or 5)"},
 		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses (comma separated)"},
 		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error"},
+		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md)"},
 		&cli.Float64Flag{Name: "renew-seconds", EnvVars: env("RENEW_SECONDS"), Usage: "[plugins.executor] renew_seconds"},
 		&cli.Float64Flag{Name: "grace-seconds", EnvVars: env("GRACE_SECONDS"), Usage: "[plugins.executor] grace_seconds"},
 		&cli.Float64Flag{Name: "toleration-seconds", EnvVars: env("TOLERATION_SECONDS"), Usage: "[plugins.executor] toleration_seconds"},
@@ -58,6 +60,9 @@ func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	str("api-bind", &cfg.APIBind)
 	str("api-advertise", &cfg.APIAdvertise)
 	str("log-level", &cfg.LogLevel)
+	if c.IsSet("insecure") {
+		cfg.Insecure = c.Bool("insecure")
+	}
 	if c.IsSet("bootstrap-expect") {
 		cfg.BootstrapExpect = c.Int("bootstrap-expect")
 	}
@@ -80,7 +85,9 @@ func serverCommand() *cli.Command {
 		Name:  "server",
 		Usage: "run a leasehold node",
 		Description: "Runs one node. The same command line works on first boot and on restart:\n" +
-			"  leasehold server --data-dir /var/lib/leasehold --bootstrap-expect 3 --join a:7711,b:7711,c:7711",
+			"  leasehold server --config /etc/leasehold/leasehold.toml --bootstrap-expect 3 --join a:7711,b:7711,c:7711\n" +
+			"A node reachable from other hosts needs [tls.peer] and API authentication, or --insecure.\n" +
+			"SIGHUP reloads certificates, CAs and tokens; SIGINT or SIGTERM stops the node (a leader hands over first).",
 		Flags: serverFlags(),
 		Action: func(c *cli.Context) error {
 			cfg, err := resolveServerConfig(c)
@@ -90,7 +97,7 @@ func serverCommand() *cli.Command {
 			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(cfg.LogLevel), Output: os.Stderr})
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return runServer(ctx, cfg, logger)
+			return runServer(ctx, c, cfg, logger)
 		},
 	}
 }
@@ -98,16 +105,28 @@ func serverCommand() *cli.Command {
 // runningNode is a node with its API, as `server` and `dev` run them.
 type runningNode struct {
 	node *cluster.Node
+	api  *api.Server
 	http *api.HTTPServer
+	// The TLS material in use, reloaded on SIGHUP (nil when off).
+	peerTLS, apiTLS *transport.TLSMaterial
 }
 
 // startNode starts a node and serves its API.
 func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
-	ccfg, err := cfg.clusterConfig(logger)
+	ccfg, peerTLS, err := cfg.clusterConfig(logger)
 	if err != nil {
 		return nil, err
 	}
-	tokens, _ := cfg.tokens()
+	creds, _ := cfg.credentials()
+	apiTLS, apiConf, err := cfg.apiTLS()
+	if err != nil {
+		return nil, err
+	}
+	insecure := cfg.Insecure && !cfg.secured()
+	if insecure {
+		logger.Warn("insecure", "reason", "started with --insecure: without peer mutual TLS or API authentication anyone who reaches this node owns the cluster",
+			"peer_tls", cfg.TLS.Peer.set(), "api_auth", creds.Enabled())
+	}
 	ln, err := net.Listen("tcp", cfg.APIBind)
 	if err != nil {
 		return nil, fmt.Errorf("api port: %w", err)
@@ -117,8 +136,27 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		ln.Close()
 		return nil, err
 	}
-	srv := api.NewServer(api.Options{Node: node, Tokens: tokens, ForwardTLS: ccfg.RaftClientTLS, Logger: logger})
-	return &runningNode{node: node, http: api.Serve(ln, srv.Handler(), ccfg.RaftTLS)}, nil
+	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure, Logger: logger})
+	return &runningNode{node: node, api: srv, http: api.Serve(srv, ln, apiConf), peerTLS: peerTLS, apiTLS: apiTLS}, nil
+}
+
+// reload re-reads the certificates, CAs and tokens. Whatever fails to load
+// keeps what is in use, and the error says what.
+func (r *runningNode) reload(cfg ServerConfig) error {
+	var errs []error
+	for _, m := range []*transport.TLSMaterial{r.peerTLS, r.apiTLS} {
+		if m != nil {
+			if err := m.Reload(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if creds, err := cfg.credentials(); err != nil {
+		errs = append(errs, err)
+	} else {
+		r.api.SetCredentials(creds)
+	}
+	return errors.Join(errs...)
 }
 
 // stop shuts down in order: the API first (long polls end, clients move
@@ -129,13 +167,33 @@ func (r *runningNode) stop(timeout time.Duration) error {
 	return errors.Join(r.http.Shutdown(ctx), r.node.Shutdown(ctx))
 }
 
-func runServer(ctx context.Context, cfg ServerConfig, logger hclog.Logger) error {
+// runServer runs a node until ctx ends. SIGHUP reloads certificates, CAs
+// and tokens (the configuration file is read again for tokens); it never
+// stops the node.
+func runServer(ctx context.Context, c *cli.Context, cfg ServerConfig, logger hclog.Logger) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	n, err := startNode(cfg, logger)
 	if err != nil {
 		return err
 	}
 	logger.Info("serving", "node_id", n.node.ID(), "api", cfg.APIBind, "raft", n.node.RaftAddr())
-	<-ctx.Done()
-	logger.Info("shutting_down")
-	return n.stop(15 * time.Second)
+	for {
+		select {
+		case <-hup:
+			fresh, err := resolveServerConfig(c)
+			if err == nil {
+				err = n.reload(fresh)
+			}
+			if err != nil {
+				logger.Warn("reload_failed", "error", err, "kept", "what failed to load stays as it was")
+			} else {
+				logger.Info("reloaded", "what", "certificates, CAs and tokens")
+			}
+		case <-ctx.Done():
+			logger.Info("shutting_down")
+			return n.stop(15 * time.Second)
+		}
+	}
 }

@@ -1,21 +1,47 @@
 package e2e
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
+	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"math/big"
-	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// pki makes a CA, a server certificate for node id and a client
+// certificate, with the CLI's own `leasehold tls` commands, in dir.
+type pki struct {
+	dir                  string
+	ca                   string
+	serverCert, serverKy string
+	clientCert, clientKy string
+}
+
+func newPKI(t *testing.T, dir, node string) pki {
+	t.Helper()
+	mustCLI(t, baseEnv(), "tls", "ca", "create", "--dir", dir)
+	mustCLI(t, baseEnv(), "tls", "cert", "create", "--server", "--node", node, "--dir", dir)
+	mustCLI(t, baseEnv(), "tls", "cert", "create", "--client", "--name", "cli", "--dir", dir)
+	p := func(name string) string { return filepath.Join(dir, "leasehold-"+name) }
+	return pki{dir: dir, ca: p("ca.pem"), serverCert: p("server-" + node + ".pem"), serverKy: p("server-" + node + "-key.pem"),
+		clientCert: p("client-cli.pem"), clientKy: p("client-cli-key.pem")}
+}
+
+// toml configures both ports with the node's certificate; the API requires
+// client certificates.
+func (p pki) toml() string {
+	return raftTimingsTOML + fmt.Sprintf("[tls.peer]\ncert_file = %q\nkey_file = %q\nca_file = %q\n\n"+
+		"[tls.api]\ncert_file = %q\nkey_file = %q\nca_file = %q\nverify_clients = true\n",
+		p.serverCert, p.serverKy, p.ca, p.serverCert, p.serverKy, p.ca)
+}
 
 // A node that requires client certificates answers the CLI only when it
 // presents one signed by the cluster's CA, and --cert-file without
@@ -23,23 +49,20 @@ import (
 func TestMutualTLS(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	ca, caKey := newCA(t, dir)
-	node := issue(t, dir, "node", ca, caKey)
-	cli := issue(t, dir, "cli", ca, caKey)
+	p := newPKI(t, dir, "tls1")
 	cfg := filepath.Join(dir, "leasehold.toml")
-	toml := raftTimingsTOML + fmt.Sprintf("[tls]\ncert_file = %q\nkey_file = %q\nca_file = %q\nverify_clients = true\n",
-		node[0], node[1], filepath.Join(dir, "ca.pem"))
-	if err := os.WriteFile(cfg, []byte(toml), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(p.toml()), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	api := freeAddr(t)
-	p := startProc(t, "server", 5*time.Second, baseEnv(), "server", "--config", cfg, "--data-dir", t.TempDir(),
+	srv := startProc(t, "server", 5*time.Second, baseEnv(), "server", "--config", cfg, "--data-dir", t.TempDir(),
 		"--node-id", "tls1", "--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1")
-	defer p.stop(5 * time.Second)
+	defer srv.stop(5 * time.Second)
 
-	base := []string{"cluster", "status", "-o", "json", "--endpoints", api, "--timeout", "3s", "--ca-file", filepath.Join(dir, "ca.pem")}
+	base := []string{"cluster", "status", "-o", "json", "--endpoints", api, "--timeout", "3s", "--ca-file", p.ca}
+	withCert := append(append([]string(nil), base...), "--cert-file", p.clientCert, "--key-file", p.clientKy)
 	waitFor(t, 30*time.Second, "a TLS node to answer a client with a certificate", func() error {
-		r := runCLI(t, baseEnv(), append(base, "--cert-file", cli[0], "--key-file", cli[1])...)
+		r := runCLI(t, baseEnv(), withCert...)
 		if r.code != 0 {
 			return fmt.Errorf("exit %d: %s", r.code, r.stderr)
 		}
@@ -57,65 +80,139 @@ func TestMutualTLS(t *testing.T) {
 	if r := runCLI(t, baseEnv(), base...); r.code == 0 {
 		t.Errorf("a client without a certificate was answered: %s", r.stdout)
 	}
-	if r := runCLI(t, baseEnv(), append(base, "--cert-file", cli[0], "--key-file", cli[1])...); r.code != 0 {
+	if r := runCLI(t, baseEnv(), withCert...); r.code != 0 {
 		t.Errorf("the node stopped answering a client with a certificate: %s", r.stderr)
 	}
-	r := runCLI(t, baseEnv(), append(base, "--cert-file", cli[0])...)
+	r := runCLI(t, baseEnv(), append(base, "--cert-file", p.clientCert)...)
 	if r.code == 0 || !strings.Contains(r.stderr, "--key-file") {
 		t.Errorf("--cert-file alone: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
 
-func newCA(t *testing.T, dir string) (*x509.Certificate, *ecdsa.PrivateKey) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
+// A node that binds a non-loopback address without peer mutual TLS and API
+// authentication refuses to start with one line naming what is missing;
+// --insecure starts it anyway, and /readyz says so.
+func TestRefusesExposedWithoutSecurity(t *testing.T) {
+	t.Parallel()
+	args := func(extra ...string) []string {
+		return append([]string{"server", "--data-dir", t.TempDir(), "--node-id", "open1", "--raft-bind", "0.0.0.0:0",
+			"--raft-advertise", freeAddr(t), "--api-bind", freeAddr(t), "--bootstrap-expect", "1"}, extra...)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leasehold test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
-		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
+	r := runCLI(t, baseEnv(), args()...)
+	if r.code == 0 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 ||
+		!strings.Contains(r.stderr, "raft_bind 0.0.0.0:0 is not loopback") || !strings.Contains(r.stderr, "[tls.peer]") ||
+		!strings.Contains(r.stderr, "--insecure") {
+		t.Fatalf("exposed without security: exit %d, stderr %q", r.code, r.stderr)
 	}
-	writePEM(t, filepath.Join(dir, "ca.pem"), "CERTIFICATE", der)
-	ca, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
+
+	api := freeAddr(t)
+	a := args("--insecure")
+	a[len(a)-4] = api // --api-bind's value
+	srv := startProc(t, "server", 5*time.Second, baseEnv(), a...)
+	defer srv.stop(5 * time.Second)
+	waitFor(t, 30*time.Second, "the insecure node to say so", func() error {
+		resp, err := http.Get("http://" + api + "/readyz")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+			return err
+		}
+		if body["insecure"] != true || body["ready"] != true {
+			return fmt.Errorf("readyz %v", body)
+		}
+		return nil
+	})
+	if !strings.Contains(srv.stderr.String(), "insecure") {
+		t.Error("no warning at start")
 	}
-	return ca, key
 }
 
-// issue writes a certificate for 127.0.0.1, good for servers and clients,
-// and returns its cert and key paths.
-func issue(t *testing.T, dir, name string, ca *x509.Certificate, caKey *ecdsa.PrivateKey) [2]string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
+// SIGHUP reloads the certificates: the node serves the new one, keeps
+// running, and a bad file keeps the old one.
+func TestSIGHUPReloadsCertificates(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := newPKI(t, dir, "hup1")
+	cfg := filepath.Join(dir, "leasehold.toml")
+	if err := os.WriteFile(cfg, []byte(p.toml()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
+	api := freeAddr(t)
+	srv := startProc(t, "server", 5*time.Second, baseEnv(), "server", "--config", cfg, "--data-dir", t.TempDir(),
+		"--node-id", "hup1", "--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1")
+	defer srv.stop(5 * time.Second)
+
+	served := func() (*big.Int, error) {
+		pair, err := tls.LoadX509KeyPair(p.clientCert, p.clientKy)
+		if err != nil {
+			return nil, err
+		}
+		conn, err := tls.Dial("tcp", api, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{pair}})
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
+	}
+	var first *big.Int
+	waitFor(t, 30*time.Second, "the API to serve its certificate", func() (err error) {
+		first, err = served()
+		return err
+	})
+	if want := serialOf(t, p.serverCert); first.Cmp(want) != 0 {
+		t.Fatalf("served serial %v, the file's is %v", first, want)
+	}
+
+	mustCLI(t, baseEnv(), "tls", "cert", "create", "--server", "--node", "hup1", "--dir", dir, "--force")
+	want := serialOf(t, p.serverCert)
+	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
+	waitFor(t, 30*time.Second, "the new certificate to be served", func() error {
+		got, err := served()
+		if err != nil {
+			return err
+		}
+		if got.Cmp(want) != 0 {
+			return fmt.Errorf("serial %v, want %v", got, want)
+		}
+		return nil
+	})
+
+	if err := os.WriteFile(p.serverKy, []byte("broken"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	out := [2]string{filepath.Join(dir, name+".pem"), filepath.Join(dir, name+"-key.pem")}
-	writePEM(t, out[0], "CERTIFICATE", der)
-	writePEM(t, out[1], "EC PRIVATE KEY", kb)
-	return out
+	srv.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, 30*time.Second, "the failed reload to be logged", func() error {
+		if !strings.Contains(srv.stderr.String(), "reload_failed") {
+			return fmt.Errorf("not yet")
+		}
+		return nil
+	})
+	if got, err := served(); err != nil || got.Cmp(want) != 0 {
+		t.Fatalf("after a bad reload: serial %v, %v; want %v", got, err, want)
+	}
+	if srv.exited() {
+		t.Fatal("SIGHUP stopped the server")
+	}
 }
 
-func writePEM(t *testing.T, path, typ string, der []byte) {
+func serialOf(t *testing.T, path string) *big.Int {
 	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+	b, err := os.ReadFile(path)
+	if err != nil {
 		t.Fatal(err)
 	}
+	block, _ := pem.Decode(b)
+	if block == nil {
+		t.Fatalf("%s: no PEM", path)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.SerialNumber
 }

@@ -1,0 +1,198 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+)
+
+// AddNode adds a node as a voter and records its addresses; on the leader
+// only. by is who asked (the node itself over the peer port, or an admin
+// through the API); the outcome is audited.
+//
+// A claim is checked before anything changes: the node at a.RaftAddr must
+// answer as a.ID with exactly these addresses (with peer TLS its
+// certificate must name a.ID too), so nobody can point the node table, and
+// with it followers' forwarding and clients' leader hints, at an address
+// of their choosing. Another node still answering as a.ID at its old
+// address keeps the id (ErrIDInUse). A member whose Raft address the new
+// node now answers on is gone from there, and is replaced. Asking again
+// for what is already recorded changes nothing.
+func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err error) {
+	if err := (&fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}).Validate(); err != nil {
+		return err
+	}
+	if _, err := n.established(); err != nil {
+		return err
+	}
+	if cur, ok := n.fsm.Node(a.ID); ok && n.isVoterAt(a.ID, a.RaftAddr) &&
+		cur.RaftAddr == a.RaftAddr && cur.APIAddr == a.APIAddr {
+		return nil
+	}
+	target := fmt.Sprintf("%s raft=%s api=%s", a.ID, a.RaftAddr, a.APIAddr)
+	defer func() {
+		if err == nil {
+			n.auditAsync(by, "cluster.join", target+": added")
+		} else if !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+			n.auditAsync(by, "cluster.join", target+": refused: "+err.Error())
+		}
+	}()
+	if err := n.confirmClaim(ctx, a); err != nil {
+		return err
+	}
+	timeout := n.cfg.ApplyTimeout
+	member := false
+	for _, s := range n.voters() {
+		switch {
+		case string(s.ID) == a.ID && string(s.Address) == a.RaftAddr:
+			member = true
+		case string(s.ID) == a.ID && n.answersAs(ctx, string(s.Address), a.ID):
+			return fmt.Errorf("%w: node %s still answers at %s; remove it first (leasehold cluster remove %s)",
+				ErrIDInUse, a.ID, s.Address, a.ID)
+		case string(s.ID) != a.ID && string(s.Address) == a.RaftAddr:
+			if err := n.raft.RemoveServer(s.ID, 0, timeout).Error(); err != nil {
+				return n.raftError(err)
+			}
+		}
+	}
+	if !member {
+		if err := n.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.RaftAddr), 0, timeout).Error(); err != nil {
+			return n.raftError(err)
+		}
+		n.logger.Named("membership").Info("voter_added", "node_id", a.ID, "raft_addr", a.RaftAddr)
+	}
+	_, err = n.raftApply(ctx, &fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr})
+	return err
+}
+
+// claimTimeout bounds asking a node to confirm who it is.
+func (n *Node) claimTimeout() time.Duration { return min(n.cfg.ApplyTimeout, 5*time.Second) }
+
+// confirmClaim asks the node at a.RaftAddr who it is; it must be a, exactly.
+func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) error {
+	if a.ID == n.id {
+		if a != n.self() {
+			return fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)
+		}
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.claimTimeout())
+	defer cancel()
+	var info transport.PeerInfo
+	if err := n.peers.CallNode(cctx, a.RaftAddr, a.ID, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info); err != nil {
+		return fmt.Errorf("%w: no answer as node %s at %s: %v", ErrClaimRefused, a.ID, a.RaftAddr, err)
+	}
+	if info.Node != a {
+		return fmt.Errorf("%w: the node at %s is %s with api %s, not %s with api %s",
+			ErrClaimRefused, a.RaftAddr, info.Node.ID, info.Node.APIAddr, a.ID, a.APIAddr)
+	}
+	return nil
+}
+
+// answersAs reports whether the node at addr answers as id.
+func (n *Node) answersAs(ctx context.Context, addr, id string) bool {
+	if addr == n.advertise {
+		return id == n.id
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.claimTimeout())
+	defer cancel()
+	var info transport.PeerInfo
+	err := n.peers.CallNode(cctx, addr, id, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info)
+	return err == nil && info.Node.ID == id
+}
+
+func (n *Node) isVoterAt(id, raftAddr string) bool {
+	for _, s := range n.voters() {
+		if string(s.ID) == id && string(s.Address) == raftAddr {
+			return true
+		}
+	}
+	return false
+}
+
+// RemoveNode removes a voter and forgets its addresses; on the leader only.
+// Removing a node the cluster does not know is an error (fsm.ErrNotFound).
+func (n *Node) RemoveNode(ctx context.Context, id string, by Actor) (err error) {
+	if err := (&fsm.RemoveNode{NodeID: id}).Validate(); err != nil {
+		return err
+	}
+	if _, err := n.established(); err != nil {
+		return err
+	}
+	defer func() { n.auditAsync(by, "cluster.remove", id+": "+outcome(err)) }()
+	_, inTable := n.fsm.Node(id)
+	if !n.isVoter(id) && !inTable {
+		return fmt.Errorf("%w: no node %s in the cluster", fsm.ErrNotFound, id)
+	}
+	if id == n.id {
+		// Raft would stop this node the moment the removal commits, with
+		// the node table still naming it and nobody leading. Hand over
+		// first; the new leader removes it.
+		return fmt.Errorf("%w: %s leads the cluster: transfer leadership first (leasehold cluster transfer-leader)", fsm.ErrInvalidArgument, id)
+	}
+	if n.isVoter(id) {
+		if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+			return n.raftError(err)
+		}
+		n.logger.Named("membership").Info("voter_removed", "node_id", id)
+	}
+	_, err = n.raftApply(ctx, &fsm.RemoveNode{NodeID: id})
+	return err
+}
+
+// outcome is an audit record's result.
+func outcome(err error) string {
+	if err == nil {
+		return "done"
+	}
+	return "failed: " + err.Error()
+}
+
+// TransferLeadership hands leadership to the voter id, or to the most
+// up-to-date voter when id is empty; on the leader only.
+func (n *Node) TransferLeadership(ctx context.Context, id string, by Actor) (err error) {
+	if _, err := n.established(); err != nil {
+		return err
+	}
+	if id == n.id {
+		return nil // already leads
+	}
+	defer func() {
+		to := id
+		if to == "" {
+			to = "any voter"
+		}
+		n.auditAsync(by, "cluster.transfer", "from "+n.id+" to "+to+": "+outcome(err))
+	}()
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		var addr raft.ServerAddress
+		for _, s := range n.voters() {
+			if string(s.ID) == id {
+				addr = s.Address
+			}
+		}
+		if addr == "" {
+			return fmt.Errorf("%w: no voter %s", fsm.ErrNotFound, id)
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return n.raftError(err)
+		}
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	}
+}

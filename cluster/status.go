@@ -1,0 +1,95 @@
+package cluster
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Member is one voter as the operator sees it.
+type Member struct {
+	ID       string
+	RaftAddr string
+	APIAddr  string // empty until the node table knows it
+	Voter    bool
+	Leader   bool
+}
+
+// Members lists the Raft configuration with each member's API address.
+func (n *Node) Members() ([]Member, error) {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	_, leader := n.raft.LeaderWithID()
+	var out []Member
+	for _, s := range f.Configuration().Servers {
+		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader}
+		if node, ok := n.fsm.Node(m.ID); ok {
+			m.APIAddr = node.APIAddr
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b Member) int { return cmp.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// Status is one node's view of the cluster.
+type Status struct {
+	ID           string
+	RaftAddr     string
+	APIAddr      string
+	State        string // leader, follower, candidate, shutdown
+	Term         uint64
+	LeaderID     string
+	LeaderAPI    string
+	CommitIndex  uint64
+	AppliedIndex uint64
+	LastIndex    uint64
+	// Ready: a leader that has taken office, or a follower that knows a
+	// leader. A node that is not ready should not be sent traffic.
+	Ready bool
+	// WorkersTimed is the expiry table's size, on the leader.
+	WorkersTimed int
+	// PeerTLS: the peer port runs mutual TLS.
+	PeerTLS bool
+}
+
+// Status reports this node's view.
+func (n *Node) Status() Status {
+	_, leaderID := n.raft.LeaderWithID()
+	st := Status{
+		ID: n.id, RaftAddr: n.advertise, APIAddr: n.cfg.APIAddr, State: n.raft.State().String(),
+		Term: n.raft.CurrentTerm(), LeaderID: string(leaderID), CommitIndex: n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(), LastIndex: n.raft.LastIndex(), PeerTLS: n.mux.PeerTLS(),
+	}
+	if node, ok := n.fsm.Node(st.LeaderID); ok {
+		st.LeaderAPI = node.APIAddr
+	}
+	if ls, err := n.established(); err == nil {
+		st.Ready, st.WorkersTimed = true, ls.table.Load().size()
+	} else if n.raft.State() == raft.Follower && st.LeaderID != "" {
+		st.Ready = true
+	}
+	return st
+}
+
+// Leader returns the leader's id and API address as this node knows them
+// (empty when there is no leader or its address is not yet in the table).
+func (n *Node) Leader() (id, api string) {
+	id, _, err := n.leaderPeer()
+	if err != nil {
+		return "", ""
+	}
+	if node, ok := n.fsm.Node(id); ok {
+		api = node.APIAddr
+	}
+	return id, api
+}
+
+// Timings returns the executor timings this node runs with.
+func (n *Node) Timings() (renew, grace, toleration time.Duration) {
+	return n.cfg.Renew, n.cfg.Grace, n.cfg.Toleration
+}
