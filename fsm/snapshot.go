@@ -92,10 +92,10 @@ func (s *Snapshot) LastIndex() uint64 { return s.hdr.lastIndex }
 type snapWriter struct {
 	version byte
 	w       *bufio.Writer
-	crc hash.Hash32
-	n   int64
-	enc encoder
-	err error
+	crc     hash.Hash32
+	n       int64
+	enc     encoder
+	err     error
 	// frame is a field, not a local: a local escapes through the hash
 	// interface and costs an allocation per record.
 	frame [1 + binary.MaxVarintLen64]byte
@@ -182,8 +182,8 @@ func (f *FSM) HashAt() ([32]byte, uint64) {
 type snapReader struct {
 	version byte
 	r       *bufio.Reader
-	crc hash.Hash32
-	buf []byte
+	crc     hash.Hash32
+	buf     []byte
 }
 
 func newSnapReader(r io.Reader) (*snapReader, error) {
