@@ -29,11 +29,18 @@ type CodedError interface {
 	RPCDetails() map[string]string
 }
 
+// DefaultRPCIdleTimeout bounds the wait for a request on an RPC connection.
+const DefaultRPCIdleTimeout = 10 * time.Second
+
 // RPCServer answers node-to-node calls on the listeners given to Serve. A
 // connection carries calls one after another; each runs in the connection's
 // goroutine.
 type RPCServer struct {
 	logger hclog.Logger
+	// IdleTimeout closes a connection that sends no request for this long
+	// (callers open one connection per call and send at once). Set it
+	// before Serve; zero means DefaultRPCIdleTimeout.
+	IdleTimeout time.Duration
 
 	// ctx is the parent of every call's context; Close cancels it.
 	ctx    context.Context
@@ -160,8 +167,15 @@ func (s *RPCServer) serveConn(conn net.Conn) {
 	defer s.untrack(conn)
 	r := &connReader{conn: conn}
 	base := ContextWithPeer(s.ctx, conn)
+	idle := s.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultRPCIdleTimeout
+	}
 	for {
+		// A connection that says nothing is closed rather than kept.
+		conn.SetReadDeadline(time.Now().Add(idle))
 		frame, err := readFrame(r)
+		conn.SetReadDeadline(time.Time{})
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !s.isClosed() {
 				s.logger.Debug("closing connection", "remote_addr", conn.RemoteAddr().String(), "error", err)

@@ -392,3 +392,25 @@ func TestConnReader_WatchHangup(t *testing.T) {
 		}
 	})
 }
+
+// A connection that opens the RPC protocol and then says nothing is closed
+// after the idle timeout instead of holding a goroutine and a descriptor.
+func TestRPC_IdleConnectionClosed(t *testing.T) {
+	m := newTestMux(t, MuxConfig{})
+	s := NewRPCServer(testLogger(t.Name()))
+	s.IdleTimeout = 200 * time.Millisecond
+	s.Handle("echo", func(_ context.Context, body json.RawMessage) (any, error) { return body, nil })
+	served := make(chan error, 1)
+	go func() { served <- s.Serve(m.RPCListener()) }()
+	t.Cleanup(func() {
+		s.Close()
+		<-served
+	})
+
+	silent, err := m.DialRPC(context.Background(), m.Addr().String(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+	expectClosedByPeer(t, silent)
+}

@@ -36,6 +36,7 @@ func clusterCommand() *cli.Command {
 						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
+						"insecure": st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
 					}
 					return output(c, v, func() {
 						w := newTable()
@@ -45,6 +46,7 @@ func clusterCommand() *cli.Command {
 						fmt.Fprintf(w, "state\tjobs %v, workers %d, live leases %d, last token %d, last event %d\n",
 							jobs, st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
 						fmt.Fprintf(w, "timings\trenew %s, grace %s, toleration %s\n", v["renew"], v["grace"], v["toleration"])
+						fmt.Fprintf(w, "security\t%s\n", securityLine(st.GetPeerTls(), st.GetApiAuth(), st.GetInsecure()))
 						w.Flush()
 					})
 				}),
@@ -260,4 +262,14 @@ func workerCommand() *cli.Command {
 			workerRunCommand(),
 		},
 	}
+}
+
+// securityLine says how the answering node is protected.
+func securityLine(peerTLS, apiAuth, insecure bool) string {
+	on := map[bool]string{true: "on", false: "off"}
+	line := "peer mutual TLS " + on[peerTLS] + ", API authentication " + on[apiAuth]
+	if insecure {
+		line += " (INSECURE: started with --insecure)"
+	}
+	return line
 }

@@ -247,7 +247,7 @@ func eventsCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.Uint64Flag{Name: "after", Usage: "events after this seq"},
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing new events"},
-			&cli.StringFlag{Name: "type", Usage: "only events of this type (e.g. lease.stale_report)"},
+			&cli.StringFlag{Name: "type", Usage: "only events of this type (e.g. lease.stale_report, or audit for admin actions and refused attempts)"},
 		},
 		Action: func(c *cli.Context) error {
 			cl, err := newClient(c)
@@ -266,8 +266,7 @@ func eventsCommand() *cli.Command {
 						fmt.Println(string(b)) // one object per line, so --follow streams
 						continue
 					}
-					fmt.Printf("%d\t%s\t%s\tjob=%s token=%s worker=%s ref=%s %s\n", v.Seq, v.Time, v.Type, v.JobID,
-						tokenStr(v.Token), v.Worker, v.Ref, v.Detail)
+					fmt.Println(v.line())
 				}
 				return nil
 			}

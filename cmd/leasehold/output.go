@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -138,9 +139,28 @@ type eventView struct {
 	Worker string `json:"worker,omitempty"`
 	Ref    string `json:"ref,omitempty"`
 	Detail string `json:"detail,omitempty"`
+	Actor  string `json:"actor,omitempty"`
+	Source string `json:"source,omitempty"`
 }
 
 func eventViewOf(e *pb.Event) eventView {
 	return eventView{Seq: e.GetSeq(), Time: timeOf(e.GetTime()), Type: e.GetType(), JobID: e.GetJobId(),
-		Token: e.GetToken(), Worker: e.GetWorkerId(), Ref: e.GetRef(), Detail: e.GetDetail()}
+		Token: e.GetToken(), Worker: e.GetWorkerId(), Ref: e.GetRef(), Detail: e.GetDetail(), Actor: e.GetActor(), Source: e.GetSource()}
+}
+
+// line is the event as one table row: only the fields it has.
+func (v eventView) line() string {
+	parts := []string{strconv.FormatUint(v.Seq, 10), v.Time, v.Type}
+	for _, f := range []struct{ k, v string }{
+		{"job", v.JobID}, {"token", tokenStr(v.Token)}, {"worker", v.Worker}, {"ref", v.Ref},
+		{"actor", v.Actor}, {"source", v.Source},
+	} {
+		if f.v != "" && !(f.k == "token" && v.Token == 0) {
+			parts = append(parts, f.k+"="+f.v)
+		}
+	}
+	if v.Detail != "" {
+		parts = append(parts, v.Detail)
+	}
+	return strings.Join(parts, "\t")
 }
