@@ -3,21 +3,30 @@
 // what a lease is or how a cluster is run; it imports no other package of
 // the project.
 //
-// A node listens on one TCP port (its "Raft port") and the Mux splits that
-// port in two by the first byte a client sends, after the TLS handshake when
-// TLS is on: 0x01 is a Raft stream, 0x02 is a node-to-node RPC. One port means
-// one address to advertise, one firewall rule and one TLS setup for both
-// protocols. The byte values are part of the wire format: add new ones, never
-// renumber.
+// A node listens on one TCP port for its peers (the "peer port") and the
+// Mux splits it by the first byte a client sends, after the TLS handshake
+// when TLS is on: 0x01 is a Raft stream, 0x02 a node-to-node RPC, 0x03 an
+// API request a follower forwards to the leader. One port means one address
+// to advertise, one firewall rule and one TLS setup for all three. The byte
+// values are part of the wire format: add new ones, never renumber.
+//
+// Who is at the other end is settled at the handshake. Certificates name
+// their holder with one URI SAN (identity.go): a server of a cluster, or an
+// API client. TLSMaterial.PeerConfigs admits on the peer port only servers
+// of this cluster, both ways, and reads the certificate files again on
+// Reload; PeerOf and PeerFromContext tell a handler which node a connection
+// proved it is, and DialRPC/DialAPI can insist on reaching one node id. The
+// package also issues certificates (pki.go) for `leasehold tls`.
 //
 // Mux.RaftLayer is the raft.StreamLayer handed to raft's NetworkTransport.
 // The RPC half is a small request/response protocol (RPCServer, RPCClient)
-// for cluster operations such as join and node info: length-prefixed JSON
-// frames, bounded by MaxFrameSize, with remote failures returned as
-// *RPCError carrying a stable code. The public API's protobuf definitions
-// and generated code will live here too, so that wire types stay apart from
-// the state machine's commands and only package cluster translates between
-// the two.
+// for cluster operations such as join, node info and audit records:
+// length-prefixed JSON frames, bounded by MaxFrameSize, with remote
+// failures returned as *RPCError carrying a stable code; a connection that
+// sends no request within RPCServer.IdleTimeout is closed. The public API's
+// protobuf definitions and generated code live here too (proto/, gen/), with
+// its error reasons (codes.go), so that wire types stay apart from the state
+// machine's commands; package cluster/api translates between the two.
 //
 // RaftGuard wraps the raft.Transport handed to raft and refuses, before raft
 // sees them, Raft messages whose term or log index no real cluster reaches

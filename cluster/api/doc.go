@@ -7,10 +7,17 @@
 // the node's errors into the API's reasons (transport/codes.go); it is part
 // of package cluster's side of the house, the only side that translates.
 //
+// Who may call what is decided in one place (auth.go): an HTTP middleware
+// that authenticates the caller (a bearer token, a verified client
+// certificate, or, on the peer port, the member that forwarded the request
+// vouching for its caller) and checks the role against the path, before
+// any handler runs and before any body is read.
+//
 // Any node accepts any request. A node that is not the leader forwards the
-// request to the leader's API, once (HeaderForwarded marks it), and every
-// response carries the leader's address (HeaderLeader) so clients move to
-// the leader. Reads are linearizable unless CONSISTENCY_STALE is asked for;
-// fence checks always are. With Options.Tokens set, every call needs a
-// bearer token whose role allows it.
+// request to the leader over the peer port, once (HeaderForwarded marks
+// it), never to an address a reply or the node table could name; every
+// response carries the leader's API address (HeaderLeader) so clients move
+// to the leader. Reads are linearizable unless CONSISTENCY_STALE is asked
+// for; fence checks always are. Admin actions are audited with the
+// caller's identity.
 package api
