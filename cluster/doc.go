@@ -15,11 +15,19 @@
 //     quorum check, verify.go) and the long-poll Acquire.
 //   - apply.go: proposals with deadlines and typed errors; ReadBarrier for
 //     linearizable reads.
-//   - membership.go: bootstrap-expect and join, the replicated node table
-//     with API addresses, add/remove/transfer/members/status.
+//   - membership.go: bootstrap-expect and join, keeping this node's entry
+//     in the replicated node table current.
+//   - peerrpc.go: the node-to-node RPC handlers; who may ask what, from the
+//     identity the peer port authenticated.
+//   - admin.go: add (with the claim confirmed at its address), remove and
+//     transfer; status.go: members, status, leader, timings.
+//   - audit.go: audit records, proposed on the leader or sent to it.
+//   - forward.go: the peer-port connections followers forward API
+//     requests on.
 //   - snapshot.go: an operator's backup and restore, with the token floor.
 //
-// Only this package translates between the state machine's commands and
-// the wire's messages. DESIGN.md explains the time model, the invariants
-// the leader keeps, and what happens at failover.
+// Package cluster/api translates between the wire's messages and the state
+// machine's commands. DESIGN.md explains the time model, the invariants
+// the leader keeps, who may change the node table, and what happens at
+// failover.
 package cluster
