@@ -101,27 +101,35 @@ func TestRoles(t *testing.T) {
 	}
 }
 
-// writeRequests are the request types commandOf translates, one of each.
-func writeRequests() []proto.Message {
-	return []proto.Message{
-		&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Payload: []byte("x"), Kind: "run"}},
-		&pb.CancelJobRequest{Id: "j", Kill: true}, &pb.CancelSubmitterJobsRequest{Submitter: "s"},
-		&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, &pb.DeregisterWorkerRequest{WorkerId: "w"},
-		&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}},
-		&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1},
-		&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED},
-		&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1},
+// writes are the write requests, one of each, with their translation.
+func writes() []struct {
+	msg proto.Message
+	cmd func(proto.Message) fsm.Command
+} {
+	type w = struct {
+		msg proto.Message
+		cmd func(proto.Message) fsm.Command
+	}
+	return []w{
+		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Payload: []byte("x"), Kind: "run"}}, func(m proto.Message) fsm.Command { return submitOf(m.(*pb.SubmitJobRequest)) }},
+		{&pb.CancelJobRequest{Id: "j", Kill: true}, func(m proto.Message) fsm.Command { return cancelOf(m.(*pb.CancelJobRequest)) }},
+		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, func(m proto.Message) fsm.Command { return cancelSubmitterOf(m.(*pb.CancelSubmitterJobsRequest)) }},
+		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, func(m proto.Message) fsm.Command { return registerOf(m.(*pb.RegisterWorkerRequest)) }},
+		{&pb.DeregisterWorkerRequest{WorkerId: "w"}, func(m proto.Message) fsm.Command { return deregisterOf(m.(*pb.DeregisterWorkerRequest)) }},
+		{&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}}, func(m proto.Message) fsm.Command { return acquireOf(m.(*pb.AcquireRequest)) }},
+		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, func(m proto.Message) fsm.Command { return startOf(m.(*pb.StartLeaseRequest)) }},
+		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, func(m proto.Message) fsm.Command { return reportOf(m.(*pb.ReportRequest)) }},
+		{&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1}, func(m proto.Message) fsm.Command { return releaseOf(m.(*pb.ReleaseRequest)) }},
 	}
 }
 
 func TestSubmitDefaults(t *testing.T) {
-	cmd, _ := commandOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Kind: "run"}})
-	s := cmd.(*fsm.SubmitJob).Spec
+	s := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Kind: "run"}}).Spec
 	if s.Queue != DefaultQueue || s.OnWorkerLost != fsm.LostFail || s.MaxAttempts != DefaultMaxAttempts {
 		t.Fatalf("run defaults: %+v", s)
 	}
-	cmd, _ = commandOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b"}})
-	if s := cmd.(*fsm.SubmitJob).Spec; s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
+	cmd := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b"}})
+	if s := cmd.Spec; s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
 		t.Fatalf("default kind: %+v", s)
 	}
 	if err := cmd.Validate(); err != nil {
@@ -134,20 +142,17 @@ func TestSubmitDefaults(t *testing.T) {
 // invalid-argument error or encode, decode and apply to a fresh state
 // machine without panicking.
 func FuzzRequestDecoders(f *testing.F) {
-	for _, m := range writeRequests() {
-		b, _ := proto.Marshal(m)
+	for _, w := range writes() {
+		b, _ := proto.Marshal(w.msg)
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, m := range writeRequests() {
-			msg := m.ProtoReflect().New().Interface()
+		for _, w := range writes() {
+			msg := w.msg.ProtoReflect().New().Interface()
 			if proto.Unmarshal(data, msg) != nil {
 				continue
 			}
-			cmd, ok := commandOf(msg)
-			if !ok {
-				t.Fatalf("%T is not translated", msg)
-			}
+			cmd := w.cmd(msg)
 			enc, err := fsm.Encode(1, cmd)
 			if err != nil {
 				if !errors.Is(err, fsm.ErrInvalidArgument) && !errors.Is(err, fsm.ErrTooLarge) {

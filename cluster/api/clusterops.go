@@ -62,38 +62,27 @@ func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.Mem
 }
 
 func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.AddNodeRequest]) (*connect.Response[pb.AddNodeResponse], error) {
-	m := req.Msg
-	err := c.s.node.AddNode(ctx, transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()}, identityOf(ctx).actor())
-	if p := c.s.leaderFor(ctx, err); p != nil {
-		return forward(ctx, req, p.cluster.AddNode)
-	}
-	if err != nil {
-		return nil, toWire(err)
-	}
-	return connect.NewResponse(&pb.AddNodeResponse{}), nil
+	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.AddNode, func(ctx context.Context) (*pb.AddNodeResponse, error) {
+		m := req.Msg
+		a := transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()}
+		return &pb.AddNodeResponse{}, c.s.node.AddNode(ctx, a, identityOf(ctx).actor())
+	})
 }
 
 func (c clusterService) RemoveNode(ctx context.Context, req *connect.Request[pb.RemoveNodeRequest]) (*connect.Response[pb.RemoveNodeResponse], error) {
-	err := c.s.node.RemoveNode(ctx, req.Msg.GetId(), identityOf(ctx).actor())
-	if p := c.s.leaderFor(ctx, err); p != nil {
-		return forward(ctx, req, p.cluster.RemoveNode)
-	}
-	if err != nil {
-		return nil, toWire(err)
-	}
-	return connect.NewResponse(&pb.RemoveNodeResponse{}), nil
+	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.RemoveNode, func(ctx context.Context) (*pb.RemoveNodeResponse, error) {
+		return &pb.RemoveNodeResponse{}, c.s.node.RemoveNode(ctx, req.Msg.GetId(), identityOf(ctx).actor())
+	})
 }
 
 func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Request[pb.TransferLeadershipRequest]) (*connect.Response[pb.TransferLeadershipResponse], error) {
-	err := c.s.node.TransferLeadership(ctx, req.Msg.GetId(), identityOf(ctx).actor())
-	if p := c.s.leaderFor(ctx, err); p != nil {
-		return forward(ctx, req, p.cluster.TransferLeadership)
-	}
-	if err != nil {
-		return nil, toWire(err)
-	}
-	id, _ := c.s.node.Leader()
-	return connect.NewResponse(&pb.TransferLeadershipResponse{LeaderId: id}), nil
+	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.TransferLeadership, func(ctx context.Context) (*pb.TransferLeadershipResponse, error) {
+		if err := c.s.node.TransferLeadership(ctx, req.Msg.GetId(), identityOf(ctx).actor()); err != nil {
+			return nil, err
+		}
+		id, _ := c.s.node.Leader()
+		return &pb.TransferLeadershipResponse{LeaderId: id}, nil
+	})
 }
 
 // --- plain HTTP: snapshots and health ---

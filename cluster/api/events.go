@@ -26,31 +26,24 @@ func eventsToProto(evs []fsm.Event) []*pb.Event {
 // answer at least as fresh as the read.
 func (e eventService) ListEvents(ctx context.Context, req *connect.Request[pb.ListEventsRequest]) (*connect.Response[pb.ListEventsResponse], error) {
 	m := req.Msg
-	f, p, err := e.s.read(ctx, req.Header(), m.GetConsistency())
-	if p != nil {
-		return forward(ctx, req, p.events.ListEvents)
-	}
-	if err != nil {
-		return nil, err
-	}
-	wait := time.NewTimer(waitOf(m.GetWait()))
-	defer wait.Stop()
-	for {
-		changed := f.Changed()
-		page := f.Events(m.GetAfterSeq(), int(m.GetLimit()))
-		if len(page.Events) > 0 || page.Truncated || m.GetWait() == nil {
-			return connect.NewResponse(&pb.ListEventsResponse{
-				Events: eventsToProto(page.Events), LastSeq: page.LastSeq, Truncated: page.Truncated,
-			}), nil
+	return readCall(e.s, ctx, req, m.GetConsistency(), eventsOf, eventsAPI.ListEvents, func(ctx context.Context, f *fsm.FSM) (*pb.ListEventsResponse, error) {
+		wait := time.NewTimer(waitOf(m.GetWait()))
+		defer wait.Stop()
+		for {
+			changed := f.Changed()
+			page := f.Events(m.GetAfterSeq(), int(m.GetLimit()))
+			if len(page.Events) > 0 || page.Truncated || m.GetWait() == nil {
+				return &pb.ListEventsResponse{Events: eventsToProto(page.Events), LastSeq: page.LastSeq, Truncated: page.Truncated}, nil
+			}
+			select {
+			case <-changed:
+			case <-wait.C:
+				return &pb.ListEventsResponse{LastSeq: page.LastSeq}, nil
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 		}
-		select {
-		case <-changed:
-		case <-wait.C:
-			return connect.NewResponse(&pb.ListEventsResponse{LastSeq: page.LastSeq}), nil
-		case <-ctx.Done():
-			return nil, toWire(ctx.Err())
-		}
-	}
+	})
 }
 
 // WatchEvents streams this node's events from after_seq on, as they are

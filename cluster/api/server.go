@@ -140,13 +140,6 @@ func (s *Server) leaderFor(ctx context.Context, err error) *peerClients {
 	return s.peer(nl.LeaderRaft)
 }
 
-// forward sends a request on to the leader. The forwarder transport adds
-// who the caller is.
-func forward[Req, Res any](ctx context.Context, req *connect.Request[Req],
-	call func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error)) (*connect.Response[Res], error) {
-	return call(ctx, connect.NewRequest(req.Msg))
-}
-
 // forwarder sets the forwarding headers (Server.forwardHeaders) on every
 // request to another member, from the caller's request in the context.
 type forwarder struct {
