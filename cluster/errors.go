@@ -40,6 +40,12 @@ var (
 	// ErrClaimRefused: the node at the claimed Raft address does not
 	// confirm the claimed id and addresses.
 	ErrClaimRefused = errors.New("claim not confirmed")
+	// ErrQuotaExceeded: the replicated state is at its quota, or a
+	// submitter at its bound on queued jobs; submits wait for jobs to
+	// finish and be compacted.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrDiskFull: this node cannot write its log for lack of space.
+	ErrDiskFull = errors.New("disk full")
 )
 
 // NotLeaderError is returned by a node that cannot serve a request only the

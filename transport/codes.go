@@ -32,6 +32,16 @@ const (
 	ReasonUnauthenticated = "UNAUTHENTICATED"
 	ReasonForbidden       = "PERMISSION_DENIED"
 	ReasonInternal        = "INTERNAL"
+	// ReasonRateLimited: the credential's request rate is exceeded;
+	// details: retry_after.
+	ReasonRateLimited = "RATE_LIMITED"
+	// ReasonQuotaExceeded: the replicated state is at its quota (or the
+	// submitter at its bound on queued jobs); submits are refused until
+	// jobs finish and are compacted.
+	ReasonQuotaExceeded = "QUOTA_EXCEEDED"
+	// ReasonDiskFull: the answering node cannot write its log; details:
+	// node_id.
+	ReasonDiskFull = "DISK_FULL"
 )
 
 var reasonCodes = map[string]connect.Code{
@@ -54,6 +64,9 @@ var reasonCodes = map[string]connect.Code{
 	ReasonUnauthenticated: connect.CodeUnauthenticated,
 	ReasonForbidden:       connect.CodePermissionDenied,
 	ReasonInternal:        connect.CodeInternal,
+	ReasonRateLimited:     connect.CodeResourceExhausted,
+	ReasonQuotaExceeded:   connect.CodeResourceExhausted,
+	ReasonDiskFull:        connect.CodeResourceExhausted,
 }
 
 // Reasons lists every reason code, for tests that must cover them all.

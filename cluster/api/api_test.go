@@ -54,6 +54,9 @@ func TestErrorReasons(t *testing.T) {
 		{errUnauthenticated, transport.ReasonUnauthenticated, connect.CodeUnauthenticated, nil},
 		{errForbidden, transport.ReasonForbidden, connect.CodePermissionDenied, nil},
 		{errors.New("boom"), transport.ReasonInternal, connect.CodeInternal, nil},
+		{errRateLimited, transport.ReasonRateLimited, connect.CodeResourceExhausted, nil},
+		{cluster.ErrQuotaExceeded, transport.ReasonQuotaExceeded, connect.CodeResourceExhausted, nil},
+		{cluster.ErrDiskFull, transport.ReasonDiskFull, connect.CodeResourceExhausted, nil},
 	}
 	produced := map[string]bool{}
 	for _, tc := range cases {

@@ -84,6 +84,7 @@ var (
 	errUnauthenticated = fmt.Errorf("missing, unknown or unverified credentials")
 	errForbidden       = fmt.Errorf("the credential's role may not call this")
 	errPeerOnly        = fmt.Errorf("the peer port takes only requests forwarded by members")
+	errRateLimited     = fmt.Errorf("the credential's request rate is exceeded")
 )
 
 // Which services (and single procedures) each role may call. Admin may call

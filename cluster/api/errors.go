@@ -38,6 +38,9 @@ var errorTable = []struct {
 	{errUnauthenticated, transport.ReasonUnauthenticated},
 	{errForbidden, transport.ReasonForbidden},
 	{errPeerOnly, transport.ReasonForbidden},
+	{errRateLimited, transport.ReasonRateLimited},
+	{cluster.ErrQuotaExceeded, transport.ReasonQuotaExceeded},
+	{cluster.ErrDiskFull, transport.ReasonDiskFull},
 	{context.DeadlineExceeded, transport.ReasonTimeout},
 }
 

@@ -1050,7 +1050,12 @@ type ErrorDetail struct {
 	LeaderId  string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
 	LeaderApi string `protobuf:"bytes,3,opt,name=leader_api,json=leaderApi,proto3" json:"leader_api,omitempty"`
 	// With INVALID_ARGUMENT and TOO_LARGE: the field.
-	Field         string `protobuf:"bytes,4,opt,name=field,proto3" json:"field,omitempty"`
+	Field string `protobuf:"bytes,4,opt,name=field,proto3" json:"field,omitempty"`
+	// With RATE_LIMITED (and other refusals that pass with time): how long
+	// to wait before trying again.
+	RetryAfter *durationpb.Duration `protobuf:"bytes,5,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
+	// With DISK_FULL and NOT_READY: the node that answered.
+	NodeId        string `protobuf:"bytes,6,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1109,6 +1114,20 @@ func (x *ErrorDetail) GetLeaderApi() string {
 func (x *ErrorDetail) GetField() string {
 	if x != nil {
 		return x.Field
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
+}
+
+func (x *ErrorDetail) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -1190,13 +1209,16 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06detail\x18\t \x01(\tR\x06detail\x12\x14\n" +
 	"\x05actor\x18\n" +
 	" \x01(\tR\x05actor\x12\x16\n" +
-	"\x06source\x18\v \x01(\tR\x06source\"w\n" +
+	"\x06source\x18\v \x01(\tR\x06source\"\xcc\x01\n" +
 	"\vErrorDetail\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12\x1d\n" +
 	"\n" +
 	"leader_api\x18\x03 \x01(\tR\tleaderApi\x12\x14\n" +
-	"\x05field\x18\x04 \x01(\tR\x05field*\xc5\x01\n" +
+	"\x05field\x18\x04 \x01(\tR\x05field\x12:\n" +
+	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\x12\x17\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xc5\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -1284,11 +1306,12 @@ var file_leasehold_v1_types_proto_depIdxs = []int32{
 	15, // 16: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
 	15, // 17: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
 	14, // 18: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	15, // 19: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
