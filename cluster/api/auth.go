@@ -174,6 +174,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeRefusal(w, r, toWire(err))
 			return
 		}
+		// Forwarded requests were counted by the member that took them.
+		if !req.forwarded {
+			if ok, wait := s.rates.take(req.id, time.Now()); !ok {
+				s.writeRefusal(w, r, rateLimited(wait))
+				return
+			}
+		}
+		if err := s.limitBody(w, r); err != nil {
+			s.writeRefusal(w, r, toWire(err))
+			return
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	})
 }

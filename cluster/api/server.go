@@ -1,6 +1,7 @@
 package api
 
 import (
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -31,7 +32,10 @@ type Options struct {
 	// Insecure: the node runs without peer TLS or API authentication
 	// because its operator said so; /readyz and Status say it.
 	Insecure bool
-	Logger   hclog.Logger
+	// Limits bound requests, connections and rates (zero fields:
+	// DefaultLimits).
+	Limits Limits
+	Logger hclog.Logger
 }
 
 // Server is a node's API: the Connect services of transport/proto (which
@@ -44,6 +48,10 @@ type Server struct {
 	cluster  string
 	insecure bool
 	refusals *refusals
+	limits   Limits
+	rates    *rates
+	bodies   bodyBytes
+	conns    *transport.ConnLimiter // set by Serve
 	errw     *connect.ErrorWriter
 	client   *http.Client // to other members, over the peer port
 
@@ -53,8 +61,9 @@ type Server struct {
 
 // NewServer returns the API of a node.
 func NewServer(o Options) *Server {
+	limits := o.Limits.withDefaults()
 	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: newRefusals(),
-		errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
+		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -81,7 +90,8 @@ func (s *Server) SetCredentials(c Credentials) { s.creds.Store(newCredentials(c)
 
 // Handler serves every endpoint of the API.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithInterceptors(s.leaderHint())
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.leaderHint()),
+		connect.WithCompression("gzip", s.newDecompressor, func() connect.Compressor { return gzip.NewWriter(nil) }))
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
@@ -208,7 +218,7 @@ func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
 	base, cancel := context.WithCancel(context.Background())
 	newServer := func(plainH2 bool) *http.Server {
 		srv := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base },
-			ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute}
+			ReadHeaderTimeout: s.limits.HeaderTimeout, IdleTimeout: s.limits.IdleTimeout}
 		var protocols http.Protocols
 		protocols.SetHTTP1(true)
 		if plainH2 {
@@ -222,6 +232,8 @@ func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
 	hs := &HTTPServer{public: newServer(tlsConf == nil), peer: newServer(true), cancel: cancel, done: make(chan error, 2)}
 	hs.public.TLSConfig = tlsConf
 	hs.peer.ConnContext = transport.ContextWithPeer
+	s.conns = transport.LimitListener(ln, s.limits.MaxConns, s.limits.MaxConnsPerHost)
+	ln = s.conns
 	go func() {
 		var err error
 		if tlsConf != nil {

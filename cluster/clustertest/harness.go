@@ -44,13 +44,14 @@ type Cluster struct {
 // Node is one member. Node.Node is nil while it is killed.
 type Node struct {
 	*cluster.Node
-	API     *api.HTTPServer // the node's API, served at APIAddr
-	Index   int
-	Host    string // 127.a.b.(10+Index)
-	Addr    string // Raft address, stable across restarts
-	APIAddr string
-	Dir     string
-	Clock   *FakeClock
+	API       *api.HTTPServer // the node's API, served at APIAddr
+	APIServer *api.Server
+	Index     int
+	Host      string // 127.a.b.(10+Index)
+	Addr      string // Raft address, stable across restarts
+	APIAddr   string
+	Dir       string
+	Clock     *FakeClock
 }
 
 // Option changes every node's configuration before it starts.
@@ -185,7 +186,8 @@ func (c *Cluster) start(node *Node) {
 	if c.API != nil {
 		c.API(node.Index, &o)
 	}
-	node.API = api.Serve(api.NewServer(o), c.listen(node.APIAddr), nil)
+	node.APIServer = api.NewServer(o)
+	node.API = api.Serve(node.APIServer, c.listen(node.APIAddr), nil)
 }
 
 // listen binds addr. The port was free a moment ago (or was this node's

@@ -1,0 +1,280 @@
+package api
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/time/rate"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// Limits bound what callers can make a node do. They are per node: a
+// credential that spreads its calls over three nodes gets three times the
+// rate. Zero fields take DefaultLimits' values; Validate names a bad one.
+type Limits struct {
+	// MaxRequestBytes bounds one request message, counted decompressed.
+	// A larger body is refused before it is read (by its Content-Length)
+	// or as soon as it passes the bound; a compressed one is inflated no
+	// further than the bound. Snapshot restores are bounded separately
+	// (MaxSnapshotBytes).
+	MaxRequestBytes int
+	// MaxConns bounds the API connections open at once, MaxConnsPerHost
+	// those from one source address.
+	MaxConns        int
+	MaxConnsPerHost int
+	// Rate (requests per second) and Burst bound each credential's calls.
+	// Open mode (no credentials configured) is not rate limited.
+	Rate  float64
+	Burst int
+	// BodyTimeout bounds reading a request's body; HeaderTimeout its
+	// headers; IdleTimeout an idle keep-alive connection.
+	BodyTimeout   time.Duration
+	HeaderTimeout time.Duration
+	IdleTimeout   time.Duration
+}
+
+// DefaultLimits are generous for real workloads (a worker token shared by
+// thousands of workers heartbeating every 10 s stays under the rate) and
+// small enough that one careless client cannot take a node down.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxRequestBytes: 1 << 20,
+		MaxConns:        8192,
+		MaxConnsPerHost: 1024,
+		Rate:            2000,
+		Burst:           4000,
+		BodyTimeout:     30 * time.Second,
+		HeaderTimeout:   10 * time.Second,
+		IdleTimeout:     2 * time.Minute,
+	}
+}
+
+// withDefaults fills the zero fields.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxRequestBytes == 0 {
+		l.MaxRequestBytes = d.MaxRequestBytes
+	}
+	if l.MaxConns == 0 {
+		l.MaxConns = d.MaxConns
+	}
+	if l.MaxConnsPerHost == 0 {
+		l.MaxConnsPerHost = d.MaxConnsPerHost
+	}
+	if l.Rate == 0 {
+		l.Rate = d.Rate
+	}
+	if l.Burst == 0 {
+		l.Burst = d.Burst
+	}
+	if l.BodyTimeout == 0 {
+		l.BodyTimeout = d.BodyTimeout
+	}
+	if l.HeaderTimeout == 0 {
+		l.HeaderTimeout = d.HeaderTimeout
+	}
+	if l.IdleTimeout == 0 {
+		l.IdleTimeout = d.IdleTimeout
+	}
+	return l
+}
+
+// Validate checks the limits; it names the field.
+func (l Limits) Validate() error {
+	switch {
+	case l.MaxRequestBytes < 0 || l.MaxRequestBytes > 0 && l.MaxRequestBytes < fsm.MaxPayloadLen+64<<10:
+		return fmt.Errorf("limits.max_request_bytes = %d: at least %d (a job's payload and its fields)", l.MaxRequestBytes, fsm.MaxPayloadLen+64<<10)
+	case l.MaxConns < 0 || l.MaxConnsPerHost < 0:
+		return fmt.Errorf("limits.max_connections = %d, max_connections_per_host = %d: must not be negative", l.MaxConns, l.MaxConnsPerHost)
+	case l.MaxConns > 0 && l.MaxConnsPerHost > l.MaxConns:
+		return fmt.Errorf("limits.max_connections_per_host = %d: must not exceed max_connections (%d)", l.MaxConnsPerHost, l.MaxConns)
+	case l.Rate < 0 || l.Burst < 0:
+		return fmt.Errorf("limits.rate_per_credential = %g, burst_per_credential = %d: must not be negative", l.Rate, l.Burst)
+	case l.BodyTimeout < 0 || l.HeaderTimeout < 0 || l.IdleTimeout < 0:
+		return errors.New("limits: timeouts must not be negative")
+	}
+	return nil
+}
+
+// bodyBytes counts what the API read of request bodies: raw bytes off the
+// wire, and bytes inflated from compressed messages. Tests use them to
+// prove nothing past a bound was read.
+type bodyBytes struct {
+	raw, inflated atomic.Int64
+}
+
+// BodyBytes reports the request body bytes this server has read off the
+// wire (raw) and inflated from compressed messages (inflated).
+func (s *Server) BodyBytes() (raw, inflated int64) { return s.bodies.raw.Load(), s.bodies.inflated.Load() }
+
+// OpenConns is the number of API connections open now.
+func (s *Server) OpenConns() int { return s.conns.Open() }
+
+// limitBody bounds and times one request's body: a Content-Length over the
+// bound is refused before anything is read, the body is cut at the bound
+// plus a margin for framing, and reading it must finish within
+// BodyTimeout (the deadline is lifted once the body ends, so a long poll
+// or a stream may run on).
+func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
+	if r.URL.Path == "/v1/snapshot" {
+		return nil // bounded by MaxSnapshotBytes, admin only
+	}
+	max := int64(s.limits.MaxRequestBytes) + 4<<10 // the envelope's framing
+	if r.ContentLength > max {
+		return tooLarge(r.ContentLength, s.limits.MaxRequestBytes)
+	}
+	rc := http.NewResponseController(w)
+	if s.limits.BodyTimeout > 0 {
+		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
+	}
+	body := &countedBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), n: &s.bodies.raw, done: func() {
+		if s.limits.BodyTimeout > 0 {
+			rc.SetReadDeadline(time.Time{})
+		}
+	}}
+	if r.ProtoMajor == 1 {
+		// A body cut short leaves the connection without a next request
+		// boundary: close it after the answer instead of keeping it idle.
+		body.failed = func() { w.Header().Set("Connection", "close") }
+	}
+	r.Body = body
+	return nil
+}
+
+func tooLarge(n int64, max int) error {
+	return fmt.Errorf("%w: request: %d bytes exceeds %d", fsm.ErrTooLarge, n, max)
+}
+
+// countedBody counts what is read and calls done when the body has ended
+// (only then: after a failed read the deadline must stay, or the server's
+// own draining of the rest would wait for ever).
+type countedBody struct {
+	io.ReadCloser
+	n      *atomic.Int64
+	done   func()
+	failed func() // nil: nothing to do
+	once   sync.Once
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(n))
+	if err == io.EOF {
+		b.once.Do(b.done)
+	}
+	if err != nil && err != io.EOF {
+		if b.failed != nil {
+			b.failed()
+		}
+		var mb *http.MaxBytesError
+		if errors.As(err, &mb) {
+			err = toWire(fmt.Errorf("%w: request: more than %d bytes", fsm.ErrTooLarge, mb.Limit))
+		}
+	}
+	return n, err
+}
+
+// gzipBounded is the API's gzip decompressor: it stops inflating one
+// message past the bound, so a small compressed body cannot make the node
+// inflate (or even count) gigabytes, and its refusal names the reason.
+type gzipBounded struct {
+	s   *Server
+	gz  *gzip.Reader
+	src io.Reader
+	n   int64
+}
+
+func (s *Server) newDecompressor() connect.Decompressor { return &gzipBounded{s: s} }
+
+func (d *gzipBounded) Read(p []byte) (int, error) {
+	if d.gz == nil {
+		gz, err := gzip.NewReader(d.src)
+		if err != nil {
+			return 0, err
+		}
+		d.gz = gz
+	}
+	max := int64(d.s.limits.MaxRequestBytes)
+	if d.n > max {
+		return 0, toWire(tooLarge(d.n, d.s.limits.MaxRequestBytes))
+	}
+	if rest := max + 1 - d.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := d.gz.Read(p)
+	d.n += int64(n)
+	d.s.bodies.inflated.Add(int64(n))
+	return n, err
+}
+
+func (d *gzipBounded) Reset(r io.Reader) error {
+	d.src, d.n = r, 0
+	if d.gz != nil {
+		return d.gz.Reset(r)
+	}
+	return nil
+}
+
+func (d *gzipBounded) Close() error {
+	if d.gz != nil {
+		return d.gz.Close()
+	}
+	return nil
+}
+
+// rates keeps one token bucket per credential.
+type rates struct {
+	mu      sync.Mutex
+	limit   rate.Limit
+	burst   int
+	buckets map[string]*rate.Limiter
+}
+
+func newRates(l Limits) *rates {
+	return &rates{limit: rate.Limit(l.Rate), burst: l.Burst, buckets: map[string]*rate.Limiter{}}
+}
+
+// take spends one request of id's budget, or says how long to wait.
+func (r *rates) take(id Identity, now time.Time) (ok bool, retryAfter time.Duration) {
+	if id.Kind == "open" || id.Kind == "" {
+		return true, 0
+	}
+	key := id.Kind + ":" + id.Name
+	r.mu.Lock()
+	b := r.buckets[key]
+	if b == nil {
+		// One bucket per configured credential: the map is bounded by the
+		// configuration, not by callers.
+		b = rate.NewLimiter(r.limit, r.burst)
+		r.buckets[key] = b
+	}
+	r.mu.Unlock()
+	res := b.ReserveN(now, 1)
+	if !res.OK() {
+		return false, time.Second
+	}
+	if d := res.DelayFrom(now); d > 0 {
+		res.CancelAt(now)
+		return false, d
+	}
+	return true, 0
+}
+
+// rateLimited is the refusal of a call over its credential's rate.
+func rateLimited(retryAfter time.Duration) error {
+	d := &pb.ErrorDetail{RetryAfter: durationpb.New(retryAfter)}
+	cerr := transport.NewError(transport.ReasonRateLimited, errRateLimited, d)
+	cerr.Meta().Set("Retry-After", fmt.Sprint(int(retryAfter.Seconds()+0.999)))
+	return cerr
+}

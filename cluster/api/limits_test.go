@@ -1,0 +1,234 @@
+package api_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/leasehold/leasehold/cluster/api"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// limitsCluster starts 3 nodes with tokens and the given limits.
+func limitsCluster(t *testing.T, l api.Limits) *clustertest.Cluster {
+	t.Helper()
+	c := clustertest.Prepare(t, 3)
+	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	return c
+}
+
+// bomb is a gRPC-framed SubmitJob whose gzip-compressed message of about
+// 400 KiB inflates to 400 MiB.
+func bomb(t *testing.T) []byte {
+	t.Helper()
+	var z bytes.Buffer
+	gz, _ := gzip.NewWriterLevel(&z, gzip.BestCompression)
+	zeros := make([]byte, 1<<20)
+	for range 400 {
+		gz.Write(zeros)
+	}
+	gz.Close()
+	frame := make([]byte, 5, 5+z.Len())
+	frame[0] = 1 // compressed
+	binary.BigEndian.PutUint32(frame[1:], uint32(z.Len()))
+	return append(frame, z.Bytes()...)
+}
+
+func post(t *testing.T, url string, body io.Reader, length int64, header map[string]string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest("POST", url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = length
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+const submitPath = "/leasehold.v1.JobService/SubmitJob"
+
+// grpcStatus is a gRPC answer's status code (in the trailers, or in the
+// headers of an answer without a body).
+func grpcStatus(resp *http.Response) string {
+	if resp == nil {
+		return "no answer"
+	}
+	if s := resp.Trailer.Get("Grpc-Status"); s != "" {
+		return s
+	}
+	return resp.Header.Get("Grpc-Status")
+}
+
+func grpcHeaders(token string) map[string]string {
+	h := map[string]string{"Content-Type": "application/grpc", "Grpc-Encoding": "gzip", "Te": "trailers"}
+	if token != "" {
+		h["Authorization"] = "Bearer " + token
+	}
+	return h
+}
+
+// A gzip bomb is never inflated past the bound: without a token it is
+// refused before a byte of it is read; with one, inflation stops at the
+// bound and the call is refused as too large.
+func TestGzipBombRefused(t *testing.T) {
+	c := limitsCluster(t, api.Limits{})
+	leader := c.Leader()
+	url := "http://" + leader.APIAddr + submitPath
+	body := bomb(t)
+
+	resp, _ := post(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(""))
+	if grpcStatus(resp) != fmt.Sprint(int(connect.CodeUnauthenticated)) {
+		t.Fatalf("bomb without a token answered %v", resp)
+	}
+	if raw, inflated := leader.APIServer.BodyBytes(); raw != 0 || inflated != 0 {
+		t.Fatalf("read %d raw and %d inflated bytes of an unauthenticated request", raw, inflated)
+	}
+
+	resp, _ = post(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(opsSecret))
+	if grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
+		t.Fatalf("bomb with a token answered %v", resp)
+	}
+	raw, inflated := leader.APIServer.BodyBytes()
+	if limit := int64(api.DefaultLimits().MaxRequestBytes); inflated > limit+64<<10 || raw > int64(len(body)) {
+		t.Fatalf("inflated %d bytes (bound %d), read %d raw", inflated, limit, raw)
+	}
+}
+
+// A body larger than the bound is refused by its length before it is read,
+// and one without a length is cut at the bound; a follower refuses it
+// itself instead of forwarding it, and the leader reads nothing of it.
+func TestOversizedBodyRefused(t *testing.T) {
+	c := limitsCluster(t, api.Limits{})
+	leader := c.Leader()
+	follower := c.Nodes[(leader.Index+1)%3]
+	limit := int64(api.DefaultLimits().MaxRequestBytes)
+
+	// 300 MiB announced: refused at once, nothing read.
+	huge := io.LimitReader(zeroReader{}, 300<<20)
+	resp, _ := post(t, "http://"+follower.APIAddr+submitPath, huge, 300<<20, grpcHeaders(opsSecret))
+	if resp != nil && grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
+		t.Fatalf("300 MiB body answered %v", resp)
+	}
+	if raw, _ := follower.APIServer.BodyBytes(); raw > 64<<10 {
+		t.Fatalf("read %d bytes of a body refused by its length", raw)
+	}
+
+	// A 128 MiB SubmitJob with no length, sent to a follower: cut at the
+	// bound there, never forwarded.
+	msg, _ := proto.Marshal(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "big", Queue: "q", Kind: "k", Payload: make([]byte, 128<<20)}})
+	resp, _ = post(t, "http://"+follower.APIAddr+submitPath, io.MultiReader(bytes.NewReader(frameOf(msg)), zeroReader{}), -1,
+		map[string]string{"Content-Type": "application/grpc", "Te": "trailers", "Authorization": "Bearer " + opsSecret})
+	if resp != nil && grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
+		t.Fatalf("128 MiB submit answered %v", resp)
+	}
+	if raw, _ := follower.APIServer.BodyBytes(); raw > 64<<10+limit+8<<10 {
+		t.Fatalf("the follower read %d bytes, bound %d", raw, limit)
+	}
+	if raw, _ := leader.APIServer.BodyBytes(); raw != 0 {
+		t.Fatalf("the leader read %d bytes: the request was forwarded", raw)
+	}
+}
+
+func frameOf(msg []byte) []byte {
+	f := make([]byte, 5, 5+len(msg))
+	binary.BigEndian.PutUint32(f[1:], uint32(len(msg)))
+	return append(f, msg...)
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// A credential over its rate is answered RATE_LIMITED with a retry-after
+// hint; other credentials are not affected.
+func TestRateLimitPerCredential(t *testing.T) {
+	c := limitsCluster(t, api.Limits{Rate: 1, Burst: 3})
+	leader := c.Leader()
+	cl := leaseholdv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(subSecret))
+	var limited error
+	for range 10 {
+		if _, err := cl.Members(callCtx(t), connect.NewRequest(&pb.MembersRequest{})); err != nil {
+			limited = err
+			break
+		}
+	}
+	d := transport.DetailOf(limited)
+	if d.GetReason() != transport.ReasonRateLimited || d.GetRetryAfter().AsDuration() <= 0 {
+		t.Fatalf("over the rate: %v (detail %+v)", limited, d)
+	}
+	ops := leaseholdv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(opsSecret))
+	if _, err := ops.Members(callCtx(t), connect.NewRequest(&pb.MembersRequest{})); err != nil {
+		t.Fatalf("another credential was limited too: %v", err)
+	}
+}
+
+// Connections that send headers and never a body cannot take the API's
+// file descriptors: each host has a bounded number of connections, a body
+// that does not arrive in time ends its request, and callers from other
+// hosts are served throughout.
+func TestIdleConnectionsBounded(t *testing.T) {
+	c := limitsCluster(t, api.Limits{MaxConnsPerHost: 8, BodyTimeout: 300 * time.Millisecond})
+	leader := c.Leader()
+	var conns []net.Conn
+	defer func() {
+		for _, conn := range conns {
+			conn.Close()
+		}
+	}()
+	for range 20 {
+		conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}}).Dial("tcp", leader.APIAddr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n", "/leasehold.v1.ClusterService/Members", opsSecret)
+		conns = append(conns, conn)
+	}
+	// Another host is served while they hang.
+	other := &http.Client{Transport: &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}).DialContext}}
+	cl := leaseholdv1connect.NewClusterServiceClient(other, "http://"+leader.APIAddr, bearer(opsSecret))
+	if _, err := cl.Members(callCtx(t), connect.NewRequest(&pb.MembersRequest{})); err != nil {
+		t.Fatalf("another host was refused: %v", err)
+	}
+	// Every hanging request ends: the 12 over the bound are closed at
+	// once, the 8 within it when their body does not come.
+	for i, conn := range conns {
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		b, err := io.ReadAll(conn)
+		if nerr, ok := err.(net.Error); ok && nerr.Timeout() {
+			t.Fatalf("connection %d still open after 10s (read %q, open %d)", i, b, leader.APIServer.OpenConns())
+		}
+	}
+	c.WaitFor(10*time.Second, "the connections freed", func() bool {
+		_, err := leaseholdv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(opsSecret)).
+			Members(context.Background(), connect.NewRequest(&pb.MembersRequest{}))
+		return err == nil
+	})
+
+}
