@@ -31,10 +31,19 @@ type Client struct {
 	closed    context.Context
 	closeFunc context.CancelFunc
 
+	// now is time.Now; a test moves it to step the members refresh limit.
+	now func() time.Time
+
+	// mu guards the pin and what may be pinned: current is always a
+	// configured endpoint or in members (see hints.go). mu is never held
+	// across a network call.
 	mu      sync.Mutex
 	current string                // the endpoint calls go to
 	next    int                   // rotation position in cfg.Endpoints
 	stubs   map[string]*endpoints // generated clients per endpoint
+	members map[string]bool       // API addresses the cluster listed last
+	listed  time.Time             // when the last members refresh ended; zero: never
+	listing chan struct{}         // closed when the refresh in flight ends; nil: none
 }
 
 // endpoints holds the generated clients of one node.
@@ -56,6 +65,7 @@ func New(cfg Config) (*Client, error) {
 	c := &Client{
 		cfg:     cfg,
 		scheme:  "http",
+		now:     time.Now,
 		current: cfg.Endpoints[0],
 		stubs:   make(map[string]*endpoints),
 	}
@@ -141,24 +151,8 @@ func (c *Client) stubsLocked(addr string) *endpoints {
 	return s
 }
 
-// follow adopts the leader an answer named in its Leasehold-Leader header.
-// A value that is not host:port is ignored rather than trusted.
-func (c *Client) follow(hdr http.Header) {
-	if leader := hdr.Get(transport.HeaderLeader); leader != "" && checkEndpoint(leader) == nil {
-		c.pin(leader)
-	}
-}
-
-// pin makes addr the current endpoint, even if it is not in Endpoints: the
-// cluster knows its members better than the configuration does.
-func (c *Client) pin(addr string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.current = addr
-}
-
 // rotate moves off failed, to the endpoint after it in Endpoints (or after
-// the last one tried, when failed was a hint from outside the list). If
+// the last one tried, when failed was a member outside the list). If
 // another call already moved the pin, it is left where it is.
 func (c *Client) rotate(failed string) {
 	c.mu.Lock()
@@ -238,7 +232,7 @@ func (c *Client) call(ctx context.Context, o callOpts, attempt attemptFunc) erro
 		}
 		hdr, err := attempt(actx, ep)
 		acancel()
-		c.follow(hdr)
+		c.follow(ctx, hdr)
 		if err == nil {
 			return nil
 		}
@@ -260,7 +254,7 @@ func (c *Client) call(ctx context.Context, o callOpts, attempt attemptFunc) erro
 		if classify(e) == giveUp {
 			return e
 		}
-		if c.steer(ep.addr, e, &redirects) {
+		if c.steer(ctx, ep.addr, e, &redirects) {
 			continue
 		}
 		if !c.sleep(ctx, n) {
@@ -274,12 +268,12 @@ func (c *Client) call(ctx context.Context, o callOpts, attempt attemptFunc) erro
 }
 
 // steer moves the pin after a retryable failure on ep and says whether to
-// try again at once: a leader hint is followed without a pause, up to
-// maxRedirects hops in a row; anything else moves to the next endpoint and
-// waits for a backoff.
-func (c *Client) steer(ep string, e *Error, redirects *int) (now bool) {
-	if classify(e) == redirect && e.LeaderAPI != ep && checkEndpoint(e.LeaderAPI) == nil {
-		c.pin(e.LeaderAPI)
+// try again at once: a leader hint the client may follow (see admit) is
+// followed without a pause, up to maxRedirects hops in a row; anything
+// else, an ignored hint too, moves to the next endpoint and waits for a
+// backoff.
+func (c *Client) steer(ctx context.Context, ep string, e *Error, redirects *int) (now bool) {
+	if classify(e) == redirect && e.LeaderAPI != ep && c.admit(ctx, e.LeaderAPI) && c.pin(e.LeaderAPI) {
 		if *redirects < maxRedirects {
 			*redirects++
 			return true

@@ -151,6 +151,7 @@ func cancelOnCall(n int, cancel context.CancelFunc, answer func() error) hook {
 
 func TestNotLeaderRedirectsAndPins(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.on("GetJob", func(context.Context, proto.Message, http.Header) (proto.Message, error) {
 		return nil, reasonErr(transport.ReasonNotLeader, &leaseholdv1.ErrorDetail{LeaderId: "b", LeaderApi: b.addr})()
 	})
@@ -175,6 +176,7 @@ func TestNotLeaderRedirectsAndPins(t *testing.T) {
 
 func TestLeaderHeaderOnSuccessMovesPin(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.setLeader(b.addr)
 	c := newClient(t, a.addr)
 	if _, err := c.Job(testCtx(t), "j1"); err != nil {
@@ -193,6 +195,7 @@ func TestLeaderHeaderOnSuccessMovesPin(t *testing.T) {
 
 func TestLeaderHeaderOnErrorMovesPin(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.setLeader(b.addr)
 	a.script("GetJob", nil, reasonErr(transport.ReasonNotFound, nil))
 	c := newClient(t, a.addr)

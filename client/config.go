@@ -14,7 +14,10 @@ import (
 type Config struct {
 	// Endpoints are API addresses (host:port) of cluster nodes. The client
 	// starts with the first and moves to whichever node the answers name as
-	// leader. Default: the local dev cluster, DefaultEndpoints.
+	// leader, if that is one of these or a member the cluster listed when
+	// the client asked these for its members: the client never sends a
+	// request, and so never Token, to any other address. Default: the
+	// local dev cluster, DefaultEndpoints.
 	Endpoints []string
 	// Token is a bearer token sent as "Authorization: Bearer <Token>" when
 	// not empty. It never appears in errors or logs.

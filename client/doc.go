@@ -5,10 +5,23 @@
 //
 // A Client holds a list of API endpoints and sends every call to one of
 // them, its pin. Every answer, success or error, may name the leader in the
-// Leasehold-Leader header, and the client moves its pin there, even to an
-// address outside its list: the cluster knows its members better than the
-// configuration does. A NOT_LEADER answer with a leader address is followed
-// at once. Answers that mean "not now, not here" (NO_LEADER, NOT_READY,
+// Leasehold-Leader header, and the client moves its pin there. A NOT_LEADER
+// answer with a leader address is followed at once.
+//
+// A hint is followed only to a configured endpoint or to an API address the
+// cluster itself listed: the client never sends a request, and so never its
+// bearer token, to an address that is neither. A hint is a claim in a reply,
+// and one poisoned reply or one wrong node must not be able to send the
+// client elsewhere. When a hint names an address the client does not know
+// (a node added since the configuration was written), it asks the
+// configured endpoints for the member list (ClusterService.Members, with
+// its token, for at most two seconds) and follows the hint if the list
+// names it. It reads the list at most once a second, so a stream of bad
+// hints costs one call a second, and a pin on a node the list no longer
+// names moves back to the endpoints. An ignored hint is treated like any
+// other retryable failure.
+//
+// Answers that mean "not now, not here" (NO_LEADER, NOT_READY,
 // SHUTTING_DOWN, OUTCOME_UNKNOWN, TIMEOUT) and transport failures (dial
 // errors, broken connections, a proxy's 503) move the pin to the next
 // endpoint and retry after a backoff with full jitter, until the caller's

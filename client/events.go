@@ -67,7 +67,7 @@ func (c *Client) Watch(ctx context.Context, afterSeq uint64, fn func([]*leasehol
 			if !cut && classify(e) == giveUp {
 				return e
 			}
-			if c.steer(ep.addr, e, &redirects) {
+			if c.steer(ctx, ep.addr, e, &redirects) {
 				continue
 			}
 		}
@@ -94,14 +94,14 @@ func (c *Client) watchOnce(ctx context.Context, ep *endpoints, last uint64,
 	c.authorize(req.Header())
 	stream, err := ep.events.WatchEvents(ctx, req)
 	if err != nil {
-		c.follow(errorHeader(err))
+		c.follow(ctx, errorHeader(err))
 		return last, err
 	}
 	defer stream.Close()
 	followed := false
 	for stream.Receive() {
 		if !followed {
-			c.follow(stream.ResponseHeader())
+			c.follow(ctx, stream.ResponseHeader())
 			followed = true
 		}
 		*n = 0
@@ -118,6 +118,6 @@ func (c *Client) watchOnce(ctx context.Context, ep *endpoints, last uint64,
 		}
 	}
 	err = stream.Err()
-	c.follow(errorHeader(err))
+	c.follow(ctx, errorHeader(err))
 	return last, err
 }

@@ -89,6 +89,7 @@ func TestWatchReconnectsFromLastSeq(t *testing.T) {
 
 func TestWatchFollowsLeaderAndStopsOnRefusal(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.setWatch(func(context.Context, *leaseholdv1.WatchEventsRequest, func(*leaseholdv1.WatchEventsResponse) error) error {
 		return reasonErr(transport.ReasonNotLeader, &leaseholdv1.ErrorDetail{LeaderApi: b.addr})()
 	})

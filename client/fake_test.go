@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -243,11 +244,32 @@ func (n *fakeNode) Status(ctx context.Context, r *connect.Request[leaseholdv1.St
 	return answer[leaseholdv1.StatusResponse](ctx, n, "Status", r.Msg, r.Header())
 }
 
+func (n *fakeNode) Members(ctx context.Context, r *connect.Request[leaseholdv1.MembersRequest]) (*connect.Response[leaseholdv1.MembersResponse], error) {
+	return answer[leaseholdv1.MembersResponse](ctx, n, "Members", r.Msg, r.Header())
+}
+
+// setMembers makes Members list these API addresses, as a node lists its
+// cluster's. The client follows a hint to a node outside its Endpoints
+// only when the cluster lists it.
+func (n *fakeNode) setMembers(addrs ...string) {
+	n.on("Members", func(context.Context, proto.Message, http.Header) (proto.Message, error) {
+		resp := &leaseholdv1.MembersResponse{}
+		for i, a := range addrs {
+			resp.Members = append(resp.Members, &leaseholdv1.Member{Id: "n" + strconv.Itoa(i+1), ApiAddr: a, Voter: true})
+		}
+		return resp, nil
+	})
+}
+
 func (n *fakeNode) WatchEvents(ctx context.Context, r *connect.Request[leaseholdv1.WatchEventsRequest], s *connect.ServerStream[leaseholdv1.WatchEventsResponse]) error {
 	n.mu.Lock()
 	n.log = append(n.log, received{method: "WatchEvents", msg: proto.Clone(r.Msg), header: r.Header().Clone()})
 	w := n.watch
+	leader := n.leader
 	n.mu.Unlock()
+	if leader != "" {
+		s.ResponseHeader().Set(transport.HeaderLeader, leader)
+	}
 	if w == nil {
 		return connect.NewError(connect.CodeUnimplemented, errors.New("no watch scripted"))
 	}

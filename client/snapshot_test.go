@@ -29,6 +29,7 @@ func refuse(status int, reason, leader string) http.HandlerFunc {
 
 func TestSaveSnapshotFollowsLeader(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.setSnapshot(refuse(http.StatusServiceUnavailable, transport.ReasonNotLeader, b.addr))
 	b.setSnapshot(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
@@ -83,6 +84,7 @@ func TestRestoreSnapshotRewindsOnRetry(t *testing.T) {
 // a reader that cannot be rewound is sent whole to the leader.
 func TestRestoreSnapshotRedirectsBeforeSending(t *testing.T) {
 	a, b := newFakeNode(t), newFakeNode(t)
+	a.setMembers(a.addr, b.addr)
 	a.setSnapshot(refuse(http.StatusServiceUnavailable, transport.ReasonNotLeader, b.addr))
 	got := make(chan string, 1)
 	b.setSnapshot(func(w http.ResponseWriter, r *http.Request) {
