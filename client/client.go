@@ -257,7 +257,7 @@ func (c *Client) call(ctx context.Context, o callOpts, attempt attemptFunc) erro
 		if c.steer(ctx, ep.addr, e, &redirects) {
 			continue
 		}
-		if !c.sleep(ctx, n) {
+		if !c.sleep(ctx, n, e.RetryAfter) {
 			if c.closed.Err() != nil {
 				return ErrClosed
 			}
@@ -306,9 +306,10 @@ func (c *Client) backoff(n int) time.Duration {
 	return rand.N(ceil + 1)
 }
 
-// sleep waits for the n-th backoff; false if ctx ended first.
-func (c *Client) sleep(ctx context.Context, n int) bool {
-	t := time.NewTimer(c.backoff(n))
+// sleep waits for the n-th backoff, and at least floor (a server's
+// retry-after hint); false if ctx ended first.
+func (c *Client) sleep(ctx context.Context, n int, floor time.Duration) bool {
+	t := time.NewTimer(max(c.backoff(n), floor))
 	defer t.Stop()
 	select {
 	case <-t.C:

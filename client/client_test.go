@@ -44,6 +44,9 @@ var reasonTable = map[string]struct {
 	transport.ReasonUnauthenticated: {client.ErrUnauthenticated, false},
 	transport.ReasonForbidden:       {client.ErrPermissionDenied, false},
 	transport.ReasonInternal:        {client.ErrInternal, false},
+	transport.ReasonRateLimited:     {client.ErrRateLimited, true},
+	transport.ReasonQuotaExceeded:   {client.ErrQuotaExceeded, false},
+	transport.ReasonDiskFull:        {client.ErrDiskFull, true},
 }
 
 // Every reason the API defines has its own sentinel, matched by errors.Is

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -65,6 +66,17 @@ var (
 	// ErrInternal: the server failed, or answered something the client
 	// cannot use.
 	ErrInternal = errors.New("internal error")
+	// ErrRateLimited: the credential made more calls than the node allows
+	// (per credential, per node). Retried after the server's hint
+	// (Error.RetryAfter).
+	ErrRateLimited = errors.New("rate limited")
+	// ErrQuotaExceeded: the cluster's replicated state is at its quota, or
+	// the submitter at its bound on queued jobs. Not retried: submits pass
+	// again as jobs finish and are compacted.
+	ErrQuotaExceeded = errors.New("quota exceeded")
+	// ErrDiskFull: the node that answered cannot write its log
+	// (Error.NodeID). Retried, on another node.
+	ErrDiskFull = errors.New("disk full")
 
 	// ErrUnavailable: no server answered (dial failure, broken connection,
 	// a proxy's 502/503/504). Retried until the context ends.
@@ -128,6 +140,9 @@ var sentinels = map[string]error{
 	transport.ReasonTokensExhausted: ErrTokensExhausted,
 	transport.ReasonUnauthenticated: ErrUnauthenticated,
 	transport.ReasonForbidden:       ErrPermissionDenied,
+	transport.ReasonRateLimited:     ErrRateLimited,
+	transport.ReasonQuotaExceeded:   ErrQuotaExceeded,
+	transport.ReasonDiskFull:        ErrDiskFull,
 	transport.ReasonInternal:        ErrInternal,
 }
 
@@ -140,6 +155,8 @@ var retryReasons = map[string]bool{
 	transport.ReasonShuttingDown:   true,
 	transport.ReasonOutcomeUnknown: true,
 	transport.ReasonTimeout:        true,
+	transport.ReasonRateLimited:    true,
+	transport.ReasonDiskFull:       true,
 }
 
 // Error is a failed call: the server's answer (Reason from its ErrorDetail)
@@ -153,6 +170,10 @@ type Error struct {
 	// NOT_LEADER: where the leader is, as the answering node knows it.
 	LeaderID  string
 	LeaderAPI string
+	// RATE_LIMITED: how long the server asked to wait before trying again.
+	RetryAfter time.Duration
+	// DISK_FULL: the node that answered.
+	NodeID string
 
 	cause error // the connect or network error, for errors.As past Error
 }
@@ -223,6 +244,8 @@ func toError(err error) *Error {
 		e.Field = d.GetField()
 		e.LeaderID = d.GetLeaderId()
 		e.LeaderAPI = d.GetLeaderApi()
+		e.RetryAfter = d.GetRetryAfter().AsDuration()
+		e.NodeID = d.GetNodeId()
 	}
 	if e.Reason == transport.ReasonNotLeader && e.LeaderAPI == "" {
 		// The header names the leader too, on every answer.

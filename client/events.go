@@ -72,7 +72,7 @@ func (c *Client) Watch(ctx context.Context, afterSeq uint64, fn func([]*leasehol
 			}
 		}
 		// A stream that ended cleanly is a node going away: reconnect too.
-		if !c.sleep(ctx, n) {
+		if !c.sleep(ctx, n, 0) {
 			return ctx.Err()
 		}
 		n++

@@ -93,7 +93,7 @@ func (c *Client) CancelSubmitter(ctx context.Context, submitter, reason string) 
 			continue
 		}
 		// Jobs remain but none were cancelled: pause rather than spin.
-		if !c.sleep(ctx, n) {
+		if !c.sleep(ctx, n, 0) {
 			return cancelled, ctx.Err()
 		}
 		n++

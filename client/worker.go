@@ -443,7 +443,12 @@ func (w *Worker) acquireLoop(ctx context.Context) {
 		default:
 			w.log.Error("acquire failed", "error", err)
 		}
-		if !w.c.sleep(ctx, fails) {
+		var hint time.Duration
+		var e *Error
+		if errors.As(err, &e) {
+			hint = e.RetryAfter
+		}
+		if !w.c.sleep(ctx, fails, hint) {
 			return
 		}
 		fails++
