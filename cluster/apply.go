@@ -30,6 +30,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c, ok := cmd.(*fsm.SubmitJob); ok {
+		if err := n.checkSubmit(ls, c); err != nil {
+			return nil, err
+		}
+	}
 	w, at := workerOf(cmd), n.clock.Now()
 	res, err := n.raftApply(ctx, cmd)
 	if w != "" && err == nil {

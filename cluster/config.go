@@ -61,6 +61,12 @@ type Config struct {
 	TrailingLogs      uint64
 	SnapshotRetain    int
 
+	// StateQuotaBytes bounds the replicated state's size (fsm
+	// Stats.Bytes): submits past it are refused (0: no quota).
+	// MaxQueuedPerSubmitter bounds one submitter's queued jobs (0: none).
+	StateQuotaBytes       int64
+	MaxQueuedPerSubmitter int
+
 	// ApplyTimeout bounds a proposal when the caller's context has no
 	// deadline.
 	ApplyTimeout time.Duration
@@ -101,6 +107,7 @@ func DefaultConfig() Config {
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
+		StateQuotaBytes:    2 << 30,
 		ApplyTimeout:       10 * time.Second,
 		Retention:          24 * time.Hour,
 		EventRetention:     24 * time.Hour,
@@ -202,6 +209,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ExpiryRate <= 0 || c.ExpiryBurst < 1 {
 		return bad("expiry_rate", c.ExpiryRate, "rate and burst (%d) must be positive", c.ExpiryBurst)
+	}
+	if c.StateQuotaBytes < 0 || c.StateQuotaBytes > 0 && c.StateQuotaBytes < 1<<20 {
+		return bad("state_quota_bytes", c.StateQuotaBytes, "0 (no quota) or at least 1 MiB")
+	}
+	if c.MaxQueuedPerSubmitter < 0 {
+		return bad("max_queued_per_submitter", c.MaxQueuedPerSubmitter, "must not be negative")
 	}
 	if c.SnapshotRetain < 1 {
 		return bad("snapshot_retain", c.SnapshotRetain, "must be at least 1")

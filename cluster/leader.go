@@ -101,6 +101,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			// The state is read afresh: a restore replaces the table.
 			if ls, err := n.established(); err == nil {
 				n.expiryTick(ctx, ls, limiter)
+				n.quotaTick(ctx, ls)
 			}
 		}
 	}

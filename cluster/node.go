@@ -66,6 +66,10 @@ type Node struct {
 type leaderState struct {
 	term  uint64
 	table atomic.Pointer[expiryTable]
+	// quotaAlarm is the leader loop's; quotaRefused is set by any submit
+	// refused for the quota since the last tick (quota.go).
+	quotaAlarm   bool
+	quotaRefused atomic.Bool
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,

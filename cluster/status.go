@@ -93,3 +93,6 @@ func (n *Node) Leader() (id, api string) {
 func (n *Node) Timings() (renew, grace, toleration time.Duration) {
 	return n.cfg.Renew, n.cfg.Grace, n.cfg.Toleration
 }
+
+// StateQuota is the replicated state's quota in bytes (0: none).
+func (n *Node) StateQuota() int64 { return n.cfg.StateQuotaBytes }

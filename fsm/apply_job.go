@@ -103,7 +103,7 @@ func applyCompact(s *state, cmd Command) (any, error) {
 		res.Jobs++
 	}
 	if n := s.events.firstAtOrAfter(c.EventsBefore); n > 0 {
-		s.events.drop(n)
+		s.dropEvents(n)
 		res.Events = n
 	}
 	if res.Jobs > 0 {

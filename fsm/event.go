@@ -30,6 +30,8 @@ const (
 	EventNodeSet            EventType = 24
 	EventNodeRemoved        EventType = 25
 	EventAudit              EventType = 26 // an admin action or a refused attempt: Actor, Source, Detail
+	EventQuotaExceeded      EventType = 27 // recorded by the leader: submits refused, the state at its quota
+	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
 )
 
 var eventTypeNames = map[EventType]string{
@@ -59,6 +61,8 @@ var eventTypeNames = map[EventType]string{
 	EventNodeSet:            "node.set",
 	EventNodeRemoved:        "node.removed",
 	EventAudit:              "audit",
+	EventQuotaExceeded:      "quota.exceeded",
+	EventQuotaCleared:       "quota.cleared",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }
@@ -73,6 +77,8 @@ var recordable = map[EventType]bool{
 	EventWorkerReachable:   true,
 	EventAbsenceRule:       true,
 	EventLeaderChanged:     true,
+	EventQuotaExceeded:     true,
+	EventQuotaCleared:      true,
 }
 
 // Event is one entry of the replicated event log.

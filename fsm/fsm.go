@@ -86,6 +86,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	s.lastTime = max(s.lastTime, env.Time)
 	events := s.eventSeq
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
+	s.settle()
 	if s.eventSeq != events {
 		close(f.changed)
 		f.changed = make(chan struct{})

@@ -33,6 +33,12 @@ func (s *state) check() error {
 			errs = append(errs, fmt.Errorf(format, args...))
 		}
 	}
+	if n := s.countBytes(); n != s.bytes {
+		fail("size %d bytes, recounted %d", s.bytes, n)
+	}
+	if len(s.touched) != 0 {
+		fail("%d jobs touched outside an apply", len(s.touched))
+	}
 	var counts [JobFailed + 1]int
 	var jobs, leases, live, queuedWithSubmitter, terminal int
 	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold

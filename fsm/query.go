@@ -303,6 +303,9 @@ type Stats struct {
 	LiveLeases   int
 	Events       int
 	LastEventSeq uint64
+	// Bytes estimates the memory every replica spends on the state
+	// (size.go): the figure the leader's quota bounds.
+	Bytes int64
 }
 
 // Stats returns the state's counters.
@@ -313,6 +316,7 @@ func (f *FSM) Stats() Stats {
 	st := Stats{
 		LastIndex: s.lastIndex, LastTime: s.lastTime, LastToken: s.lastToken,
 		Jobs: map[JobState]int{}, Workers: len(s.workers), Events: s.events.len(), LastEventSeq: s.eventSeq,
+		Bytes: s.sizeBytes(),
 	}
 	for state, n := range s.counts {
 		if n > 0 {
@@ -323,4 +327,21 @@ func (f *FSM) Stats() Stats {
 		st.LiveLeases += len(set)
 	}
 	return st
+}
+
+// QueuedBy returns how many jobs of submitter are queued.
+func (f *FSM) QueuedBy(submitter string) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if h := f.st.submitted[submitter]; h != nil {
+		return h.live
+	}
+	return 0
+}
+
+// Bytes returns the state's size (Stats.Bytes), without the rest of Stats.
+func (f *FSM) Bytes() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.sizeBytes()
 }

@@ -52,6 +52,8 @@ type state struct {
 	requests     map[string][]uint64            // worker+"\x00"+request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobFailed + 1]int // jobs per state
+	bytes        int64              // jobs' and events' size (size.go)
+	touched      map[uint64]int64   // during an apply: seq -> size before it changed
 }
 
 func newState() *state {
@@ -65,6 +67,7 @@ func newState() *state {
 		submitted:    map[string]*jobHeap{},
 		requests:     map[string][]uint64{},
 		interned:     map[string]string{},
+		touched:      map[uint64]int64{},
 	}
 }
 
@@ -150,6 +153,7 @@ func (s *state) mutableShard(seq uint64, create bool) *jobShard {
 func (s *state) editJob(seq uint64) *Job {
 	sh := s.mutableShard(seq, false)
 	j := sh.jobs[seq&shardMask]
+	s.touch(seq, jobBytes(j))
 	if j.gen != s.gen {
 		j = j.clone()
 		j.gen = s.gen
@@ -160,6 +164,7 @@ func (s *state) editJob(seq uint64) *Job {
 
 // insertJob stores a new job under its seq.
 func (s *state) insertJob(j *Job) {
+	s.touch(j.Seq, 0)
 	j.gen = s.gen
 	sh := s.mutableShard(j.Seq, true)
 	sh.jobs[j.Seq&shardMask] = j
@@ -170,6 +175,7 @@ func (s *state) insertJob(j *Job) {
 
 // removeJob deletes a job and every index entry that names it.
 func (s *state) removeJob(j *Job) {
+	s.touch(j.Seq, jobBytes(j))
 	sh := s.mutableShard(j.Seq, false)
 	sh.jobs[j.Seq&shardMask] = nil
 	sh.n--
@@ -339,14 +345,16 @@ func (s *state) emit(ev Event) {
 	ev.Index = s.lastIndex
 	ev.Time = s.lastTime
 	if s.events.len() >= MaxEvents {
-		s.events.drop(s.events.len() - MaxEvents + 1)
+		s.dropEvents(s.events.len() - MaxEvents + 1)
 	}
+	s.bytes += eventBytes(&ev)
 	s.events.push(ev)
 }
 
 // rebuildIndexes derives every index from the replicated fields. Used by
 // restore; the result must equal what applying the log built.
 func (s *state) rebuildIndexes() {
+	s.bytes = s.countBytes()
 	type fin struct{ fseq, seq uint64 }
 	var finished []fin
 	eachJob(s.shards, func(j *Job) bool {

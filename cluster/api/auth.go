@@ -30,19 +30,31 @@ const (
 	RoleWorker    Role = "worker"    // worker calls, fence checks, events, reads
 )
 
-// Token is one bearer token and the name it is audited under.
+// Grant is what a credential may do: its role, and for a worker the
+// worker ids it may act as, for a submitter the submitter it acts as.
+type Grant struct {
+	Role Role
+	// Workers (role worker): the worker ids this credential may act as,
+	// each exact or a prefix ending in '*' ("*" alone: any worker).
+	Workers []string
+	// Submitter (role submitter): the submitter whose jobs it submits and
+	// cancels ("*": any).
+	Submitter string
+}
+
+// Token is one bearer token, the name it is audited under, and its grant.
 type Token struct {
 	Name   string
 	Secret string
-	Role   Role
+	Grant
 }
 
-// CertRole gives the role to client certificates whose identity name
+// CertRole grants to client certificates whose identity name
 // (transport.CertIdentity's Name, or the subject's common name for a
 // certificate that names no leasehold identity) is Name.
 type CertRole struct {
 	Name string
-	Role Role
+	Grant
 }
 
 // Credentials are who may call the API. SetCredentials replaces them whole
@@ -63,12 +75,44 @@ func (c Credentials) Enabled() bool {
 
 // Identity is who a request acts as.
 type Identity struct {
-	Kind   string // "token", "cert", or "open" when authentication is off
-	Name   string // the token's name or the certificate's identity name
-	Role   Role
+	Kind string // "token", "cert", or "open" when authentication is off
+	Name string // the token's name or the certificate's identity name
+	Grant
 	Source string // the original caller's address
 	// Via is the member that forwarded the request, if one did.
 	Via string
+}
+
+// openGrant is what every caller may do when authentication is off.
+var openGrant = Grant{Role: RoleAdmin}
+
+// mayActAsWorker reports whether the identity may make calls in worker
+// id's name.
+func (id Identity) mayActAsWorker(worker string) bool {
+	if id.Role == RoleAdmin {
+		return true
+	}
+	if id.Role != RoleWorker {
+		return false
+	}
+	for _, p := range id.Workers {
+		if prefix, glob := strings.CutSuffix(p, "*"); glob && strings.HasPrefix(worker, prefix) || p == worker {
+			return true
+		}
+	}
+	return false
+}
+
+// mayActAsSubmitter reports whether the identity may submit or cancel in
+// submitter's name.
+func (id Identity) mayActAsSubmitter(submitter string) bool {
+	switch id.Role {
+	case RoleAdmin:
+		return true
+	case RoleSubmitter:
+		return id.Submitter == "*" || id.Submitter == submitter
+	}
+	return false
 }
 
 // Actor names the identity in audit records.
@@ -85,6 +129,7 @@ var (
 	errForbidden       = fmt.Errorf("the credential's role may not call this")
 	errPeerOnly        = fmt.Errorf("the peer port takes only requests forwarded by members")
 	errRateLimited     = fmt.Errorf("the credential's request rate is exceeded")
+	errNotYours        = fmt.Errorf("%w: the credential may not act as", errForbidden)
 )
 
 // Which services (and single procedures) each role may call. Admin may call
@@ -138,7 +183,8 @@ type requestKey struct{}
 
 // request is what authenticate learned, for the handlers.
 type request struct {
-	id Identity
+	id   Identity
+	path string // the procedure called
 	// forwarded: the request came from another member; it is not
 	// forwarded again.
 	forwarded bool
@@ -185,6 +231,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeRefusal(w, r, toWire(err))
 			return
 		}
+		req.path = r.URL.Path
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	})
 }
@@ -209,23 +256,23 @@ func (s *Server) identify(r *http.Request) (request, error) {
 		if peer.Authenticated {
 			req.id.Via = peer.NodeID()
 			if !creds.Enabled() {
-				req.id.Kind, req.id.Name, req.id.Role = "open", "anonymous", RoleAdmin
+				req.id.Kind, req.id.Name, req.id.Grant = "open", "anonymous", openGrant
 				return req, nil
 			}
 			kind, name, ok := strings.Cut(r.Header.Get(headerForwardedIdentity), ":")
 			if !ok {
 				return req, errUnauthenticated
 			}
-			role, ok := creds.roleOf(kind, name)
+			g, ok := creds.grantOf(kind, name)
 			if !ok {
 				return req, errUnauthenticated
 			}
-			req.id.Kind, req.id.Name, req.id.Role = kind, name, role
+			req.id.Kind, req.id.Name, req.id.Grant = kind, name, g
 			return req, nil
 		}
 	}
 	if !creds.Enabled() {
-		req.id.Kind, req.id.Name, req.id.Role = "open", "anonymous", RoleAdmin
+		req.id.Kind, req.id.Name, req.id.Grant = "open", "anonymous", openGrant
 		return req, nil
 	}
 	if auth := r.Header.Get(transport.HeaderAuthorization); auth != "" {
@@ -234,18 +281,18 @@ func (s *Server) identify(r *http.Request) (request, error) {
 		if !ok || !found {
 			return req, errUnauthenticated
 		}
-		req.id.Kind, req.id.Name, req.id.Role = "token", t.Name, t.Role
+		req.id.Kind, req.id.Name, req.id.Grant = "token", t.Name, t.Grant
 		req.authorization = auth
 		return req, nil
 	}
 	if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
 		// The handshake verified the chain (TLSMaterial.APIServerConfig).
 		name := s.certName(r.TLS.PeerCertificates[0])
-		role, ok := creds.roleOf("cert", name)
+		g, ok := creds.grantOf("cert", name)
 		if !ok {
 			return req, errUnauthenticated
 		}
-		req.id.Kind, req.id.Name, req.id.Role = "cert", name, role
+		req.id.Kind, req.id.Name, req.id.Grant = "cert", name, g
 		return req, nil
 	}
 	return req, errUnauthenticated
@@ -254,13 +301,13 @@ func (s *Server) identify(r *http.Request) (request, error) {
 // credentials is Credentials prepared for lookups.
 type credentials struct {
 	Credentials
-	certs map[string]Role
+	certs map[string]Grant
 }
 
 func newCredentials(c Credentials) *credentials {
-	out := &credentials{Credentials: c, certs: map[string]Role{}}
+	out := &credentials{Credentials: c, certs: map[string]Grant{}}
 	for _, cr := range c.Certs {
-		out.certs[cr.Name] = cr.Role
+		out.certs[cr.Name] = cr.Grant
 	}
 	return out
 }
@@ -278,25 +325,25 @@ func (c *credentials) token(secret string) (Token, bool) {
 	return found, ok && secret != ""
 }
 
-// roleOf resolves an identity by name: the role this node's own
+// grantOf resolves an identity by name: the grant this node's own
 // configuration gives it.
-func (c *credentials) roleOf(kind, name string) (Role, bool) {
+func (c *credentials) grantOf(kind, name string) (Grant, bool) {
 	switch kind {
 	case "token":
 		for _, t := range c.Tokens {
 			if t.Name == name {
-				return t.Role, true
+				return t.Grant, true
 			}
 		}
 	case "cert":
-		if role, ok := c.certs[name]; ok {
-			return role, true
+		if g, ok := c.certs[name]; ok {
+			return g, true
 		}
 		if len(c.certs) == 0 && c.RequireClientCerts && name != "" {
-			return RoleAdmin, true
+			return Grant{Role: RoleAdmin}, true
 		}
 	}
-	return "", false
+	return Grant{}, false
 }
 
 // refusals limits the audit records refused calls produce: one per source
@@ -401,4 +448,37 @@ func (s *Server) certName(cert *x509.Certificate) string {
 // auditRecord is the audit record of an action by id.
 func auditRecord(id Identity, action, detail string) fsm.Audit {
 	return cluster.AuditOf(id.actor(), action, detail)
+}
+
+// actAsWorker refuses, and audits, a call in the name of a worker the
+// caller's credential does not name.
+func (s *Server) actAsWorker(ctx context.Context, worker string) error {
+	id := identityOf(ctx)
+	if id.mayActAsWorker(worker) {
+		return nil
+	}
+	return s.denied(ctx, fmt.Errorf("%w worker %q", errNotYours, worker))
+}
+
+// actAsSubmitter refuses, and audits, a submit or cancel in the name of a
+// submitter the caller's credential is not.
+func (s *Server) actAsSubmitter(ctx context.Context, submitter string) error {
+	id := identityOf(ctx)
+	if id.mayActAsSubmitter(submitter) {
+		return nil
+	}
+	return s.denied(ctx, fmt.Errorf("%w submitter %q", errNotYours, submitter))
+}
+
+// denied audits a refusal to act in another's name (at the refusals' rate:
+// one per source host, identity, call and target a window) and returns
+// err.
+func (s *Server) denied(ctx context.Context, err error) error {
+	req := requestOf(ctx)
+	host, _, _ := net.SplitHostPort(req.id.Source)
+	what := req.path + ": " + err.Error()
+	if s.refusals.allow(host+"|"+req.id.Kind+":"+req.id.Name+"|"+what, time.Now()) {
+		s.node.AuditAsync(cluster.AuditOf(req.id.actor(), "auth.denied", what))
+	}
+	return err
 }

@@ -41,6 +41,7 @@ func (s *Server) status() *pb.StatusResponse {
 		LiveLeases: uint32(stats.LiveLeases), LastEventSeq: stats.LastEventSeq,
 		Timings:  timingsToProto(s.node.Timings()),
 		Insecure: s.insecure, PeerTls: st.PeerTLS, ApiAuth: s.creds.Load().Enabled(),
+		StateBytes: stats.Bytes, StateQuotaBytes: s.node.StateQuota(),
 	}
 	for state, n := range stats.Jobs {
 		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})

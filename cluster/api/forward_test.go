@@ -26,9 +26,16 @@ const (
 	subSecret = "submitter-secret-0123456789"
 )
 
+const (
+	workerASecret = "worker-a-secret-0123456789"
+	ci2Secret     = "submitter-2-secret-0123456789"
+)
+
 var testCreds = api.Credentials{Tokens: []api.Token{
-	{Name: "ops", Secret: opsSecret, Role: api.RoleAdmin},
-	{Name: "ci", Secret: subSecret, Role: api.RoleSubmitter},
+	{Name: "ops", Secret: opsSecret, Grant: api.Grant{Role: api.RoleAdmin}},
+	{Name: "ci", Secret: subSecret, Grant: api.Grant{Role: api.RoleSubmitter, Submitter: "ci"}},
+	{Name: "ci2", Secret: ci2Secret, Grant: api.Grant{Role: api.RoleSubmitter, Submitter: "ci2"}},
+	{Name: "workers-a", Secret: workerASecret, Grant: api.Grant{Role: api.RoleWorker, Workers: []string{"wA", "pool-a-*"}}},
 }}
 
 // tokenCluster starts 3 nodes with API tokens, with or without peer TLS.

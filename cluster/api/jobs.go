@@ -15,7 +15,16 @@ type jobService struct{ s *Server }
 
 func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.SubmitJobRequest]) (*connect.Response[pb.SubmitJobResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.SubmitJob, func(ctx context.Context) (*pb.SubmitJobResponse, error) {
-		r, err := applyAs[fsm.SubmitResult](j.s, ctx, submitOf(req.Msg))
+		cmd := submitOf(req.Msg)
+		// A submitter credential's jobs are its own: an empty submitter is
+		// its name, another name is refused.
+		if id := identityOf(ctx); id.Role == RoleSubmitter && id.Submitter != "*" && cmd.Spec.Submitter == "" {
+			cmd.Spec.Submitter = id.Submitter
+		}
+		if err := j.s.actAsSubmitter(ctx, cmd.Spec.Submitter); err != nil {
+			return nil, err
+		}
+		r, err := applyAs[fsm.SubmitResult](j.s, ctx, cmd)
 		if err != nil {
 			return nil, err
 		}
@@ -53,6 +62,14 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 
 func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.CancelJobRequest]) (*connect.Response[pb.CancelJobResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.CancelJob, func(ctx context.Context) (*pb.CancelJobResponse, error) {
+		// A job's submitter never changes, so any replica's copy tells
+		// whose it is; one this node has not seen yet is checked by the
+		// leader, where the request goes.
+		if job, err := j.s.node.FSM().Job(req.Msg.GetId()); err == nil {
+			if err := j.s.actAsSubmitter(ctx, job.Submitter); err != nil {
+				return nil, err
+			}
+		}
 		r, err := applyAs[fsm.CancelResult](j.s, ctx, cancelOf(req.Msg))
 		if err != nil {
 			return nil, err
@@ -63,6 +80,9 @@ func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.Cance
 
 func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Request[pb.CancelSubmitterJobsRequest]) (*connect.Response[pb.CancelSubmitterJobsResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.CancelSubmitterJobs, func(ctx context.Context) (*pb.CancelSubmitterJobsResponse, error) {
+		if err := j.s.actAsSubmitter(ctx, req.Msg.GetSubmitter()); err != nil {
+			return nil, err
+		}
 		r, err := applyAs[fsm.CancelSubmitterResult](j.s, ctx, cancelSubmitterOf(req.Msg))
 		if err != nil {
 			return nil, err

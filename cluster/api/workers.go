@@ -18,6 +18,9 @@ func (w workerService) timings() *pb.Timings {
 
 func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.RegisterWorker, func(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		wk, err := applyAs[fsm.Worker](w.s, ctx, registerOf(req.Msg))
 		if err != nil {
 			return nil, err
@@ -28,6 +31,9 @@ func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[
 
 func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Request[pb.DeregisterWorkerRequest]) (*connect.Response[pb.DeregisterWorkerResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.DeregisterWorker, func(ctx context.Context) (*pb.DeregisterWorkerResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		r, err := applyAs[fsm.DeregisterResult](w.s, ctx, deregisterOf(req.Msg))
 		if err != nil {
 			return nil, err
@@ -38,6 +44,9 @@ func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Reques
 
 func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Acquire, func(ctx context.Context) (*pb.AcquireResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		res, err := w.s.node.Acquire(ctx, *acquireOf(req.Msg), waitOf(req.Msg.GetWait()))
 		if err != nil {
 			return nil, err
@@ -48,6 +57,9 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 
 func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.StartLeaseRequest]) (*connect.Response[pb.StartLeaseResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.StartLease, func(ctx context.Context) (*pb.StartLeaseResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		l, err := applyAs[fsm.Lease](w.s, ctx, startOf(req.Msg))
 		if err != nil {
 			return nil, err
@@ -58,6 +70,9 @@ func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.S
 
 func (w workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.HeartbeatRequest]) (*connect.Response[pb.HeartbeatResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Heartbeat, func(ctx context.Context) (*pb.HeartbeatResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		res, err := w.s.node.Heartbeat(ctx, req.Msg.GetWorkerId(), refsFromProto(req.Msg.GetLeases()))
 		if err != nil {
 			return nil, err
@@ -87,6 +102,9 @@ func verdictToProto(v cluster.Verdict) pb.Verdict {
 
 func (w workerService) Report(ctx context.Context, req *connect.Request[pb.ReportRequest]) (*connect.Response[pb.ReportResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Report, func(ctx context.Context) (*pb.ReportResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		r, err := applyAs[fsm.ReportResult](w.s, ctx, reportOf(req.Msg))
 		if err != nil {
 			return nil, err
@@ -99,6 +117,9 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 
 func (w workerService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Release, func(ctx context.Context) (*pb.ReleaseResponse, error) {
+		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
+			return nil, err
+		}
 		j, err := applyAs[fsm.Job](w.s, ctx, releaseOf(req.Msg))
 		if err != nil {
 			return nil, err

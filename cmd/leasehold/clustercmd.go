@@ -37,6 +37,7 @@ func clusterCommand() *cli.Command {
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
 						"insecure": st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
+						"state_bytes": st.GetStateBytes(), "state_quota_bytes": st.GetStateQuotaBytes(),
 					}
 					return output(c, v, func() {
 						w := newTable()
@@ -47,6 +48,7 @@ func clusterCommand() *cli.Command {
 							jobs, st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
 						fmt.Fprintf(w, "timings\trenew %s, grace %s, toleration %s\n", v["renew"], v["grace"], v["toleration"])
 						fmt.Fprintf(w, "security\t%s\n", securityLine(st.GetPeerTls(), st.GetApiAuth(), st.GetInsecure()))
+						fmt.Fprintf(w, "quota\t%s\n", quotaLine(st.GetStateBytes(), st.GetStateQuotaBytes()))
 						w.Flush()
 					})
 				}),
@@ -272,4 +274,13 @@ func securityLine(peerTLS, apiAuth, insecure bool) string {
 		line += " (INSECURE: started with --insecure)"
 	}
 	return line
+}
+
+// quotaLine shows the replicated state's size against its quota.
+func quotaLine(size, quota int64) string {
+	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+	if quota <= 0 {
+		return "state " + mib(size) + ", no quota"
+	}
+	return fmt.Sprintf("state %s of %s (%.0f%%)", mib(size), mib(quota), 100*float64(size)/float64(quota))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ type ServerConfig struct {
 	Retention RetentionSection `toml:"retention"`
 	TLS       TLSSection       `toml:"tls"`
 	Auth      AuthSection      `toml:"auth"`
+	Limits    LimitsSection    `toml:"limits"`
 	Plugins   struct {
 		Executor ExecutorSection `toml:"executor"`
 	} `toml:"plugins"`
@@ -104,19 +106,44 @@ type AuthSection struct {
 	Certs  []CertEntry  `toml:"certs"`
 }
 
-// TokenEntry is one [[auth.tokens]]: a secret, its role, and the name it
-// is audited under.
+// TokenEntry is one [[auth.tokens]]: a secret (inline, in a file, or in an
+// environment variable), the name it is audited under, its role, and whom
+// it may act as.
 type TokenEntry struct {
-	Name  string `toml:"name"`
-	Token string `toml:"token"`
-	Role  string `toml:"role"`
+	Name      string `toml:"name"`
+	Token     string `toml:"token"`
+	TokenFile string `toml:"token_file"`
+	TokenEnv  string `toml:"token_env"`
+	ScopeEntry
 }
 
-// CertEntry is one [[auth.certs]]: the role of the client certificate
+// ScopeEntry is a credential's role and whom it may act as: a worker
+// credential names its worker ids (exact, or a prefix ending in '*'; "*"
+// for any), a submitter credential its submitter ("*" for any).
+type ScopeEntry struct {
+	Role      string   `toml:"role"`
+	Workers   []string `toml:"workers"`
+	Submitter string   `toml:"submitter"`
+}
+
+// CertEntry is one [[auth.certs]]: the grant of the client certificate
 // whose identity name (or common name) is Name.
 type CertEntry struct {
 	Name string `toml:"name"`
-	Role string `toml:"role"`
+	ScopeEntry
+}
+
+// LimitsSection is [limits]: what one caller can make a node do, and the
+// replicated state's quota.
+type LimitsSection struct {
+	MaxRequestBytes       int      `toml:"max_request_bytes"`
+	MaxConnections        int      `toml:"max_connections"`
+	MaxConnectionsPerHost int      `toml:"max_connections_per_host"`
+	RatePerCredential     float64  `toml:"rate_per_credential"`
+	BurstPerCredential    int      `toml:"burst_per_credential"`
+	BodyTimeout           duration `toml:"body_timeout"`
+	StateQuotaBytes       int64    `toml:"state_quota_bytes"`
+	MaxQueuedPerSubmitter int      `toml:"max_queued_per_submitter"`
 }
 
 // duration is a TOML string like "1s".
@@ -146,6 +173,12 @@ func defaultServerConfig() ServerConfig {
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
 	}
 	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, CompactInterval: duration{d.CompactInterval}}
+	l := api.DefaultLimits()
+	c.Limits = LimitsSection{
+		MaxRequestBytes: l.MaxRequestBytes, MaxConnections: l.MaxConns, MaxConnectionsPerHost: l.MaxConnsPerHost,
+		RatePerCredential: l.Rate, BurstPerCredential: l.Burst, BodyTimeout: duration{l.BodyTimeout},
+		StateQuotaBytes: d.StateQuotaBytes, MaxQueuedPerSubmitter: d.MaxQueuedPerSubmitter,
+	}
 	c.Plugins.Executor = ExecutorSection{
 		RenewSeconds: d.Renew.Seconds(), GraceSeconds: d.Grace.Seconds(), TolerationSeconds: d.Toleration.Seconds(),
 		ExpiryRate: d.ExpiryRate, ExpiryBurst: d.ExpiryBurst,
@@ -197,8 +230,12 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	cfg.LeaderLeaseTimeout = c.Raft.LeaderLeaseTimeout.Duration
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
+	cfg.StateQuotaBytes, cfg.MaxQueuedPerSubmitter = c.Limits.StateQuotaBytes, c.Limits.MaxQueuedPerSubmitter
 	cfg.Logger = logger
 	cfg.Clock = serverClock()
+	if err := c.apiLimits().Validate(); err != nil {
+		return cfg, nil, err
+	}
 	if err := transport.CheckClusterName(c.ClusterName); err != nil {
 		return cfg, nil, &cluster.ConfigError{Field: "cluster_name", Value: c.ClusterName, Reason: err.Error()}
 	}
@@ -232,6 +269,15 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	return cfg, peer, cfg.Validate()
 }
 
+// apiLimits are [limits]' bounds on callers.
+func (c *ServerConfig) apiLimits() api.Limits {
+	l := c.Limits
+	return api.Limits{
+		MaxRequestBytes: l.MaxRequestBytes, MaxConns: l.MaxConnections, MaxConnsPerHost: l.MaxConnectionsPerHost,
+		Rate: l.RatePerCredential, Burst: l.BurstPerCredential, BodyTimeout: l.BodyTimeout.Duration,
+	}
+}
+
 // apiTLS loads the API port's TLS material and configuration; nil without
 // [tls.api].
 func (c *ServerConfig) apiTLS() (*transport.TLSMaterial, *tls.Config, error) {
@@ -257,19 +303,20 @@ func (c *ServerConfig) apiTLS() (*transport.TLSMaterial, *tls.Config, error) {
 	return mat, conf, nil
 }
 
-// credentials are the API's tokens and certificate roles. Token secrets are
-// never echoed back, not even a bad one.
+// credentials are the API's tokens and certificate grants. Token secrets
+// are never echoed back, not even a bad one.
 func (c *ServerConfig) credentials() (api.Credentials, error) {
 	out := api.Credentials{RequireClientCerts: c.TLS.API.VerifyClients}
 	names := map[string]bool{}
 	for i, t := range c.Auth.Tokens {
 		field := fmt.Sprintf("auth.tokens[%d]", i)
-		role, err := parseRole(field+".role", t.Role)
+		g, err := t.grant(field)
 		if err != nil {
 			return out, err
 		}
-		if len(t.Token) < 16 {
-			return out, &cluster.ConfigError{Field: field + ".token", Value: "(hidden)", Reason: "at least 16 characters"}
+		secret, err := t.secret(field)
+		if err != nil {
+			return out, err
 		}
 		name := t.Name
 		if name == "" {
@@ -279,23 +326,90 @@ func (c *ServerConfig) credentials() (api.Credentials, error) {
 			return out, &cluster.ConfigError{Field: field + ".name", Value: name, Reason: "another token has this name"}
 		}
 		names[name] = true
-		out.Tokens = append(out.Tokens, api.Token{Name: name, Secret: t.Token, Role: role})
+		out.Tokens = append(out.Tokens, api.Token{Name: name, Secret: secret, Grant: g})
 	}
 	for i, ce := range c.Auth.Certs {
 		field := fmt.Sprintf("auth.certs[%d]", i)
-		role, err := parseRole(field+".role", ce.Role)
+		g, err := ce.grant(field)
 		if err != nil {
 			return out, err
 		}
 		if ce.Name == "" {
 			return out, &cluster.ConfigError{Field: field + ".name", Value: "", Reason: "name the certificate (its identity name or common name)"}
 		}
-		out.Certs = append(out.Certs, api.CertRole{Name: ce.Name, Role: role})
+		out.Certs = append(out.Certs, api.CertRole{Name: ce.Name, Grant: g})
 	}
 	if len(out.Certs) > 0 && c.TLS.API.CAFile == "" {
 		return out, &cluster.ConfigError{Field: "auth.certs", Value: len(out.Certs), Reason: "client certificates need [tls.api] ca_file"}
 	}
 	return out, nil
+}
+
+// secret reads the token from exactly one of token, token_file and
+// token_env. A file must not be readable by others.
+func (t TokenEntry) secret(field string) (string, error) {
+	set := 0
+	for _, v := range []string{t.Token, t.TokenFile, t.TokenEnv} {
+		if v != "" {
+			set++
+		}
+	}
+	if set != 1 {
+		return "", &cluster.ConfigError{Field: field, Value: "(hidden)", Reason: "set exactly one of token, token_file and token_env"}
+	}
+	secret := t.Token
+	switch {
+	case t.TokenFile != "":
+		info, err := os.Stat(t.TokenFile)
+		if err != nil {
+			return "", &cluster.ConfigError{Field: field + ".token_file", Value: t.TokenFile, Reason: err.Error()}
+		}
+		if info.Mode().Perm()&0o077 != 0 {
+			return "", &cluster.ConfigError{Field: field + ".token_file", Value: t.TokenFile,
+				Reason: fmt.Sprintf("mode %04o: readable by others (chmod 600)", info.Mode().Perm())}
+		}
+		b, err := os.ReadFile(t.TokenFile)
+		if err != nil {
+			return "", &cluster.ConfigError{Field: field + ".token_file", Value: t.TokenFile, Reason: err.Error()}
+		}
+		secret = strings.TrimSpace(string(b))
+	case t.TokenEnv != "":
+		secret = os.Getenv(t.TokenEnv)
+		if secret == "" {
+			return "", &cluster.ConfigError{Field: field + ".token_env", Value: t.TokenEnv, Reason: "the variable is empty or unset"}
+		}
+	}
+	if len(secret) < 16 {
+		return "", &cluster.ConfigError{Field: field + ".token", Value: "(hidden)", Reason: "at least 16 characters"}
+	}
+	return secret, nil
+}
+
+// grant checks a role and its scope: a worker credential names the workers
+// it may act as, a submitter credential its submitter, and nothing else
+// has either.
+func (e ScopeEntry) grant(field string) (api.Grant, error) {
+	role, err := parseRole(field+".role", e.Role)
+	if err != nil {
+		return api.Grant{}, err
+	}
+	g := api.Grant{Role: role, Workers: e.Workers, Submitter: e.Submitter}
+	switch {
+	case role == api.RoleWorker && len(e.Workers) == 0:
+		return g, &cluster.ConfigError{Field: field + ".workers", Value: "[]", Reason: `name the worker ids this credential may act as (exact, a prefix ending in "*", or ["*"] for any)`}
+	case role == api.RoleSubmitter && e.Submitter == "":
+		return g, &cluster.ConfigError{Field: field + ".submitter", Value: "", Reason: `name the submitter this credential acts as ("*" for any)`}
+	case role != api.RoleWorker && len(e.Workers) > 0:
+		return g, &cluster.ConfigError{Field: field + ".workers", Value: e.Workers, Reason: "only a worker credential names workers"}
+	case role != api.RoleSubmitter && e.Submitter != "":
+		return g, &cluster.ConfigError{Field: field + ".submitter", Value: e.Submitter, Reason: "only a submitter credential names a submitter"}
+	}
+	for _, w := range e.Workers {
+		if w == "" || strings.Contains(strings.TrimSuffix(w, "*"), "*") {
+			return g, &cluster.ConfigError{Field: field + ".workers", Value: w, Reason: `an id, or a prefix ending in "*"`}
+		}
+	}
+	return g, nil
 }
 
 func parseRole(field, s string) (api.Role, error) {

@@ -45,7 +45,7 @@ func TestExposureRule(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "[tls.peer]") || !strings.Contains(err.Error(), "API authentication") {
 		t.Fatalf("exposed, nothing configured: %v", err)
 	}
-	exposed.Auth.Tokens = []TokenEntry{{Name: "ops", Token: "0123456789abcdef", Role: "admin"}}
+	exposed.Auth.Tokens = []TokenEntry{{Name: "ops", Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "admin"}}}
 	if err := exposed.checkExposure(); err == nil || strings.Contains(err.Error(), "API authentication") {
 		t.Fatalf("exposed with tokens only: %v", err)
 	}
@@ -66,16 +66,26 @@ func TestExposureRule(t *testing.T) {
 }
 
 func TestCredentials(t *testing.T) {
+	admin := ScopeEntry{Role: "admin"}
+	dir := t.TempDir()
+	secretFile := filepath.Join(dir, "tok")
+	os.WriteFile(secretFile, []byte("from-a-file-0123456789\n"), 0o600)
+	openFile := filepath.Join(dir, "open")
+	os.WriteFile(openFile, []byte("from-a-file-0123456789\n"), 0o644)
+	t.Setenv("LH_TEST_TOKEN", "from-the-env-0123456789")
+
 	c := defaultServerConfig()
 	c.Auth.Tokens = []TokenEntry{
-		{Token: "0123456789abcdef", Role: "admin"},
-		{Name: "ci", Token: "fedcba9876543210", Role: "submitter"},
+		{Token: "0123456789abcdef", ScopeEntry: admin},
+		{Name: "ci", TokenFile: secretFile, ScopeEntry: ScopeEntry{Role: "submitter", Submitter: "ci"}},
+		{Name: "gpu", TokenEnv: "LH_TEST_TOKEN", ScopeEntry: ScopeEntry{Role: "worker", Workers: []string{"gpu-*", "w1"}}},
 	}
 	creds, err := c.credentials()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if creds.Tokens[0].Name != "admin-1" || creds.Tokens[1].Name != "ci" || !creds.Enabled() {
+	if creds.Tokens[0].Name != "admin-1" || creds.Tokens[1].Secret != "from-a-file-0123456789" ||
+		creds.Tokens[2].Secret != "from-the-env-0123456789" || creds.Tokens[2].Workers[0] != "gpu-*" || !creds.Enabled() {
 		t.Fatalf("credentials %+v", creds)
 	}
 	for _, bad := range []struct {
@@ -83,11 +93,18 @@ func TestCredentials(t *testing.T) {
 		certs  []CertEntry
 		field  string
 	}{
-		{[]TokenEntry{{Token: "short", Role: "admin"}}, nil, "auth.tokens[0].token"},
-		{[]TokenEntry{{Token: "0123456789abcdef", Role: "root"}}, nil, "auth.tokens[0].role"},
-		{[]TokenEntry{{Name: "a", Token: "0123456789abcdef", Role: "admin"}, {Name: "a", Token: "fedcba9876543210", Role: "admin"}}, nil, "auth.tokens[1].name"},
-		{nil, []CertEntry{{Name: "ops", Role: "admin"}}, "auth.certs"},
-		{nil, []CertEntry{{Role: "admin"}}, "auth.certs[0].name"},
+		{[]TokenEntry{{Token: "short", ScopeEntry: admin}}, nil, "auth.tokens[0].token"},
+		{[]TokenEntry{{Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "root"}}}, nil, "auth.tokens[0].role"},
+		{[]TokenEntry{{Name: "a", Token: "0123456789abcdef", ScopeEntry: admin}, {Name: "a", Token: "fedcba9876543210", ScopeEntry: admin}}, nil, "auth.tokens[1].name"},
+		{[]TokenEntry{{Token: "0123456789abcdef", TokenFile: secretFile, ScopeEntry: admin}}, nil, "exactly one"},
+		{[]TokenEntry{{TokenFile: openFile, ScopeEntry: admin}}, nil, "token_file"},
+		{[]TokenEntry{{TokenEnv: "LH_TEST_UNSET", ScopeEntry: admin}}, nil, "token_env"},
+		{[]TokenEntry{{Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "worker"}}}, nil, "auth.tokens[0].workers"},
+		{[]TokenEntry{{Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "worker", Workers: []string{"a*b"}}}}, nil, "auth.tokens[0].workers"},
+		{[]TokenEntry{{Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "submitter"}}}, nil, "auth.tokens[0].submitter"},
+		{[]TokenEntry{{Token: "0123456789abcdef", ScopeEntry: ScopeEntry{Role: "admin", Submitter: "x"}}}, nil, "auth.tokens[0].submitter"},
+		{nil, []CertEntry{{Name: "ops", ScopeEntry: admin}}, "auth.certs"},
+		{nil, []CertEntry{{ScopeEntry: admin}}, "auth.certs[0].name"},
 	} {
 		c.Auth.Tokens, c.Auth.Certs = bad.tokens, bad.certs
 		_, err := c.credentials()

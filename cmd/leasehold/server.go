@@ -136,7 +136,8 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		ln.Close()
 		return nil, err
 	}
-	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure, Logger: logger})
+	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure,
+		Limits: cfg.apiLimits(), Logger: logger})
 	return &runningNode{node: node, api: srv, http: api.Serve(srv, ln, apiConf), peerTLS: peerTLS, apiTLS: apiTLS}, nil
 }
 

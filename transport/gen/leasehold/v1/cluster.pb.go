@@ -148,10 +148,14 @@ type StatusResponse struct {
 	// because its operator said --insecure (or it serves loopback only).
 	Insecure bool `protobuf:"varint,21,opt,name=insecure,proto3" json:"insecure,omitempty"`
 	// The peer port requires mutual TLS; the API requires credentials.
-	PeerTls       bool `protobuf:"varint,22,opt,name=peer_tls,json=peerTls,proto3" json:"peer_tls,omitempty"`
-	ApiAuth       bool `protobuf:"varint,23,opt,name=api_auth,json=apiAuth,proto3" json:"api_auth,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	PeerTls bool `protobuf:"varint,22,opt,name=peer_tls,json=peerTls,proto3" json:"peer_tls,omitempty"`
+	ApiAuth bool `protobuf:"varint,23,opt,name=api_auth,json=apiAuth,proto3" json:"api_auth,omitempty"`
+	// The replicated state's size (an estimate of what each replica keeps in
+	// memory) and its quota (0: none); submits are refused over it.
+	StateBytes      int64 `protobuf:"varint,24,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
+	StateQuotaBytes int64 `protobuf:"varint,25,opt,name=state_quota_bytes,json=stateQuotaBytes,proto3" json:"state_quota_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -343,6 +347,20 @@ func (x *StatusResponse) GetApiAuth() bool {
 		return x.ApiAuth
 	}
 	return false
+}
+
+func (x *StatusResponse) GetStateBytes() int64 {
+	if x != nil {
+		return x.StateBytes
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetStateQuotaBytes() int64 {
+	if x != nil {
+		return x.StateQuotaBytes
+	}
+	return 0
 }
 
 type Member struct {
@@ -774,7 +792,7 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\finclude_hash\x18\x01 \x01(\bR\vincludeHash\"N\n" +
 	"\bJobCount\x12,\n" +
 	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\xcf\x05\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x9c\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -805,7 +823,10 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"stateIndex\x12\x1a\n" +
 	"\binsecure\x18\x15 \x01(\bR\binsecure\x12\x19\n" +
 	"\bpeer_tls\x18\x16 \x01(\bR\apeerTls\x12\x19\n" +
-	"\bapi_auth\x18\x17 \x01(\bR\aapiAuth\"~\n" +
+	"\bapi_auth\x18\x17 \x01(\bR\aapiAuth\x12\x1f\n" +
+	"\vstate_bytes\x18\x18 \x01(\x03R\n" +
+	"stateBytes\x12*\n" +
+	"\x11state_quota_bytes\x18\x19 \x01(\x03R\x0fstateQuotaBytes\"~\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +

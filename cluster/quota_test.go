@@ -1,0 +1,100 @@
+package cluster_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+func eventsOf(n *clustertest.Node, typ fsm.EventType) int {
+	k := 0
+	for _, ev := range n.FSM().Events(0, fsm.MaxPageSize).Events {
+		if ev.Type == typ {
+			k++
+		}
+	}
+	return k
+}
+
+// Submits that would take the replicated state past its quota are refused
+// (QUOTA_EXCEEDED) and raise an alarm, while everything that frees space
+// works; as jobs finish and are compacted the alarm clears and submits are
+// taken again. 600 submits of 256 KiB used to grow every replica without
+// bound.
+func TestStateQuota(t *testing.T) {
+	const quota = 4 << 20
+	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) { cfg.StateQuotaBytes = quota })
+	leader := c.Leader()
+	big := func(id string) fsm.JobSpec {
+		s := spec(id, fsm.LostRequeue)
+		s.Payload = make([]byte, fsm.MaxPayloadLen)
+		return s
+	}
+	var accepted []string
+	var refused error
+	for i := range 100 {
+		id := fmt.Sprintf("big-%03d", i)
+		_, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big(id)})
+		if err != nil {
+			refused = err
+			break
+		}
+		accepted = append(accepted, id)
+	}
+	if !errors.Is(refused, cluster.ErrQuotaExceeded) {
+		t.Fatalf("after %d submits: %v, want ErrQuotaExceeded", len(accepted), refused)
+	}
+	if size := leader.FSM().Bytes(); size > quota+fsm.MaxPayloadLen+4096 {
+		t.Fatalf("state %d bytes, quota %d", size, quota)
+	}
+	// An idempotent resubmit of an existing job still passes.
+	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big(accepted[0])}); err != nil {
+		t.Fatalf("resubmit of an existing job: %v", err)
+	}
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "the alarm", func() bool { return eventsOf(leader, fsm.EventQuotaExceeded) == 1 })
+
+	// Cancelling and compacting frees space; the alarm clears.
+	for _, id := range accepted {
+		do(t, c, &fsm.Cancel{JobID: id})
+	}
+	do(t, c, &fsm.Compact{JobsBefore: time.Now().Add(time.Hour).UnixNano(), EventsBefore: 0, Limit: fsm.MaxCompactBatch})
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "the alarm cleared", func() bool { return eventsOf(leader, fsm.EventQuotaCleared) == 1 })
+	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big("after")}); err != nil {
+		t.Fatalf("submit after the state shrank: %v", err)
+	}
+	c.Converged()
+}
+
+// A submitter may be bounded in queued jobs; others are not affected.
+func TestQueuedPerSubmitter(t *testing.T) {
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) { cfg.MaxQueuedPerSubmitter = 3 })
+	leader := c.Leader()
+	sub := func(id, who string) error {
+		s := spec(id, fsm.LostRequeue)
+		s.Submitter = who
+		_, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: s})
+		return err
+	}
+	for i := range 3 {
+		if err := sub(fmt.Sprint("a", i), "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := sub("a3", "a"); !errors.Is(err, cluster.ErrQuotaExceeded) {
+		t.Fatalf("a fourth queued job: %v", err)
+	}
+	if err := sub("b0", "b"); err != nil {
+		t.Fatalf("another submitter: %v", err)
+	}
+	do(t, c, &fsm.Cancel{JobID: "a0"})
+	if err := sub("a3", "a"); err != nil {
+		t.Fatalf("after one left the queue: %v", err)
+	}
+}
