@@ -37,6 +37,9 @@ type ClusterOptions struct {
 	// ReadyTimeout bounds the wait for a leader every node agrees on.
 	// Default 30s.
 	ReadyTimeout time.Duration
+	// Token, when set, turns on authentication: the nodes accept it as an
+	// admin token, and every call must carry it.
+	Token string
 }
 
 // raftTOML is every node's config file: Raft timeouts can only be set in
@@ -128,6 +131,10 @@ func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	cfg := raftTOML
 	if o.ExpiryRate > 0 {
 		cfg += fmt.Sprintf("\n[plugins.executor]\nexpiry_rate = %g\nexpiry_burst = %d\n", o.ExpiryRate, max(1, int(o.ExpiryRate)))
+	}
+	if o.Token != "" {
+		cfg += fmt.Sprintf("\n[[auth.tokens]]\nname = \"bench\"\ntoken = %q\nrole = \"admin\"\n", o.Token)
+		c.probe.token = o.Token
 	}
 	cfgPath := filepath.Join(c.dir, "leasehold.toml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {

@@ -57,6 +57,9 @@ type Config struct {
 	Jobs int
 	// Submit adds the submit to each job-cycle.
 	Submit bool
+	// Flood runs a hostile client beside job-cycle (flood.go): gzip bombs,
+	// oversized bodies, hanging connections, ghost heartbeats, bad tokens.
+	Flood bool
 	// Rounds is the number of grants per job in fencing (each but the last
 	// released and reported stale). Default 3.
 	Rounds int

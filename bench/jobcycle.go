@@ -145,11 +145,26 @@ func runJobCycle(ctx context.Context, e *env) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	var fl *flood
+	if e.cfg.Flood {
+		fctx, stop := context.WithCancel(ctx)
+		defer stop()
+		fl = e.startFlood(fctx)
+		defer func() { stop(); fl.wg.Wait() }()
+	}
 	p, w, err := e.measure(ctx, cy.callers(), hooks{afterWarmup: cy.topUp})
 	if err != nil {
 		return nil, err
 	}
 	r := e.result(p, w, cy.cmdsPerCycle())
+	r.add("flood", e.cfg.Flood)
+	if fl != nil {
+		r.add("flood_bodies", fl.bodies.Load())
+		r.add("flood_idle_conns", fl.idle.Load())
+		r.add("flood_ghost_heartbeats", fl.ghosts.Load())
+		r.add("flood_bad_auth", fl.badAuth.Load())
+		r.add("flood_served", fl.served.Load())
+	}
 	r.add("submit", cy.submit)
 	r.add("cycles_total", cy.total.Load())
 	r.add("fenced", cy.fenced.Load())

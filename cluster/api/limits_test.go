@@ -95,7 +95,7 @@ func grpcHeaders(token string) map[string]string {
 // refused before a byte of it is read; with one, inflation stops at the
 // bound and the call is refused as too large.
 func TestGzipBombRefused(t *testing.T) {
-	c := limitsCluster(t, api.Limits{})
+	c := limitsCluster(t, api.DefaultLimits())
 	leader := c.Leader()
 	url := "http://" + leader.APIAddr + submitPath
 	body := bomb(t)
@@ -122,7 +122,7 @@ func TestGzipBombRefused(t *testing.T) {
 // and one without a length is cut at the bound; a follower refuses it
 // itself instead of forwarding it, and the leader reads nothing of it.
 func TestOversizedBodyRefused(t *testing.T) {
-	c := limitsCluster(t, api.Limits{})
+	c := limitsCluster(t, api.DefaultLimits())
 	leader := c.Leader()
 	follower := c.Nodes[(leader.Index+1)%3]
 	limit := int64(api.DefaultLimits().MaxRequestBytes)
@@ -169,7 +169,9 @@ func (zeroReader) Read(p []byte) (int, error) {
 // A credential over its rate is answered RATE_LIMITED with a retry-after
 // hint; other credentials are not affected.
 func TestRateLimitPerCredential(t *testing.T) {
-	c := limitsCluster(t, api.Limits{Rate: 1, Burst: 3})
+	l := api.DefaultLimits()
+	l.Rate, l.Burst = 1, 3
+	c := limitsCluster(t, l)
 	leader := c.Leader()
 	cl := leaseholdv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(subSecret))
 	var limited error
@@ -194,7 +196,9 @@ func TestRateLimitPerCredential(t *testing.T) {
 // that does not arrive in time ends its request, and callers from other
 // hosts are served throughout.
 func TestIdleConnectionsBounded(t *testing.T) {
-	c := limitsCluster(t, api.Limits{MaxConnsPerHost: 8, BodyTimeout: 300 * time.Millisecond})
+	l := api.DefaultLimits()
+	l.MaxConnsPerHost, l.BodyTimeout = 8, 300*time.Millisecond
+	c := limitsCluster(t, l)
 	leader := c.Leader()
 	var conns []net.Conn
 	defer func() {

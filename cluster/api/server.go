@@ -32,8 +32,8 @@ type Options struct {
 	// Insecure: the node runs without peer TLS or API authentication
 	// because its operator said so; /readyz and Status say it.
 	Insecure bool
-	// Limits bound requests, connections and rates (zero fields:
-	// DefaultLimits).
+	// Limits bound requests, connections and rates; the zero value means
+	// DefaultLimits.
 	Limits Limits
 	Logger hclog.Logger
 }
@@ -61,7 +61,10 @@ type Server struct {
 
 // NewServer returns the API of a node.
 func NewServer(o Options) *Server {
-	limits := o.Limits.withDefaults()
+	limits := o.Limits
+	if limits == (Limits{}) {
+		limits = DefaultLimits()
+	}
 	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: newRefusals(),
 		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
 	if s.log == nil {

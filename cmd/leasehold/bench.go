@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -60,6 +61,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
+		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "expiry: wait this long after the last deadline"},
 		&cli.DurationFlag{Name: "kill-after", Usage: "failover: kill the leader this far into the window (0: half of it)"},
@@ -87,7 +89,7 @@ func runBench(c *cli.Context, workload string) error {
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
 		Conns: c.Int("conns"), Leases: c.Int("leases"), Held: c.Int("held"), Abandon: c.Int("abandon"),
-		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
+		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
 	if cfg.Workload == "failover" && c.Int("start") == 0 {
@@ -102,9 +104,16 @@ func runBench(c *cli.Context, workload string) error {
 			return fmt.Errorf("bench --start: finding this binary: %w", err)
 		}
 		t0 := time.Now()
+		if cfg.Flood {
+			// A flood means something only against a cluster that
+			// authenticates: the bench's calls carry a token, the flood's
+			// "bad token" calls another.
+			cfg.Token = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-flood-token"
+		}
 		lc, err := bench.StartCluster(ctx, bench.ClusterOptions{
 			Binary: exe, Nodes: n, RenewSeconds: c.Float64("renew-seconds"), GraceSeconds: c.Float64("grace-seconds"),
 			TolerationSeconds: c.Float64("toleration-seconds"), ExpiryRate: c.Float64("expiry-rate"), LogLevel: c.String("node-log-level"),
+			Token: cfg.Token,
 		})
 		if err != nil {
 			return err

@@ -270,11 +270,13 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 }
 
 // apiLimits are [limits]' bounds on callers.
+// A zero value is no bound.
 func (c *ServerConfig) apiLimits() api.Limits {
-	l := c.Limits
+	l, d := c.Limits, api.DefaultLimits()
 	return api.Limits{
 		MaxRequestBytes: l.MaxRequestBytes, MaxConns: l.MaxConnections, MaxConnsPerHost: l.MaxConnectionsPerHost,
 		Rate: l.RatePerCredential, Burst: l.BurstPerCredential, BodyTimeout: l.BodyTimeout.Duration,
+		HeaderTimeout: d.HeaderTimeout, IdleTimeout: d.IdleTimeout,
 	}
 }
 
