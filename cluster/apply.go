@@ -30,6 +30,14 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if tok := tokenOf(cmd); tok != 0 {
+		// A token above every grant is made up: refused before it reaches
+		// the log (the state machine refuses it alike, unrecorded). The
+		// established leader has applied every grant a worker can know of.
+		if err := n.fsm.CheckGranted(tok); err != nil {
+			return nil, err
+		}
+	}
 	w, at := workerOf(cmd), n.clock.Now()
 	res, err := n.raftApply(ctx, cmd)
 	if w != "" && err == nil {
@@ -55,6 +63,19 @@ func workerOf(cmd fsm.Command) string {
 		return c.WorkerID
 	}
 	return ""
+}
+
+// tokenOf is the token a worker's lease action names, or 0.
+func tokenOf(cmd fsm.Command) uint64 {
+	switch c := cmd.(type) {
+	case *fsm.Start:
+		return c.Token
+	case *fsm.Report:
+		return c.Token
+	case *fsm.Release:
+		return c.Token
+	}
+	return 0
 }
 
 // raftApply stamps the leader's wall time on a command, validates and

@@ -62,24 +62,52 @@ func withHeader(t *testing.T, backup []byte, field int, v uint64) []byte {
 }
 
 // busyCluster has a worker, jobs in a few states, every node in the node
-// table, and a backup of it all.
+// table, and a backup of it all. Each step is retried while the young
+// cluster still changes leaders.
 func busyCluster(t *testing.T) (*clustertest.Cluster, []byte) {
 	c := clustertest.New(t, 3)
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
 	for i := range 4 {
 		do(t, c, &fsm.SubmitJob{Spec: spec(fmt.Sprintf("j%d", i), fsm.LostRequeue)})
 	}
-	leader := c.Leader()
-	g := acquire(t, leader, "w", "r1")
+	var g fsm.Grant
+	onLeader(t, c, func(n *clustertest.Node) error {
+		res, err := n.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r1", Queues: []string{"default"}, Max: 1}, time.Second)
+		if err == nil && len(res.Grants) == 1 {
+			g = res.Grants[0]
+		}
+		return err
+	})
 	do(t, c, &fsm.Report{WorkerID: "w", JobID: g.Job.ID, Token: g.Lease.Token, ReportID: "rep", Outcome: fsm.OutcomeSucceeded})
-	acquire(t, leader, "w", "r2")
+	onLeader(t, c, func(n *clustertest.Node) error {
+		_, err := n.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r2", Queues: []string{"default"}, Max: 1}, time.Second)
+		return err
+	})
 	c.WaitFor(10*time.Second, "every node in the node table", func() bool { return len(c.Leader().FSM().Nodes()) == 3 })
 	c.Converged()
 	var backup bytes.Buffer
-	if _, err := c.Leader().SaveSnapshot(ctx(t), &backup); err != nil {
-		t.Fatal(err)
-	}
+	onLeader(t, c, func(n *clustertest.Node) error {
+		backup.Reset()
+		_, err := n.SaveSnapshot(ctx(t), &backup)
+		return err
+	})
 	return c, backup.Bytes()
+}
+
+// onLeader runs op on the current leader until it succeeds, retrying while
+// leadership moves.
+func onLeader(t testing.TB, c *clustertest.Cluster, op func(*clustertest.Node) error) {
+	t.Helper()
+	for try := 0; ; try++ {
+		err := op(c.Leader())
+		if err == nil {
+			return
+		}
+		if try > 20 || !(errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader) ||
+			errors.Is(err, cluster.ErrNotReady) || errors.Is(err, cluster.ErrLeadershipLost)) {
+			t.Fatal(err)
+		}
+	}
 }
 
 // A crafted restore is refused with ErrInvalidSnapshot, and changes

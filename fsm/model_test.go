@@ -378,8 +378,12 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 }
 
 // liveFor finds the live lease (job, token) for an action by worker; a token
-// that is not live is stale and recorded with ev.
+// that is not live is stale and recorded with ev, one above every grant (or
+// floor) was never granted and is refused unrecorded.
 func (m *refModel) liveFor(worker, jobID string, tok uint64, ev Event) (*Job, *Lease, error) {
+	if tok > m.lastToken {
+		return nil, nil, ErrInvalidArgument
+	}
 	j := m.job(jobID)
 	var l *Lease
 	if j != nil {
@@ -416,6 +420,9 @@ func answerOf(jobID string, l *Lease) ReportResult {
 }
 
 func (m *refModel) report(c *Report) (any, error) {
+	if c.Token > m.lastToken {
+		return nil, ErrInvalidArgument // never granted: not a late report
+	}
 	if j := m.job(c.JobID); j != nil {
 		if l := m.leaseOf(j, c.Token); l != nil && l.State == LeaseReported {
 			switch {
@@ -1388,6 +1395,9 @@ func (r *modelRun) note(c Command, at int64, res any, err error) {
 	}
 	for _, ev := range r.m.emitted {
 		r.seen["event "+ev.Type.String()]++
+		if ev.Type == EventStaleReport && r.m.job(ev.JobID) == nil && slices.Contains(r.g.jobIDs, ev.JobID) {
+			r.seen["stale report on a compacted job"]++
+		}
 	}
 	switch x := res.(type) {
 	case AcquireResult:

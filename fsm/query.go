@@ -244,6 +244,16 @@ type FenceResult struct {
 	State        JobState // zero if the job is unknown
 }
 
+// CheckGranted returns the error Start, Report and Release get for a token
+// above every token this state has granted (or set as a floor), or nil. The
+// leader asks it before proposing, so a made-up token never reaches the
+// log; the state machine applies the same rule.
+func (f *FSM) CheckGranted(token uint64) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.checkGranted(token)
+}
+
 // Fence answers whether token is the live lease of jobID. Asked of a state
 // read linearizably (the cluster's part), it lets a downstream store refuse
 // any writer whose token is not Current.
