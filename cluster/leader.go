@@ -190,12 +190,21 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 		events = append(events, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("leader absent %s: every deadline shifted by it", res.gap.Round(time.Millisecond))})
 	}
+	// Only registered workers are announced: the table may time a worker
+	// the state no longer knows (deregistered while it was heard), and an
+	// event about it would be one nobody earned.
 	for _, w := range res.unreachable {
+		if !n.registered(w) {
+			continue
+		}
 		log.Info("worker_unreachable", "worker_id", w)
 		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerUnreachable, WorkerID: w,
 			Detail: fmt.Sprintf("silent past grace %s", n.cfg.Grace)})
 	}
 	for _, w := range res.reachable {
+		if !n.registered(w) {
+			continue
+		}
 		log.Info("worker_reachable", "worker_id", w)
 		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerReachable, WorkerID: w, Detail: "heard again"})
 	}
@@ -220,8 +229,7 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 	for _, w := range res.overdue {
 		leases := n.fsm.WorkerLeases(w)
 		if len(leases) == 0 {
-			_, err := n.fsm.Worker(w)
-			table.forget(w, err == nil, now)
+			table.forget(w, n.registered(w), now)
 			continue
 		}
 		var toks []uint64
@@ -280,6 +288,11 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 		table.expired(w, due[w])
 		log.Info("leases_expired", "worker_id", w, "leases", len(due[w]))
 	}
+}
+
+func (n *Node) registered(worker string) bool {
+	_, err := n.fsm.Worker(worker)
+	return err == nil
 }
 
 func liveTokens(leases []fsm.Lease) map[uint64]bool {
