@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 )
@@ -478,6 +479,38 @@ func TestDeregisterReleasesLeases(t *testing.T) {
 		}
 	}
 	m.fail(&DeregisterWorker{WorkerID: "w1"}, ErrUnknownWorker)
+}
+
+// The leader removes a worker it has not heard from for long with
+// RemoveIdle. One that holds a live lease (an acquire that committed after
+// the leader decided) or is not registered is kept, and never loses a
+// lease; each removal is one event.
+func TestRemoveIdleKeepsHolders(t *testing.T) {
+	m := newMachine(t)
+	m.register("idle", 1)
+	m.register("busy", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("busy")
+	events := m.f.Stats().LastEventSeq
+	res := m.do(&RemoveIdle{WorkerIDs: []string{"idle", "busy", "ghost"}, Reason: "silent past 1h0m0s"}).(RemoveIdleResult)
+	if fmt.Sprint(res.Removed) != "[idle]" || fmt.Sprint(res.Kept) != "[busy ghost]" {
+		t.Fatalf("removed %v kept %v", res.Removed, res.Kept)
+	}
+	ev, ok := m.lastEvent(EventWorkerDeregistered)
+	if m.f.Stats().LastEventSeq != events+1 || !ok || ev.WorkerID != "idle" || ev.Detail != "silent past 1h0m0s" {
+		t.Fatalf("events after a removal: %+v", ev)
+	}
+	if _, err := m.f.Worker("idle"); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("removed worker: %v", err)
+	}
+	if j := m.job("job"); j.State != JobAcquired || j.Leases[0].Token != g.Lease.Token {
+		t.Fatalf("a holder's lease changed: %+v", j)
+	}
+	// Told twice (a retried proposal), nothing more happens.
+	if res := m.do(&RemoveIdle{WorkerIDs: []string{"idle"}}).(RemoveIdleResult); len(res.Removed) != 0 || m.f.Stats().LastEventSeq != events+1 {
+		t.Fatalf("a second removal: %+v", res)
+	}
+	m.roundTrip()
 }
 
 func TestCompaction(t *testing.T) {
