@@ -30,6 +30,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	if reg, ok := cmd.(*fsm.RegisterWorker); ok {
+		if err := n.checkWorkerRoom(reg.WorkerID); err != nil {
+			return nil, err
+		}
+	}
 	if tok := tokenOf(cmd); tok != 0 {
 		// A token above every grant is made up: refused before it reaches
 		// the log (the state machine refuses it alike, unrecorded). The
@@ -63,6 +68,21 @@ func workerOf(cmd fsm.Command) string {
 		return c.WorkerID
 	}
 	return ""
+}
+
+// checkWorkerRoom refuses to register a new worker while MaxWorkers are
+// registered; a registered one may always register again. Registrations
+// in flight together may pass it by their number: the state machine's own
+// bound (fsm.MaxWorkers) is exact.
+func (n *Node) checkWorkerRoom(worker string) error {
+	if n.registered(worker) {
+		return nil
+	}
+	if count := n.fsm.WorkerCount(); count >= n.cfg.MaxWorkers {
+		return fmt.Errorf("%w: %d workers registered and max_workers is %d; workers silent for %s are removed",
+			fsm.ErrTooLarge, count, n.cfg.MaxWorkers, n.cfg.WorkerGCThreshold)
+	}
+	return nil
 }
 
 // tokenOf is the token a worker's lease action names, or 0.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -75,5 +76,79 @@ func TestGhostWorkersAreNotTimed(t *testing.T) {
 		if strings.HasPrefix(ev.WorkerID, "ghost") {
 			t.Fatalf("an event about a ghost: %+v", ev)
 		}
+	}
+}
+
+// A registered worker the leader has not heard from for WorkerGCThreshold
+// and that holds nothing is removed, with one event, once. One that still
+// holds a live lease (here its expiry is held back by the rate limiter:
+// one lease may expire, the next never) is kept however long it is
+// silent. A removed worker is told UNKNOWN_WORKER and may register again.
+func TestIdleWorkersAreRemoved(t *testing.T) {
+	const gc = 3 * clustertest.Toleration
+	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) {
+		cfg.WorkerGCThreshold = gc
+		cfg.ExpiryRate, cfg.ExpiryBurst = 1e-9, 1
+	})
+	c.WaitFor(10*time.Second, "every node in the node table", func() bool { return len(c.Leader().FSM().Nodes()) == 3 })
+	leader := c.Leader()
+	for _, w := range []string{"idle", "holder-a", "holder-b"} {
+		do(t, c, &fsm.RegisterWorker{WorkerID: w, Capacity: 1})
+	}
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	do(t, c, &fsm.SubmitJob{Spec: spec("b", fsm.LostRequeue)})
+	acquire(t, leader, "holder-a", "r1")
+	kept := acquire(t, leader, "holder-b", "r2")
+
+	removed := func(w string) int {
+		n := 0
+		for _, ev := range leader.FSM().Events(0, fsm.MaxPageSize).Events {
+			if ev.Type == fsm.EventWorkerDeregistered && ev.WorkerID == w {
+				n++
+			}
+		}
+		return n
+	}
+	c.Run(leader.Index, gc-clustertest.Toleration)
+	if removed("idle") != 0 {
+		t.Fatal("a worker was removed before the threshold")
+	}
+	c.Run(leader.Index, clustertest.Toleration+4*c.Tick(leader.Index))
+	c.WaitFor(5*time.Second, "the idle workers' removal", func() bool { return removed("idle") == 1 && removed("holder-a") == 1 })
+	// Another threshold later: nothing more.
+	c.Run(leader.Index, gc)
+	c.Converged()
+	if leader != c.Leader() {
+		t.Fatal("leadership moved during the test: the expiry limiter was reset")
+	}
+	for w, want := range map[string]int{"idle": 1, "holder-a": 1, "holder-b": 0} {
+		if got := removed(w); got != want {
+			t.Errorf("%s: removed %d times, want %d", w, got, want)
+		}
+	}
+	if _, err := leader.FSM().Worker("holder-b"); err != nil || liveToken(leader, "b") != kept.Lease.Token {
+		t.Fatalf("a holder was removed or lost its lease: %v", err)
+	}
+	if _, err := leader.Heartbeat(ctx(t), "idle", nil); !errors.Is(err, fsm.ErrUnknownWorker) {
+		t.Fatalf("heartbeat of a removed worker: %v", err)
+	}
+	do(t, c, &fsm.RegisterWorker{WorkerID: "idle", Capacity: 1})
+	heartbeat(t, leader, "idle")
+}
+
+// MaxWorkers bounds the registered workers below the state machine's own
+// bound: a new worker beyond it is refused, one already registered may
+// register again.
+func TestMaxWorkers(t *testing.T) {
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) { cfg.MaxWorkers = 2 })
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 1})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w2", Capacity: 1})
+	if _, err := c.Leader().Apply(ctx(t), &fsm.RegisterWorker{WorkerID: "w3", Capacity: 1}); !errors.Is(err, fsm.ErrTooLarge) ||
+		!strings.Contains(err.Error(), "max_workers") {
+		t.Fatalf("a worker beyond max_workers: %v", err)
+	}
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w2", Capacity: 3})
+	if n := c.Leader().FSM().WorkerCount(); n != 2 {
+		t.Fatalf("%d workers registered", n)
 	}
 }

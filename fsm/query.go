@@ -40,6 +40,13 @@ func (f *FSM) Worker(id string) (Worker, error) {
 	return Worker{}, fmt.Errorf("%w: worker %s", ErrUnknownWorker, id)
 }
 
+// WorkerCount returns the number of registered workers.
+func (f *FSM) WorkerCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.st.workers)
+}
+
 // Workers returns every registered worker, by id.
 func (f *FSM) Workers() []Worker {
 	f.mu.RLock()
