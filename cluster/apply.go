@@ -21,9 +21,10 @@ import (
 // Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	switch cmd.(type) {
-	case *fsm.Acquire, *fsm.Expire:
+	case *fsm.Acquire, *fsm.Expire, *fsm.RemoveIdle:
 		// Grants go through Acquire (reachability, long poll), expiries
-		// through the leader's own timers, never from outside.
+		// and idle removals through the leader's own timers, never from
+		// outside.
 		return nil, fmt.Errorf("%w: %T is not accepted here", fsm.ErrInvalidArgument, cmd)
 	}
 	ls, err := n.established()
