@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 )
 
@@ -511,6 +512,30 @@ func TestRemoveIdleKeepsHolders(t *testing.T) {
 		t.Fatalf("a second removal: %+v", res)
 	}
 	m.roundTrip()
+}
+
+// The worker table is bounded: a new worker beyond MaxWorkers is refused
+// with a message that says what to do; a registered one may register again.
+func TestWorkerTableBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills the worker table")
+	}
+	f := New()
+	for i := range MaxWorkers {
+		if _, err := f.Apply(uint64(i+1), mustEncode(t, &RegisterWorker{WorkerID: fmt.Sprintf("w%d", i), Capacity: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := f.Apply(MaxWorkers+1, mustEncode(t, &RegisterWorker{WorkerID: "one-more", Capacity: 1}))
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "worker table is full") {
+		t.Fatalf("a worker beyond the bound: %v", err)
+	}
+	if _, err := f.Apply(MaxWorkers+2, mustEncode(t, &RegisterWorker{WorkerID: "w7", Capacity: 2})); err != nil {
+		t.Fatalf("a registered worker registering again: %v", err)
+	}
+	if err := f.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCompaction(t *testing.T) {
