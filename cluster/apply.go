@@ -21,9 +21,10 @@ import (
 // Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	switch cmd.(type) {
-	case *fsm.Acquire, *fsm.Expire:
+	case *fsm.Acquire, *fsm.Expire, *fsm.RemoveIdle:
 		// Grants go through Acquire (reachability, long poll), expiries
-		// through the leader's own timers, never from outside.
+		// and idle removals through the leader's own timers, never from
+		// outside.
 		return nil, fmt.Errorf("%w: %T is not accepted here", fsm.ErrInvalidArgument, cmd)
 	}
 	ls, err := n.established()
@@ -32,6 +33,19 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	}
 	if c, ok := cmd.(*fsm.SubmitJob); ok {
 		if err := n.checkSubmit(ls, c); err != nil {
+			return nil, err
+		}
+	}
+	if reg, ok := cmd.(*fsm.RegisterWorker); ok {
+		if err := n.checkWorkerRoom(reg.WorkerID); err != nil {
+			return nil, err
+		}
+	}
+	if tok := tokenOf(cmd); tok != 0 {
+		// A token above every grant is made up: refused before it reaches
+		// the log (the state machine refuses it alike, unrecorded). The
+		// established leader has applied every grant a worker can know of.
+		if err := n.fsm.CheckGranted(tok); err != nil {
 			return nil, err
 		}
 	}
@@ -60,6 +74,34 @@ func workerOf(cmd fsm.Command) string {
 		return c.WorkerID
 	}
 	return ""
+}
+
+// checkWorkerRoom refuses to register a new worker while MaxWorkers are
+// registered; a registered one may always register again. Registrations
+// in flight together may pass it by their number: the state machine's own
+// bound (fsm.MaxWorkers) is exact.
+func (n *Node) checkWorkerRoom(worker string) error {
+	if n.registered(worker) {
+		return nil
+	}
+	if count := n.fsm.WorkerCount(); count >= n.cfg.MaxWorkers {
+		return fmt.Errorf("%w: %d workers registered and max_workers is %d; workers silent for %s are removed",
+			fsm.ErrTooLarge, count, n.cfg.MaxWorkers, n.cfg.WorkerGCThreshold)
+	}
+	return nil
+}
+
+// tokenOf is the token a worker's lease action names, or 0.
+func tokenOf(cmd fsm.Command) uint64 {
+	switch c := cmd.(type) {
+	case *fsm.Start:
+		return c.Token
+	case *fsm.Report:
+		return c.Token
+	case *fsm.Release:
+		return c.Token
+	}
+	return 0
 }
 
 // raftApply stamps the leader's wall time on a command, validates and

@@ -84,7 +84,8 @@ func (n *Node) auditRetrying(ctx context.Context, a fsm.Audit) error {
 		err := n.Audit(ctx, a)
 		var remote *transport.RPCError
 		retry := errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotReady) ||
-			errors.Is(err, ErrLeadershipLost) || errors.As(err, &remote) && (remote.Code == transport.CodeNoLeader || remote.Code == transport.CodeNotLeader)
+			errors.Is(err, ErrLeadershipLost) || errors.As(err, &remote) && (remote.Code == transport.CodeNoLeader || remote.Code == transport.CodeNotLeader ||
+			remote.Code == transport.CodeNotReady)
 		if err == nil || !retry {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 )
 
@@ -47,6 +48,16 @@ type Config struct {
 	// go at once.
 	ExpiryRate  float64
 	ExpiryBurst int
+	// WorkerGCThreshold: a registered worker the leader has not heard from
+	// for this long, holding no lease, is deregistered by the leader (one
+	// worker.deregistered event). It registers again when it comes back
+	// (the client does so on UNKNOWN_WORKER). At least 2 x Toleration.
+	WorkerGCThreshold time.Duration
+	// MaxWorkers bounds the registered workers: a registration of a new
+	// worker beyond it is refused (fsm.ErrTooLarge). At most
+	// fsm.MaxWorkers, the state machine's own bound; lower it to what the
+	// deployment runs, so a leaked worker credential cannot fill the table.
+	MaxWorkers int
 
 	// Raft timings.
 	HeartbeatTimeout   time.Duration
@@ -99,6 +110,8 @@ func DefaultConfig() Config {
 		Toleration:         300 * time.Second,
 		ExpiryRate:         1000,
 		ExpiryBurst:        1000,
+		WorkerGCThreshold:  time.Hour,
+		MaxWorkers:         fsm.MaxWorkers,
 		HeartbeatTimeout:   1000 * time.Millisecond,
 		ElectionTimeout:    1000 * time.Millisecond,
 		LeaderLeaseTimeout: 500 * time.Millisecond,
@@ -180,7 +193,7 @@ func (c *Config) Validate() error {
 		{"raft_election_timeout", c.ElectionTimeout}, {"raft_leader_lease_timeout", c.LeaderLeaseTimeout},
 		{"raft_commit_timeout", c.CommitTimeout}, {"snapshot_interval", c.SnapshotInterval},
 		{"apply_timeout", c.ApplyTimeout}, {"retention", c.Retention}, {"event_retention", c.EventRetention},
-		{"compact_interval", c.CompactInterval},
+		{"compact_interval", c.CompactInterval}, {"worker_gc_seconds", c.WorkerGCThreshold},
 	} {
 		if d.v <= 0 {
 			return bad(d.field, d.v, "must be positive")
@@ -206,6 +219,14 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("raft_leader_lease_timeout", c.LeaderLeaseTimeout, "must be at most raft_heartbeat_timeout (%s)", c.HeartbeatTimeout)
+	}
+	// Far past toleration: a worker is removed long after its leases
+	// would have expired, never as part of a failover or a short outage.
+	if c.WorkerGCThreshold < 2*c.Toleration {
+		return bad("worker_gc_seconds", c.WorkerGCThreshold, "must be at least 2 x toleration_seconds (%s)", 2*c.Toleration)
+	}
+	if c.MaxWorkers < 1 || c.MaxWorkers > fsm.MaxWorkers {
+		return bad("max_workers", c.MaxWorkers, "must be 1 to %d", fsm.MaxWorkers)
 	}
 	if c.ExpiryRate <= 0 || c.ExpiryBurst < 1 {
 		return bad("expiry_rate", c.ExpiryRate, "rate and burst (%d) must be positive", c.ExpiryBurst)

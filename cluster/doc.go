@@ -8,11 +8,14 @@
 //     hands leadership over first, Kill does not.
 //   - leader.go: leadership from Raft's NotifyCh, a barrier, then
 //     establishLeadership (the expiry table with every clock restarted) and
-//     the leader loop (expiry ticks, compaction); revokeLeadership drops it.
-//   - expiry.go: the table of when each worker was last heard, the absence
-//     rule, unreachable/reachable, the decision to expire.
+//     the leader loop (expiry ticks, removal of idle workers, compaction);
+//     revokeLeadership drops it.
+//   - expiry.go: the table of when each registered worker was last heard,
+//     the absence rule, unreachable/reachable, the decisions to expire and
+//     to remove.
 //   - worker.go: Heartbeat (renewal in memory, acknowledged after a batched
-//     quorum check, verify.go) and the long-poll Acquire.
+//     quorum check, verify.go) and the long-poll Acquire, both for
+//     registered workers only.
 //   - apply.go: proposals with deadlines and typed errors; ReadBarrier for
 //     linearizable reads.
 //   - membership.go: bootstrap-expect and join, keeping this node's entry
@@ -24,7 +27,9 @@
 //   - audit.go: audit records, proposed on the leader or sent to it.
 //   - forward.go: the peer-port connections followers forward API
 //     requests on.
-//   - snapshot.go: an operator's backup and restore, with the token floor.
+//   - snapshot.go: an operator's backup and restore: the cluster's index,
+//     the token floor, and a backup that lies about its time or counters
+//     refused.
 //
 // Package cluster/api translates between the wire's messages and the state
 // machine's commands. DESIGN.md explains the time model, the invariants

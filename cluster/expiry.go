@@ -16,16 +16,32 @@ import (
 // every request from the worker, restarts at takeover for every worker
 // (the new leader did not witness the silence before it), and shifts by
 // the gap when the timer loop itself was absent for longer than grace.
+//
+// Every registered worker is in the table, so that one silent for
+// removeAfter can be removed: the holders of live leases and the workers
+// heard this term fully timed, the others (registered, idle, not heard
+// since takeover) timed only for removal.
 type expiryTable struct {
-	mu         sync.Mutex
-	grace      time.Duration
-	toleration time.Duration
-	workers    map[string]*workerClock
-	lastTick   time.Time
+	mu sync.Mutex
+	expiryTimings
+	workers  map[string]*workerClock
+	lastTick time.Time
+}
+
+// expiryTimings are the silences the table acts on.
+type expiryTimings struct {
+	grace       time.Duration // unreachable
+	toleration  time.Duration // leases expire
+	removeAfter time.Duration // a registered worker holding nothing is removed
 }
 
 type workerClock struct {
 	lastHeard time.Time
+	// unheard marks a registered worker holding no lease that this leader
+	// has not heard since it took office. It is timed only for removal:
+	// the leader did not see it fall silent, so it announces nothing about
+	// it. Hearing it, or finding it holding a lease, clears the mark.
+	unheard bool
 	// unreachable is set once the loop announced the worker unreachable and
 	// cleared when it announces it reachable again.
 	unreachable bool
@@ -36,11 +52,15 @@ type workerClock struct {
 	expiring map[uint64]bool
 }
 
-// newExpiryTable starts every worker with live leases afresh at takeover:
-// a new leader never charges a worker for a silence it did not witness.
-func newExpiryTable(grace, toleration time.Duration, takeover time.Time, workers []string) *expiryTable {
-	t := &expiryTable{grace: grace, toleration: toleration, workers: map[string]*workerClock{}, lastTick: takeover}
-	for _, w := range workers {
+// newExpiryTable starts every worker afresh at takeover: a new leader never
+// charges a worker for a silence it did not witness. holders hold live
+// leases; idle are the other registered workers.
+func newExpiryTable(timings expiryTimings, takeover time.Time, holders, idle []string) *expiryTable {
+	t := &expiryTable{expiryTimings: timings, workers: map[string]*workerClock{}, lastTick: takeover}
+	for _, w := range idle {
+		t.workers[w] = &workerClock{lastHeard: takeover, unheard: true}
+	}
+	for _, w := range holders {
 		t.workers[w] = &workerClock{lastHeard: takeover}
 	}
 	return t
@@ -56,6 +76,7 @@ func (t *expiryTable) heard(worker string, at time.Time) map[uint64]bool {
 		w = &workerClock{lastHeard: at}
 		t.workers[worker] = w
 	}
+	w.unheard = false
 	if at.After(w.lastHeard) {
 		w.lastHeard = at
 	}
@@ -90,9 +111,13 @@ func (t *expiryTable) reachable(worker string, arrived, now time.Time) bool {
 func (t *expiryTable) adopt(holders []string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, w := range holders {
-		if t.workers[w] == nil {
-			t.workers[w] = &workerClock{lastHeard: now}
+	for _, id := range holders {
+		switch w := t.workers[id]; {
+		case w == nil:
+			t.workers[id] = &workerClock{lastHeard: now}
+		case w.unheard:
+			// A holder is timed for its leases from now on.
+			w.unheard, w.lastHeard = false, now
 		}
 	}
 }
@@ -130,6 +155,7 @@ type tickResult struct {
 	unreachable []string      // newly silent past grace
 	reachable   []string      // heard again after being unreachable
 	overdue     []string      // silent past toleration
+	idle        []string      // silent past removeAfter (whether they hold a lease is the state's to say)
 }
 
 // tick applies the absence rule and reports the workers whose state
@@ -153,6 +179,12 @@ func (t *expiryTable) tick(now time.Time) tickResult {
 	}
 	for id, w := range t.workers {
 		silent := now.Sub(w.lastHeard)
+		if silent > t.removeAfter {
+			res.idle = append(res.idle, id)
+		}
+		if w.unheard {
+			continue
+		}
 		switch {
 		case silent > t.grace && !w.unreachable:
 			w.unreachable = true
@@ -168,6 +200,7 @@ func (t *expiryTable) tick(now time.Time) tickResult {
 	slices.Sort(res.unreachable)
 	slices.Sort(res.reachable)
 	slices.Sort(res.overdue)
+	slices.Sort(res.idle)
 	return res
 }
 
@@ -202,25 +235,51 @@ func (t *expiryTable) expired(worker string, tokens []uint64) {
 	}
 }
 
-// forget drops a worker that holds no lease and has been silent past
-// toleration: there is nothing left to time for it. A registered worker
-// announced unreachable is kept, so that hearing it again is announced as
-// reachable (registered workers are bounded by the state).
-func (t *expiryTable) forget(worker string, registered bool, now time.Time) {
+// forget drops a worker the state no longer knows (deregistered while the
+// table timed it) once it has been silent past toleration with no expiry
+// pending. Registered workers stay until they are removed as idle.
+func (t *expiryTable) forget(worker string, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w := t.workers[worker]
-	if w == nil || now.Sub(w.lastHeard) <= t.toleration || len(w.expiring) > 0 || registered && w.unreachable {
+	if w == nil || now.Sub(w.lastHeard) <= t.toleration || len(w.expiring) > 0 {
 		return
 	}
 	delete(t.workers, worker)
 }
 
-// size is the number of workers timed.
+// stillIdle re-checks, under the lock, that the worker is silent past
+// removeAfter at now: one heard since the tick is not removed.
+func (t *expiryTable) stillIdle(worker string, now time.Time) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.workers[worker]
+	return w != nil && len(w.expiring) == 0 && now.Sub(w.lastHeard) > t.removeAfter
+}
+
+// removed drops workers the state removed as idle. One that registers
+// again is timed from its registration.
+func (t *expiryTable) removed(workers []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range workers {
+		delete(t.workers, w)
+	}
+}
+
+// size is the number of workers timed for their leases and reachability
+// (the holders of live leases and the workers heard this term); registered
+// workers timed only for removal are not counted.
 func (t *expiryTable) size() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return len(t.workers)
+	n := 0
+	for _, w := range t.workers {
+		if !w.unheard {
+			n++
+		}
+	}
+	return n
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -22,7 +22,7 @@ func TestExpiryTableRules(t *testing.T) {
 	const grace, toleration = time.Second, 3 * time.Second
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	tab := newExpiryTable(grace, toleration, t0, []string{"held"})
+	tab := newExpiryTable(expiryTimings{grace, toleration, time.Hour}, t0, []string{"held"}, nil)
 
 	// Takeover starts the clock now: silent workers are not charged for
 	// what came before.
@@ -81,7 +81,7 @@ func TestExpiryTableAbsenceShift(t *testing.T) {
 	const grace, toleration = time.Second, 3 * time.Second
 	t0 := time.Unix(1000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	tab := newExpiryTable(grace, toleration, t0, []string{"a", "b"})
+	tab := newExpiryTable(expiryTimings{grace, toleration, time.Hour}, t0, []string{"a", "b"}, nil)
 	tickUntil(tab, at(2*time.Second)) // regular ticks: deadlines keep
 	// A worker handled after the pause ended, before the loop's tick:
 	tab.heard("b", at(10*time.Second))
@@ -101,5 +101,49 @@ func TestExpiryTableAbsenceShift(t *testing.T) {
 	r = tickUntil(tab, at(10*time.Second+3100*time.Millisecond))
 	if !slices.Equal(r.overdue, []string{"a", "b"}) {
 		t.Fatalf("overdue %v, want [a b]", r.overdue)
+	}
+}
+
+// Every registered worker is timed for removal. One the leader has not
+// heard since takeover and that holds nothing is not announced (the leader
+// did not see it fall silent) and not counted as timed; past removeAfter
+// it is idle, like any worker, unless heard in between.
+func TestExpiryTableIdleWorkers(t *testing.T) {
+	const grace, toleration, removeAfter = time.Second, 3 * time.Second, 10 * time.Second
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tab := newExpiryTable(expiryTimings{grace, toleration, removeAfter}, t0, []string{"held"}, []string{"quiet", "talker"})
+	if tab.size() != 1 {
+		t.Fatalf("timed %d, want the holder only", tab.size())
+	}
+	if r := tickUntil(tab, at(1250*time.Millisecond)); !slices.Equal(r.unreachable, []string{"held"}) {
+		t.Fatalf("unreachable %v, want the holder only", r.unreachable)
+	}
+	if r := tickUntil(tab, at(5*time.Second)); !slices.Equal(r.overdue, []string{"held"}) {
+		t.Fatalf("overdue %v, want the holder only", r.overdue)
+	}
+	tab.heard("talker", at(6*time.Second))
+	if r := tickUntil(tab, at(6*time.Second+250*time.Millisecond)); len(r.reachable) != 0 || tab.size() != 2 {
+		t.Fatalf("a quiet worker heard: reachable %v, timed %d", r.reachable, tab.size())
+	}
+	r := tickUntil(tab, at(10*time.Second+500*time.Millisecond))
+	if !slices.Equal(r.idle, []string{"held", "quiet"}) {
+		t.Fatalf("idle %v, want [held quiet]", r.idle)
+	}
+	if !tab.stillIdle("quiet", at(10*time.Second+500*time.Millisecond)) {
+		t.Fatal("an idle worker is not still idle")
+	}
+	tab.heard("quiet", at(10*time.Second+600*time.Millisecond))
+	if tab.stillIdle("quiet", at(10*time.Second+700*time.Millisecond)) {
+		t.Fatal("a worker heard after the tick is still idle")
+	}
+	tab.removed([]string{"held"})
+	if r := tab.tick(at(10*time.Second + 750*time.Millisecond)); slices.Contains(r.idle, "held") || tab.size() != 2 {
+		t.Fatalf("a removed worker is still timed: %+v, %d", r, tab.size())
+	}
+	// A worker the state no longer knows is forgotten past toleration.
+	tab.forget("talker", at(10*time.Second+750*time.Millisecond))
+	if tab.size() != 1 {
+		t.Fatalf("timed %d after forgetting a deregistered worker", tab.size())
 	}
 }

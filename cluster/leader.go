@@ -125,8 +125,9 @@ func (n *Node) establishLeadership(ctx context.Context) {
 }
 
 // restartClocks gives the leader state a fresh expiry table in which every
-// worker with a live lease was heard just now, if ls is still this node's
-// leader state (a restore racing a step-down must not resurrect it).
+// registered worker was heard just now (those without a live lease timed
+// only for removal), if ls is still this node's leader state (a restore
+// racing a step-down must not resurrect it).
 func (n *Node) restartClocks(ls *leaderState) (workers, leases int) {
 	now := n.clock.Now()
 	live := n.fsm.LiveLeases()
@@ -135,7 +136,13 @@ func (n *Node) restartClocks(ls *leaderState) (workers, leases int) {
 		ids = append(ids, w)
 		leases += len(refs)
 	}
-	table := newExpiryTable(n.cfg.Grace, n.cfg.Toleration, now, ids)
+	var idle []string
+	for _, w := range n.fsm.Workers() {
+		if _, ok := live[w.ID]; !ok {
+			idle = append(idle, w.ID)
+		}
+	}
+	table := newExpiryTable(n.expiryTimings(), now, ids, idle)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.leader == ls {
@@ -173,7 +180,8 @@ func (n *Node) established() (*leaderState, error) {
 }
 
 // expiryTick is one pass of the leader's timers: the absence rule,
-// reachability announcements, and expiry of the overdue, rate-limited.
+// reachability announcements, expiry of the overdue (rate-limited), then
+// removal of idle workers.
 func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Limiter) {
 	log := n.logger.Named("expiry")
 	table := ls.table.Load()
@@ -191,17 +199,33 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 		events = append(events, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("leader absent %s: every deadline shifted by it", res.gap.Round(time.Millisecond))})
 	}
+	// Only registered workers are announced: the table may time a worker
+	// the state no longer knows (deregistered while it was heard), and an
+	// event about it would be one nobody earned.
 	for _, w := range res.unreachable {
+		if !n.registered(w) {
+			continue
+		}
 		log.Info("worker_unreachable", "worker_id", w)
 		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerUnreachable, WorkerID: w,
 			Detail: fmt.Sprintf("silent past grace %s", n.cfg.Grace)})
 	}
 	for _, w := range res.reachable {
+		if !n.registered(w) {
+			continue
+		}
 		log.Info("worker_reachable", "worker_id", w)
 		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerReachable, WorkerID: w, Detail: "heard again"})
 	}
 	n.recordEvents(ctx, events...)
+	n.expireOverdue(ctx, ls, table, limiter, res.overdue, now)
+	n.removeIdle(ctx, ls, table, res.idle, now)
+}
 
+// expireOverdue proposes one Expire for the leases of workers silent past
+// toleration, and again for expiries decided earlier that did not commit.
+func (n *Node) expireOverdue(ctx context.Context, ls *leaderState, table *expiryTable, limiter *rate.Limiter, overdue []string, now time.Time) {
+	log := n.logger.Named("expiry")
 	// A decided expiry is finished whatever happens after the decision:
 	// its worker was told "lost" and dropped the job, so the lease must
 	// end even if the worker speaks again.
@@ -218,11 +242,12 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 			}
 		}
 	}
-	for _, w := range res.overdue {
+	for _, w := range overdue {
 		leases := n.fsm.WorkerLeases(w)
 		if len(leases) == 0 {
-			_, err := n.fsm.Worker(w)
-			table.forget(w, err == nil, now)
+			if !n.registered(w) {
+				table.forget(w, now)
+			}
 			continue
 		}
 		var toks []uint64
@@ -281,6 +306,54 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Li
 		table.expired(w, due[w])
 		log.Info("leases_expired", "worker_id", w, "leases", len(due[w]))
 	}
+}
+
+// removeIdle deregisters registered workers silent past WorkerGCThreshold
+// that hold no lease (a holder's leases expire first, at toleration; the
+// state machine keeps any worker that holds one by the time the removal
+// commits). Each removal is one event, written once: a removed worker is
+// no longer registered, so no later tick names it again. A removal that
+// fails to commit is decided afresh on the next tick.
+func (n *Node) removeIdle(ctx context.Context, ls *leaderState, table *expiryTable, idle []string, now time.Time) {
+	var ids []string
+	for _, w := range idle {
+		if len(ids) == fsm.MaxRemoveBatch {
+			break
+		}
+		if n.registered(w) && len(n.fsm.WorkerLeases(w)) == 0 && table.stillIdle(w, now) {
+			ids = append(ids, w)
+		}
+	}
+	if len(ids) == 0 {
+		return
+	}
+	log := n.logger.Named("expiry")
+	if err := n.check.confirm(ctx); err != nil {
+		log.Warn("idle_removal_deferred_not_confirmed", "error", err)
+		return
+	}
+	if cur, err := n.established(); err != nil || cur != ls {
+		return
+	}
+	v, err := n.raftApply(ctx, &fsm.RemoveIdle{WorkerIDs: ids,
+		Reason: fmt.Sprintf("silent past %s holding nothing: removed by the leader", n.cfg.WorkerGCThreshold)})
+	if err != nil {
+		log.Warn("idle_removal_failed_will_retry", "workers", len(ids), "error", err)
+		return
+	}
+	res := v.(fsm.RemoveIdleResult)
+	table.removed(res.Removed)
+	log.Info("idle_workers_removed", "workers", len(res.Removed), "kept", len(res.Kept))
+}
+
+// expiryTimings are the silences this node's table acts on.
+func (n *Node) expiryTimings() expiryTimings {
+	return expiryTimings{grace: n.cfg.Grace, toleration: n.cfg.Toleration, removeAfter: n.cfg.WorkerGCThreshold}
+}
+
+func (n *Node) registered(worker string) bool {
+	_, err := n.fsm.Worker(worker)
+	return err == nil
 }
 
 func liveTokens(leases []fsm.Lease) map[uint64]bool {

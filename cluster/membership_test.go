@@ -6,6 +6,7 @@ import (
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
 )
 
 func TestTransferRemoveAndRejoin(t *testing.T) {
@@ -141,6 +142,10 @@ func TestConfigValidation(t *testing.T) {
 		{"api_addr", func(c *cluster.Config) { c.APIAddr = "h:0" }},
 		{"data_dir", func(c *cluster.Config) { c.DataDir = "" }},
 		{"renew_seconds", func(c *cluster.Config) { c.Renew = 0 }},
+		{"worker_gc_seconds", func(c *cluster.Config) { c.WorkerGCThreshold = 2*c.Toleration - time.Second }},
+		{"worker_gc_seconds", func(c *cluster.Config) { c.WorkerGCThreshold = 0 }},
+		{"max_workers", func(c *cluster.Config) { c.MaxWorkers = 0 }},
+		{"max_workers", func(c *cluster.Config) { c.MaxWorkers = fsm.MaxWorkers + 1 }},
 	} {
 		c := base()
 		tc.mod(&c)

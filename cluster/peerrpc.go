@@ -83,6 +83,8 @@ func peerError(err error) error {
 		}
 		return &rpcError{code: transport.CodeNotLeader, err: err,
 			details: map[string]string{"leader_id": nl.LeaderID, "leader_raft_addr": nl.LeaderRaft}}
+	case errors.Is(err, ErrNotReady):
+		return &rpcError{code: transport.CodeNotReady, err: err}
 	case errors.Is(err, ErrForbidden):
 		return &rpcError{code: transport.CodeForbidden, err: err}
 	case errors.Is(err, ErrIDInUse):

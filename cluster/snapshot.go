@@ -21,12 +21,23 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	return n.fsm.Snapshot().WriteTo(w)
 }
 
+// restoreClockSkew is how far after the restoring leader's clock a
+// backup's time may be: a backup taken on a cluster whose leader's clock
+// ran a little ahead is still restored, one that claims a later time is
+// not (the state's time drives compaction, see fsm.RestorePlan).
+const restoreClockSkew = time.Minute
+
 // RestoreSnapshot makes a backup the cluster's state, on the leader. The
-// backup's token counter is raised above this cluster's counter and the
+// backup is a file from outside the cluster, so nothing the cluster
+// decides is taken from it: the restored state takes this cluster's Raft
+// index, its token counter is raised above this cluster's counter and the
 // time floor of this moment (fsm.TokenFloorFor), so no token the old
 // cluster granted after the backup, nor any this cluster granted, is
-// granted again. The snapshot is checked in full before Raft sees it:
-// Raft cannot undo a restore that fails halfway.
+// granted again, and a backup that claims a time after this leader's
+// clock (plus restoreClockSkew) or counters no cluster reaches is refused
+// with ErrInvalidSnapshot. The snapshot is checked in full before Raft
+// sees it: Raft cannot undo a restore that fails halfway. A refused
+// restore changes nothing.
 func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, error) {
 	if _, err := n.established(); err != nil {
 		return fsm.Stats{}, err
@@ -44,7 +55,18 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	live := n.fsm.Stats()
 	floor := max(fsm.TokenFloorFor(n.clock.Wall().Unix()), fsm.TokenFloorFor(live.LastTime/int64(time.Second)),
 		min(live.LastToken+1, fsm.MaxTokenFloor))
-	if err := fsm.RaiseSnapshotFloor(tmp, r, floor); err != nil {
+	plan := fsm.RestorePlan{
+		// Raft installs the restore after its own last index, never after
+		// the file's: a file cannot move the cluster's log (an index of
+		// 2^64-1 would wrap it), and the state machine's indexes keep
+		// growing from the cluster's.
+		Index: n.raft.LastIndex(),
+		Floor: floor,
+		// The state's own time is already this cluster's: a backup of it
+		// taken after a leader with a fast clock is not refused.
+		Latest: max(n.clock.Wall().Add(restoreClockSkew).UnixNano(), live.LastTime),
+	}
+	if _, err := fsm.PrepareRestore(tmp, r, plan); err != nil {
 		return fsm.Stats{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
 	size, err := tmp.Seek(0, io.SeekCurrent)
@@ -54,16 +76,15 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return fsm.Stats{}, err
 	}
-	stats, err := fsm.InspectSnapshot(tmp)
-	if err != nil {
+	// What Raft restores is read back and checked once more, as every
+	// replica will read it.
+	if _, err := fsm.InspectSnapshot(tmp); err != nil {
 		return fsm.Stats{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
 	if _, err := tmp.Seek(0, io.SeekStart); err != nil {
 		return fsm.Stats{}, err
 	}
-	// Raft continues its log after max(its index, the snapshot's), so the
-	// state machine's indexes stay increasing.
-	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: stats.LastIndex, Size: size}
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: plan.Index, Size: size}
 	if err := n.raft.Restore(meta, tmp, n.cfg.ApplyTimeout); err != nil {
 		return fsm.Stats{}, n.raftError(err)
 	}
@@ -73,6 +94,6 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 		n.recordEvents(ctx, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("restore: clocks of %d leases of %d workers restarted", leases, workers)})
 	}
-	n.logger.Named("leader").Warn("snapshot_restored", "jobs_index", stats.LastIndex, "token_floor", floor)
+	n.logger.Named("leader").Warn("snapshot_restored", "index", plan.Index, "token_floor", floor)
 	return n.fsm.Stats(), nil
 }

@@ -51,7 +51,10 @@ type Status struct {
 	// Ready: a leader that has taken office, or a follower that knows a
 	// leader. A node that is not ready should not be sent traffic.
 	Ready bool
-	// WorkersTimed is the expiry table's size, on the leader.
+	// WorkersTimed counts, on the leader, the workers whose leases and
+	// reachability it times: holders of live leases and workers heard this
+	// term (registered workers it has not heard since it took office are
+	// timed only for their removal as idle, and not counted).
 	WorkersTimed int
 	// PeerTLS: the peer port runs mutual TLS.
 	PeerTLS bool

@@ -61,6 +61,11 @@ type HeartbeatResult struct {
 // worker's self-stop counts from, is sent only after a quorum has confirmed
 // this node's leadership since the heartbeat arrived: a deposed leader
 // cannot acknowledge anything.
+//
+// A worker the state does not know (never registered, deregistered, or
+// removed as idle) gets fsm.ErrUnknownWorker and is not timed: made-up ids
+// must cost neither an entry in the table nor an event when they fall
+// silent. The client registers again when told so.
 func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
@@ -70,6 +75,9 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	}
 	ls, err := n.established()
 	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	if _, err := n.fsm.Worker(workerID); err != nil {
 		return HeartbeatResult{}, err
 	}
 	expiring := ls.table.Load().heard(workerID, n.clock.Now())
@@ -92,6 +100,9 @@ func (n *Node) heartbeatUnchecked(workerID string, held []fsm.LeaseRef) (Heartbe
 	n.mu.Unlock()
 	if table == nil {
 		return HeartbeatResult{}, n.notLeader()
+	}
+	if _, err := n.fsm.Worker(workerID); err != nil {
+		return HeartbeatResult{}, err
 	}
 	return n.heartbeatReply(workerID, held, table.heard(workerID, n.clock.Now())), nil
 }
@@ -128,13 +139,18 @@ func (n *Node) heartbeatReply(workerID string, held []fsm.LeaseRef, expiring map
 // queued (a long poll, not a busy one). The request counts as hearing from
 // the worker when it arrives; while it waits, a worker that falls silent
 // past grace becomes unreachable and the wait ends without a grant. A
-// retried request id gets the first answer.
+// retried request id gets the first answer. A worker the state does not
+// know gets fsm.ErrUnknownWorker, untimed, like a heartbeat; so does a
+// parked poll whose worker is deregistered meanwhile.
 func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration) (fsm.AcquireResult, error) {
 	if err := req.Validate(); err != nil {
 		return fsm.AcquireResult{}, err
 	}
 	ls, err := n.established()
 	if err != nil {
+		return fsm.AcquireResult{}, err
+	}
+	if _, err := n.fsm.Worker(req.WorkerID); err != nil {
 		return fsm.AcquireResult{}, err
 	}
 	arrived := n.clock.Now()
@@ -145,6 +161,9 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 	for {
 		if cur, err := n.established(); err != nil || cur != ls {
 			return fsm.AcquireResult{}, n.notLeader()
+		}
+		if _, err := n.fsm.Worker(req.WorkerID); err != nil {
+			return fsm.AcquireResult{}, err
 		}
 		if res, ok := n.fsm.AcquireReplay(req.WorkerID, req.RequestID); ok {
 			return res, nil
@@ -181,12 +200,11 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 }
 
 // canGrant reports whether an acquire could grant anything now: the worker
-// is registered with free capacity and a job is queued for it. An unknown
-// worker is let through so the state machine refuses it.
+// is registered with free capacity and a job is queued for it.
 func (n *Node) canGrant(req *fsm.Acquire) bool {
 	w, err := n.fsm.Worker(req.WorkerID)
 	if err != nil {
-		return true
+		return false
 	}
 	return len(n.fsm.WorkerLeases(req.WorkerID)) < int(w.Capacity) && n.fsm.Ready(req.Queues, req.Kinds) > 0
 }

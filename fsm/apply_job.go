@@ -13,7 +13,8 @@ func applyRegisterWorker(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: worker %s holds %d leases, more than capacity %d", ErrConflict, c.WorkerID, held, c.Capacity)
 	}
 	if old == nil && len(s.workers) >= MaxWorkers {
-		return nil, fmt.Errorf("%w: %d workers registered", ErrTooLarge, len(s.workers))
+		return nil, fmt.Errorf("%w: the worker table is full (%d workers registered); idle workers are removed by the leader",
+			ErrTooLarge, len(s.workers))
 	}
 	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime}
 	if old != nil {
@@ -39,6 +40,21 @@ func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 	}
 	delete(s.workers, c.WorkerID)
 	s.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
+	return res, nil
+}
+
+func applyRemoveIdle(s *state, cmd Command) (any, error) {
+	c := cmd.(*RemoveIdle)
+	var res RemoveIdleResult
+	for _, id := range c.WorkerIDs {
+		if s.workers[id] == nil || len(s.workerLeases[id]) > 0 {
+			res.Kept = append(res.Kept, id)
+			continue
+		}
+		delete(s.workers, id)
+		s.emit(Event{Type: EventWorkerDeregistered, WorkerID: id, Detail: c.Reason})
+		res.Removed = append(res.Removed, id)
+	}
 	return res, nil
 }
 

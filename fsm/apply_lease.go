@@ -113,10 +113,27 @@ func findLease(j *Job, tok uint64) *Lease {
 	return nil
 }
 
+// checkGranted refuses a token above every token this state has granted
+// or set as a floor. Such a token names no lease, past or present: it is
+// made up, not late, and is refused as an invalid argument without an
+// event, or anyone could push the real events out of the log with it. A
+// token at or below the counter may be a late report on a job long
+// compacted (or on the cluster a backup came from): that one is recorded.
+func (s *state) checkGranted(tok uint64) error {
+	if tok > s.lastToken {
+		return invalid("token", "%d was never granted: no token above %d has been", tok, s.lastToken)
+	}
+	return nil
+}
+
 // checkLive finds the live lease (job, token) for an action by worker. A
 // token that is not the job's live lease is stale: the refusal is recorded
-// with ev (which names the action) and ErrStaleToken returned.
+// with ev (which names the action) and ErrStaleToken returned. A token
+// never granted is refused first, unrecorded.
 func (s *state) checkLive(worker, jobID string, tok uint64, ev Event) (*Job, error) {
+	if err := s.checkGranted(tok); err != nil {
+		return nil, err
+	}
 	j := s.jobByID(jobID)
 	if j == nil || liveLease(j, tok) == nil {
 		ev.JobID, ev.Token, ev.WorkerID = jobID, tok, worker
@@ -149,6 +166,9 @@ func applyStart(s *state, cmd Command) (any, error) {
 
 func applyReport(s *state, cmd Command) (any, error) {
 	c := cmd.(*Report)
+	if err := s.checkGranted(c.Token); err != nil {
+		return nil, err
+	}
 	if j := s.jobByID(c.JobID); j != nil {
 		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported {
 			return s.reportAgain(j, l, c)

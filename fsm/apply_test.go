@@ -2,6 +2,9 @@ package fsm
 
 import (
 	"errors"
+	"fmt"
+	"math"
+	"strings"
 	"testing"
 )
 
@@ -79,8 +82,54 @@ func TestSeedLateReport(t *testing.T) {
 	if r := m.report(cur, "r2", OutcomeSucceeded, false); r.State != JobReported {
 		t.Fatalf("current report: %+v", r)
 	}
-	// A report with a token that was never granted to the job is stale too.
-	m.fail(&Report{WorkerID: "w1", JobID: "nope", Token: 999, ReportID: "x", Outcome: OutcomeFailed}, ErrStaleToken)
+	// A report naming a job that is not kept, with a token the cluster may
+	// have granted, is stale too (the job may have been compacted).
+	m.fail(&Report{WorkerID: "w1", JobID: "nope", Token: old.Lease.Token, ReportID: "x", Outcome: OutcomeFailed}, ErrStaleToken)
+}
+
+// A token above every grant was never anyone's: a start, report or release
+// naming one is refused as invalid and records nothing (an event per
+// made-up token would let any caller push real events out of the log). A
+// token at or below the last grant may be a late report: it is refused as
+// stale and kept as an event, even when its job was compacted long ago.
+func TestMadeUpTokensRefused(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("w1")
+	m.report(g, "r", OutcomeSucceeded, false)
+	last := m.f.Stats().LastToken
+	events := m.f.Stats().LastEventSeq
+	for _, c := range []Command{
+		&Start{WorkerID: "w1", JobID: "job", Token: last + 1},
+		&Report{WorkerID: "w1", JobID: "never", Token: last + 1, ReportID: "x", Outcome: OutcomeSucceeded, Ref: "made-up"},
+		&Report{WorkerID: "w1", JobID: "job", Token: 1 << 63, ReportID: "y", Outcome: OutcomeFailed},
+		&Release{WorkerID: "w1", JobID: "job", Token: math.MaxUint64},
+	} {
+		_, err := m.try(c)
+		var fe *FieldError
+		if !errors.Is(err, ErrInvalidArgument) || !errors.As(err, &fe) || fe.Field != "token" {
+			t.Fatalf("%T with a token never granted: %v", c, err)
+		}
+	}
+	if m.f.Stats().LastEventSeq != events {
+		t.Fatal("a made-up token was recorded")
+	}
+
+	// The job is compacted; its worker's report arrives late.
+	m.advance(10)
+	m.do(&Compact{JobsBefore: m.now, Limit: 10})
+	if _, err := m.f.Job("job"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("job not compacted: %v", err)
+	}
+	m.fail(&Report{WorkerID: "w1", JobID: "job", Token: g.Lease.Token, ReportID: "late", Outcome: OutcomeSucceeded, Ref: "commit-late"}, ErrStaleToken)
+	if ev, ok := m.lastEvent(EventStaleReport); !ok || ev.Ref != "commit-late" || ev.JobID != "job" || ev.Token != g.Lease.Token {
+		t.Fatalf("late report on a compacted job: %+v", ev)
+	}
+	// Tokens up to a raised floor may be the old cluster's (a restore): a
+	// report with one is late, not made up.
+	m.do(&RaiseTokenFloor{Floor: last + 100})
+	m.fail(&Report{WorkerID: "w1", JobID: "old", Token: last + 50, ReportID: "z", Outcome: OutcomeSucceeded}, ErrStaleToken)
 }
 
 // "The same report twice: the second gets the first's answer." And a
@@ -305,16 +354,16 @@ func TestLeaseActionsRefused(t *testing.T) {
 	m.fail(&Start{WorkerID: "w2", JobID: "job", Token: tok}, ErrNotOwner)
 	m.fail(&Report{WorkerID: "w2", JobID: "job", Token: tok, ReportID: "r", Outcome: OutcomeSucceeded}, ErrNotOwner)
 	m.fail(&Release{WorkerID: "w2", JobID: "job", Token: tok}, ErrNotOwner)
-	m.fail(&Start{WorkerID: "w1", JobID: "job", Token: tok + 1}, ErrStaleToken)
-	if ev, ok := m.lastEvent(EventStaleAction); !ok || ev.Detail != "start" {
-		t.Fatalf("stale start not recorded: %+v", ev)
-	}
 	m.do(&Start{WorkerID: "w1", JobID: "job", Token: tok})
 	m.do(&Start{WorkerID: "w1", JobID: "job", Token: tok}) // idempotent
 	m.do(&Release{WorkerID: "w1", JobID: "job", Token: tok})
 	m.fail(&Release{WorkerID: "w1", JobID: "job", Token: tok}, ErrStaleToken)
 	if ev, ok := m.lastEvent(EventStaleAction); !ok || ev.Detail != "release" {
 		t.Fatalf("stale release not recorded: %+v", ev)
+	}
+	m.fail(&Start{WorkerID: "w1", JobID: "job", Token: tok}, ErrStaleToken)
+	if ev, ok := m.lastEvent(EventStaleAction); !ok || ev.Detail != "start" {
+		t.Fatalf("stale start not recorded: %+v", ev)
 	}
 }
 
@@ -431,6 +480,62 @@ func TestDeregisterReleasesLeases(t *testing.T) {
 		}
 	}
 	m.fail(&DeregisterWorker{WorkerID: "w1"}, ErrUnknownWorker)
+}
+
+// The leader removes a worker it has not heard from for long with
+// RemoveIdle. One that holds a live lease (an acquire that committed after
+// the leader decided) or is not registered is kept, and never loses a
+// lease; each removal is one event.
+func TestRemoveIdleKeepsHolders(t *testing.T) {
+	m := newMachine(t)
+	m.register("idle", 1)
+	m.register("busy", 1)
+	m.submit(spec("job"))
+	g := m.acquireOne("busy")
+	events := m.f.Stats().LastEventSeq
+	res := m.do(&RemoveIdle{WorkerIDs: []string{"idle", "busy", "ghost"}, Reason: "silent past 1h0m0s"}).(RemoveIdleResult)
+	if fmt.Sprint(res.Removed) != "[idle]" || fmt.Sprint(res.Kept) != "[busy ghost]" {
+		t.Fatalf("removed %v kept %v", res.Removed, res.Kept)
+	}
+	ev, ok := m.lastEvent(EventWorkerDeregistered)
+	if m.f.Stats().LastEventSeq != events+1 || !ok || ev.WorkerID != "idle" || ev.Detail != "silent past 1h0m0s" {
+		t.Fatalf("events after a removal: %+v", ev)
+	}
+	if _, err := m.f.Worker("idle"); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("removed worker: %v", err)
+	}
+	if j := m.job("job"); j.State != JobAcquired || j.Leases[0].Token != g.Lease.Token {
+		t.Fatalf("a holder's lease changed: %+v", j)
+	}
+	// Told twice (a retried proposal), nothing more happens.
+	if res := m.do(&RemoveIdle{WorkerIDs: []string{"idle"}}).(RemoveIdleResult); len(res.Removed) != 0 || m.f.Stats().LastEventSeq != events+1 {
+		t.Fatalf("a second removal: %+v", res)
+	}
+	m.roundTrip()
+}
+
+// The worker table is bounded: a new worker beyond MaxWorkers is refused
+// with a message that says what to do; a registered one may register again.
+func TestWorkerTableBound(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills the worker table")
+	}
+	f := New()
+	for i := range MaxWorkers {
+		if _, err := f.Apply(uint64(i+1), mustEncode(t, &RegisterWorker{WorkerID: fmt.Sprintf("w%d", i), Capacity: 1})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := f.Apply(MaxWorkers+1, mustEncode(t, &RegisterWorker{WorkerID: "one-more", Capacity: 1}))
+	if !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "worker table is full") {
+		t.Fatalf("a worker beyond the bound: %v", err)
+	}
+	if _, err := f.Apply(MaxWorkers+2, mustEncode(t, &RegisterWorker{WorkerID: "w7", Capacity: 2})); err != nil {
+		t.Fatalf("a registered worker registering again: %v", err)
+	}
+	if err := f.CheckInvariants(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCompaction(t *testing.T) {

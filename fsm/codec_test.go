@@ -29,6 +29,7 @@ func sampleCommands() []Command {
 		&RemoveNode{NodeID: "node-1"},
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
+		&RemoveIdle{WorkerIDs: []string{"w1", "w2"}, Reason: "silent past 1h0m0s, holding nothing"},
 	}
 }
 

@@ -24,6 +24,7 @@ const (
 	CmdRemoveNode       CommandType = 15
 	CmdRecordEvents     CommandType = 16
 	CmdAudit            CommandType = 17
+	CmdRemoveIdle       CommandType = 18
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -47,6 +48,18 @@ type RegisterWorker struct {
 type DeregisterWorker struct {
 	WorkerID string
 }
+
+// RemoveIdle deregisters workers the leader has not heard from for a long
+// time. A listed worker that is not registered, or that holds a live lease
+// (an acquire committed after the leader decided), is kept: unlike
+// DeregisterWorker it never ends a lease. Reason says why, in each event.
+type RemoveIdle struct {
+	WorkerIDs []string
+	Reason    string
+}
+
+// MaxRemoveBatch bounds RemoveIdle.
+const MaxRemoveBatch = 1024
 
 // SubmitJob submits a job, idempotently on its ID.
 type SubmitJob struct {
@@ -188,6 +201,7 @@ func (*SetNode) Type() CommandType          { return CmdSetNode }
 func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
 func (*RecordEvents) Type() CommandType     { return CmdRecordEvents }
 func (*Audit) Type() CommandType            { return CmdAudit }
+func (*RemoveIdle) Type() CommandType       { return CmdRemoveIdle }
 
 // --- validation ---
 
@@ -205,6 +219,21 @@ func (c *RegisterWorker) Validate() error {
 }
 
 func (c *DeregisterWorker) Validate() error { return checkID("worker_id", c.WorkerID) }
+
+func (c *RemoveIdle) Validate() error {
+	if len(c.WorkerIDs) == 0 {
+		return invalid("worker_ids", "name at least one worker")
+	}
+	if len(c.WorkerIDs) > MaxRemoveBatch {
+		return tooLarge("worker_ids", len(c.WorkerIDs), MaxRemoveBatch)
+	}
+	for _, id := range c.WorkerIDs {
+		if err := checkID("worker_ids", id); err != nil {
+			return err
+		}
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
 
 func (c *SubmitJob) Validate() error { return c.Spec.Validate() }
 
@@ -406,6 +435,12 @@ func (c *RegisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen); c.Ca
 
 func (c *DeregisterWorker) encode(e *encoder) { e.str(c.WorkerID) }
 func (c *DeregisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen) }
+
+func (c *RemoveIdle) encode(e *encoder) { e.strs(c.WorkerIDs); e.str(c.Reason) }
+func (c *RemoveIdle) decode(d *decoder) {
+	c.WorkerIDs = d.strs(MaxRemoveBatch, MaxIDLen)
+	c.Reason = d.str(MaxMessageLen)
+}
 
 func (c *SubmitJob) encode(e *encoder) { encodeSpec(e, &c.Spec) }
 func (c *SubmitJob) decode(d *decoder) { decodeSpec(d, &c.Spec) }
@@ -625,6 +660,7 @@ func init() {
 	registerCommand(func() Command { return new(RemoveNode) })
 	registerCommand(func() Command { return new(RecordEvents) })
 	registerCommand(func() Command { return new(Audit) })
+	registerCommand(func() Command { return new(RemoveIdle) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -44,6 +44,7 @@ func New() *FSM {
 	f.register(CmdRemoveNode, applyRemoveNode)
 	f.register(CmdRecordEvents, applyRecordEvents)
 	f.register(CmdAudit, applyAudit)
+	f.register(CmdRemoveIdle, applyRemoveIdle)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

@@ -78,6 +78,9 @@ func FuzzDecodeApply(f *testing.F) {
 
 // FuzzRestore: any byte stream either fails to restore with ErrCorrupt, or
 // restores a state that keeps every invariant (restore checks them itself).
+// A stream that restores is also prepared for a cluster's restore: it is
+// refused naming a field, or its copy restores with the cluster's index and
+// at least the floor.
 func FuzzRestore(f *testing.F) {
 	base := snapshotBytes(f, busyMachine(f).f)
 	f.Add(base)
@@ -100,6 +103,21 @@ func FuzzRestore(f *testing.F) {
 		}
 		if err := fsm.CheckInvariants(); err != nil {
 			t.Fatal(err)
+		}
+		plan := RestorePlan{Index: 1000, Floor: 1 << 40, Latest: 1 << 61}
+		var out bytes.Buffer
+		if _, err := PrepareRestore(&out, bytes.NewReader(data), plan); err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("prepare failed without ErrInvalidArgument: %v", err)
+			}
+			return
+		}
+		g := New()
+		if err := g.Restore(&out); err != nil {
+			t.Fatalf("prepared copy refused: %v", err)
+		}
+		if st := g.Stats(); st.LastIndex != plan.Index || st.LastToken < plan.Floor {
+			t.Fatalf("prepared copy at index %d token %d", st.LastIndex, st.LastToken)
 		}
 	})
 }

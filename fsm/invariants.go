@@ -16,7 +16,11 @@ import (
 //   - capacity: no worker holds more live leases than its capacity;
 //   - references: live leases name registered workers; every index (ids,
 //     tokens, ready queues, submitters, finish order, request ids, counts)
-//     agrees with the jobs; events are consecutive and ordered in time.
+//     agrees with the jobs; events are consecutive and ordered in time;
+//   - clocks: no time (of a job, lease, worker, node or event) is negative
+//     or after the state's time, and no raft index (of a job or event) is
+//     after the state's index, so nothing in the state claims a moment the
+//     state has not reached.
 //
 // It is O(state) and meant for tests (which call it after every step) and
 // for restore, which refuses a snapshot that fails it.
@@ -43,6 +47,10 @@ func (s *state) check() error {
 	var jobs, leases, live, queuedWithSubmitter, terminal int
 	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold
 	prevSeq := uint64(0)
+	inTime := func(t int64) bool { return t >= 0 && t <= s.lastTime }
+	if s.lastTime < 0 {
+		fail("state time %d is negative", s.lastTime)
+	}
 
 	for i, sh := range s.shards {
 		if i > 0 && sh.num <= s.shards[i-1].num {
@@ -77,6 +85,11 @@ func (s *state) check() error {
 			return true
 		}
 		counts[j.State]++
+		if !inTime(j.SubmittedAt) || !inTime(j.UpdatedAt) || !inTime(j.FinishedAt) ||
+			j.CreateIndex > j.ModifyIndex || j.ModifyIndex > s.lastIndex {
+			fail("job %s: times %d/%d/%d, indexes %d/%d: beyond the state's time %d or index %d",
+				j.ID, j.SubmittedAt, j.UpdatedAt, j.FinishedAt, j.CreateIndex, j.ModifyIndex, s.lastTime, s.lastIndex)
+		}
 		if j.Attempts > j.MaxAttempts || j.Losses > j.MaxWorkerLosses && j.OnWorkerLost == LostRequeue {
 			fail("job %s: attempts %d/%d, losses %d/%d", j.ID, j.Attempts, j.MaxAttempts, j.Losses, j.MaxWorkerLosses)
 		}
@@ -88,6 +101,9 @@ func (s *state) check() error {
 				fail("job %s: token %d after %d (I1)", j.ID, l.Token, prevTok)
 			}
 			prevTok = l.Token
+			if !inTime(l.GrantedAt) || !inTime(l.StartedAt) || !inTime(l.EndedAt) {
+				fail("lease %d: times %d/%d/%d beyond the state's time %d", l.Token, l.GrantedAt, l.StartedAt, l.EndedAt, s.lastTime)
+			}
 			if l.Token > s.lastToken {
 				fail("job %s: token %d above the counter %d", j.ID, l.Token, s.lastToken)
 			}
@@ -193,13 +209,13 @@ func (s *state) check() error {
 		fail("%d nodes, bound %d", len(s.nodes), MaxNodes)
 	}
 	for id, n := range s.nodes {
-		if n.ID != id {
-			fail("node %s stored under %s", n.ID, id)
+		if n.ID != id || !inTime(n.UpdatedAt) {
+			fail("node %s stored under %s, updated at %d", n.ID, id, n.UpdatedAt)
 		}
 	}
 	for id, w := range s.workers {
-		if w.ID != id || w.Capacity == 0 {
-			fail("worker %s: id %q capacity %d", id, w.ID, w.Capacity)
+		if w.ID != id || w.Capacity == 0 || !inTime(w.RegisteredAt) || !inTime(w.UpdatedAt) {
+			fail("worker %s: id %q capacity %d times %d/%d", id, w.ID, w.Capacity, w.RegisteredAt, w.UpdatedAt)
 		}
 	}
 
@@ -262,9 +278,12 @@ func (s *state) check() error {
 		if _, ok := eventTypeNames[ev.Type]; !ok {
 			fail("event %d: type %d", ev.Seq, ev.Type)
 		}
-		if prev := s.events.at(max(i-1, 0)); i > 0 && (ev.Seq != prev.Seq+1 || ev.Time < prev.Time) {
-			fail("event %d follows %d: seqs must be consecutive and times ordered", ev.Seq, prev.Seq)
+		if prev := s.events.at(max(i-1, 0)); i > 0 && (ev.Seq != prev.Seq+1 || ev.Time < prev.Time || ev.Index < prev.Index) {
+			fail("event %d follows %d: seqs must be consecutive, times and indexes ordered", ev.Seq, prev.Seq)
 		}
+	}
+	if n := s.events.len(); n > 0 && (s.events.at(0).Time < 0 || s.events.at(n-1).Index > s.lastIndex) {
+		fail("events from time %d to index %d: beyond the state's index %d", s.events.at(0).Time, s.events.at(n-1).Index, s.lastIndex)
 	}
 	if n := s.events.len(); n > 0 && (s.events.at(n-1).Seq != s.eventSeq || s.events.at(n-1).Time > s.lastTime) {
 		fail("newest event %d at %d, counter %d, state time %d", s.events.at(n-1).Seq, s.events.at(n-1).Time, s.eventSeq, s.lastTime)

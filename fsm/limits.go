@@ -39,6 +39,12 @@ const (
 	MaxJobs = 10_000_000
 	// MaxTokenFloor keeps room above any floor for 2^63 more grants.
 	MaxTokenFloor = 1 << 63
+	// MaxIndex bounds raft indexes and the state's sequence counters (jobs,
+	// finishes, events) in a snapshot. No cluster reaches it (a million
+	// entries a second for 146,000 years); a snapshot that claims it is
+	// crafted. It is the bound transport.MaxRaftValue puts on indexes on
+	// the wire.
+	MaxIndex = 1 << 62
 )
 
 // checkID validates an identifier: 1..MaxIDLen printable ASCII, no spaces.

@@ -243,6 +243,8 @@ func (m *refModel) apply(index uint64, at int64, cmd Command) (any, error) {
 	case *RecordEvent:
 		m.emit(Event{Type: c.Event, WorkerID: c.WorkerID, Detail: c.Detail})
 		return m.events[len(m.events)-1], nil
+	case *RemoveIdle:
+		return m.removeIdle(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", cmd))
 }
@@ -275,6 +277,22 @@ func (m *refModel) deregister(c *DeregisterWorker) (any, error) {
 	}
 	delete(m.workers, c.WorkerID)
 	m.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
+	return res, nil
+}
+
+// removeIdle removes each listed worker that is registered and holds no
+// live lease; the others are kept, their leases untouched.
+func (m *refModel) removeIdle(c *RemoveIdle) (any, error) {
+	var res RemoveIdleResult
+	for _, id := range c.WorkerIDs {
+		if m.workers[id] == nil || len(m.heldBy(id)) > 0 {
+			res.Kept = append(res.Kept, id)
+			continue
+		}
+		delete(m.workers, id)
+		m.emit(Event{Type: EventWorkerDeregistered, WorkerID: id})
+		res.Removed = append(res.Removed, id)
+	}
 	return res, nil
 }
 
@@ -378,8 +396,12 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 }
 
 // liveFor finds the live lease (job, token) for an action by worker; a token
-// that is not live is stale and recorded with ev.
+// that is not live is stale and recorded with ev, one above every grant (or
+// floor) was never granted and is refused unrecorded.
 func (m *refModel) liveFor(worker, jobID string, tok uint64, ev Event) (*Job, *Lease, error) {
+	if tok > m.lastToken {
+		return nil, nil, ErrInvalidArgument
+	}
 	j := m.job(jobID)
 	var l *Lease
 	if j != nil {
@@ -416,6 +438,9 @@ func answerOf(jobID string, l *Lease) ReportResult {
 }
 
 func (m *refModel) report(c *Report) (any, error) {
+	if c.Token > m.lastToken {
+		return nil, ErrInvalidArgument // never granted: not a late report
+	}
 	if j := m.job(c.JobID); j != nil {
 		if l := m.leaseOf(j, c.Token); l != nil && l.State == LeaseReported {
 			switch {
@@ -655,6 +680,14 @@ func norm(v any) any {
 			x.Released = nil
 		}
 		v = x
+	case RemoveIdleResult:
+		if len(x.Removed) == 0 {
+			x.Removed = nil
+		}
+		if len(x.Kept) == 0 {
+			x.Kept = nil
+		}
+		v = x
 	case ExpireResult:
 		if len(x.Expired) == 0 {
 			x.Expired = nil
@@ -731,6 +764,7 @@ const (
 	actCompact
 	actFloor
 	actRecord
+	actRemoveIdle
 	actInvalid
 	numActions
 )
@@ -744,15 +778,15 @@ type modelProfile struct {
 }
 
 var modelProfiles = []modelProfile{
-	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 1}},
+	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1}},
 	// Few jobs leased over and over: lease history trimming, poison jobs,
 	// retry limits, old tokens of the same job.
-	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1}},
+	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1}},
 	// Many queued jobs: long ready queues, bulk cancels, stale heap entries,
 	// shard boundaries and compaction of whole shards.
-	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1}},
+	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1}},
 	// Workers coming and going, expiries and revokes.
-	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 1}},
+	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1}},
 }
 
 var (
@@ -1186,6 +1220,15 @@ func (g *modelGen) next() (Command, bool) {
 			w = g.worker()
 		}
 		return &RecordEvent{Event: pick(g, modelRecordable), WorkerID: w, Detail: g.text()}, false
+	case actRemoveIdle:
+		// As the leader proposes it: workers it has not heard from, some of
+		// which may have acquired since, been removed already, or never
+		// registered.
+		c := &RemoveIdle{Reason: g.text()}
+		for n := 1 + g.rng.IntN(3); n > 0; n-- {
+			c.WorkerIDs = append(c.WorkerIDs, g.worker())
+		}
+		return c, false
 	}
 	return g.invalid(), true
 }
@@ -1388,6 +1431,9 @@ func (r *modelRun) note(c Command, at int64, res any, err error) {
 	}
 	for _, ev := range r.m.emitted {
 		r.seen["event "+ev.Type.String()]++
+		if ev.Type == EventStaleReport && r.m.job(ev.JobID) == nil && slices.Contains(r.g.jobIDs, ev.JobID) {
+			r.seen["stale report on a compacted job"]++
+		}
 	}
 	switch x := res.(type) {
 	case AcquireResult:
@@ -1419,6 +1465,13 @@ func (r *modelRun) note(c Command, at int64, res any, err error) {
 	case ExpireResult:
 		if len(x.Expired) > 0 && len(x.Ignored) > 0 {
 			r.seen["expire mixed current and stale"]++
+		}
+	case RemoveIdleResult:
+		r.seen["idle workers removed"] += len(x.Removed)
+		for _, id := range x.Kept {
+			if len(r.m.heldBy(id)) > 0 {
+				r.seen["idle removal kept a holder"]++
+			}
 		}
 	}
 }

@@ -40,6 +40,13 @@ func (f *FSM) Worker(id string) (Worker, error) {
 	return Worker{}, fmt.Errorf("%w: worker %s", ErrUnknownWorker, id)
 }
 
+// WorkerCount returns the number of registered workers.
+func (f *FSM) WorkerCount() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return len(f.st.workers)
+}
+
 // Workers returns every registered worker, by id.
 func (f *FSM) Workers() []Worker {
 	f.mu.RLock()
@@ -242,6 +249,16 @@ type FenceResult struct {
 	Current      bool     // the token is the job's live lease
 	CurrentToken uint64   // the job's live lease, zero if none
 	State        JobState // zero if the job is unknown
+}
+
+// CheckGranted returns the error Start, Report and Release get for a token
+// above every token this state has granted (or set as a floor), or nil. The
+// leader asks it before proposing, so a made-up token never reaches the
+// log; the state machine applies the same rule.
+func (f *FSM) CheckGranted(token uint64) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.checkGranted(token)
 }
 
 // Fence answers whether token is the live lease of jobID. Asked of a state

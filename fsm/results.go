@@ -18,6 +18,8 @@ package fsm
 //	SetNode          Node
 //	RemoveNode       nil
 //	RecordEvents     nil
+//	Audit            nil
+//	RemoveIdle       RemoveIdleResult
 //
 // Every value is a copy: holding it never pins or races with the state.
 
@@ -31,6 +33,14 @@ type SubmitResult struct {
 // DeregisterResult lists the leases the deregistration released.
 type DeregisterResult struct {
 	Released []LeaseRef
+}
+
+// RemoveIdleResult splits the listed workers into the ones removed and the
+// ones kept (not registered, or holding a live lease), in the command's
+// order.
+type RemoveIdleResult struct {
+	Removed []string
+	Kept    []string
 }
 
 // Grant is one lease an acquire granted, with its job.

@@ -8,6 +8,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"math"
 	"slices"
 	"strings"
 )
@@ -286,6 +287,9 @@ func readState(r io.Reader) (*state, error) {
 	if err := decodeRecord(body, func(d *decoder) { decodeHeader(d, &hdr) }); err != nil {
 		return nil, err
 	}
+	if err := checkHeader(&hdr); err != nil {
+		return nil, err
+	}
 	s := newState()
 	s.lastIndex, s.lastTime, s.lastToken = hdr.lastIndex, int64(hdr.lastTime), hdr.lastToken
 	s.jobSeq, s.finishSeq, s.eventSeq = hdr.jobSeq, hdr.finishSeq, hdr.eventSeq
@@ -328,7 +332,9 @@ func readState(r io.Reader) (*state, error) {
 			sh := s.mutableShard(j.Seq, true)
 			sh.jobs[j.Seq&shardMask] = j
 			sh.n++
-			jobs++
+			if jobs++; jobs > MaxJobs {
+				return nil, fmt.Errorf("%w: more than %d jobs", ErrCorrupt, MaxJobs)
+			}
 		case tagEvent:
 			var ev Event
 			if err := decodeRecord(body, func(d *decoder) { decodeEvent(d, &ev, sr.version) }); err != nil {
@@ -360,6 +366,29 @@ func readState(r io.Reader) (*state, error) {
 	return s, nil
 }
 
+// checkHeader refuses, before any record is read, counters no cluster
+// reaches (an index or sequence at MaxIndex would wrap, or leave Raft
+// nowhere to go) and counts beyond the state's bounds. Whether the records
+// agree with the header is checked once they are read.
+func checkHeader(h *snapHeader) error {
+	for _, c := range []struct {
+		name string
+		v    uint64
+	}{{"index", h.lastIndex}, {"job seq", h.jobSeq}, {"finish seq", h.finishSeq}, {"event seq", h.eventSeq}} {
+		if c.v >= MaxIndex {
+			return fmt.Errorf("%w: snapshot %s %d is beyond any cluster's (%d)", ErrCorrupt, c.name, c.v, uint64(MaxIndex))
+		}
+	}
+	if h.lastTime > math.MaxInt64 {
+		return fmt.Errorf("%w: snapshot time %d is out of range", ErrCorrupt, h.lastTime)
+	}
+	if h.workers > MaxWorkers || h.jobs > MaxJobs || h.events > MaxEvents || h.nodes > MaxNodes {
+		return fmt.Errorf("%w: snapshot counts (%d workers, %d jobs, %d events, %d nodes) beyond the state's bounds",
+			ErrCorrupt, h.workers, h.jobs, h.events, h.nodes)
+	}
+	return nil
+}
+
 func decodeRecord(body []byte, fn func(d *decoder)) error {
 	d := decoder{b: body}
 	fn(&d)
@@ -383,72 +412,6 @@ func TokenFloorFor(unixSeconds int64) uint64 {
 }
 
 const tokenFloorShift = 30
-
-// RaiseSnapshotFloor copies a snapshot from src to dst with its token
-// counter raised to at least floor, and a tokens.floor_raised event
-// appended. An operator's restore passes the backup through it, so the
-// restored cluster never grants a token the old one may have granted after
-// the backup was taken. The source's checksum is verified; dst gets a new
-// one.
-func RaiseSnapshotFloor(dst io.Writer, src io.Reader, floor uint64) error {
-	if floor > MaxTokenFloor {
-		return invalid("floor", "%d exceeds %d", floor, uint64(MaxTokenFloor))
-	}
-	sr, err := newSnapReader(src)
-	if err != nil {
-		return err
-	}
-	tag, body, err := sr.next()
-	if err != nil {
-		return err
-	}
-	var hdr snapHeader
-	if tag != tagHeader {
-		return fmt.Errorf("%w: snapshot starts with record %d, not a header", ErrCorrupt, tag)
-	}
-	if err := decodeRecord(body, func(d *decoder) { decodeHeader(d, &hdr) }); err != nil {
-		return err
-	}
-	old := hdr.lastToken
-	hdr.lastToken = max(hdr.lastToken, floor)
-	// Keep the event log within MaxEvents: the new event may push out the oldest.
-	skipEvents := 0
-	if hdr.events >= MaxEvents {
-		skipEvents = int(hdr.events) - MaxEvents + 1
-		hdr.events -= uint64(skipEvents)
-	}
-	hdr.events++
-	hdr.eventSeq++
-	ev := Event{
-		Seq: hdr.eventSeq, Index: hdr.lastIndex, Time: int64(hdr.lastTime), Type: EventTokenFloorRaised,
-		Detail: fmt.Sprintf("restore: from %d to %d", old, hdr.lastToken),
-	}
-	// Records are copied as they are, so the copy keeps the source's version.
-	sw := newSnapWriter(dst, sr.version)
-	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
-	appended := false
-	for {
-		tag, body, err := sr.next()
-		if err != nil {
-			return err
-		}
-		// The new event is the last event: it goes before whatever record
-		// type follows the events.
-		if tag > tagEvent && !appended {
-			sw.record(tagEvent, func(e *encoder) { encodeEvent(e, &ev, sw.version) })
-			appended = true
-		}
-		if tag == tagEnd {
-			break
-		}
-		if tag == tagEvent && skipEvents > 0 {
-			skipEvents--
-			continue
-		}
-		sw.record(tag, func(e *encoder) { e.b = append(e.b, body...) })
-	}
-	return sw.finish()
-}
 
 // InspectSnapshot reads a snapshot fully, checks it, and returns its
 // counters, without touching any live state.

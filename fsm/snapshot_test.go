@@ -126,16 +126,21 @@ func TestSnapshotVersion1StillReads(t *testing.T) {
 	if audits != 1 {
 		t.Fatalf("%d audit events, want 1", audits)
 	}
-	// A raised copy keeps the source's version, so it reads back too.
-	var raised bytes.Buffer
-	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(v1.Bytes()), 1<<40); err != nil {
+	// A version 1 backup can be restored into a cluster: the copy is
+	// written in the newest version, with the same events.
+	var prepared bytes.Buffer
+	if _, err := PrepareRestore(&prepared, bytes.NewReader(v1.Bytes()), RestorePlan{Index: g.LastIndex(), Floor: 1 << 40, Latest: m.now}); err != nil {
 		t.Fatal(err)
 	}
-	if raised.Bytes()[len(snapMagic)] != 1 {
-		t.Fatal("raised copy changed the version")
+	if prepared.Bytes()[len(snapMagic)] != snapVersion {
+		t.Fatal("a prepared restore is not written in the newest version")
 	}
-	if err := New().Restore(&raised); err != nil {
-		t.Fatalf("raised version 1 snapshot refused: %v", err)
+	r := New()
+	if err := r.Restore(&prepared); err != nil {
+		t.Fatalf("prepared version 1 snapshot refused: %v", err)
+	}
+	if got, want := r.Stats().Events, g.Stats().Events+1; got != want {
+		t.Fatalf("prepared copy has %d events, want %d", got, want)
 	}
 	// The newest version keeps the audit fields; an unknown version is refused.
 	h := New()
@@ -241,65 +246,6 @@ func TestSnapshotIsolatedFromApplies(t *testing.T) {
 	}
 	if !bytes.Equal(got.Bytes(), want) {
 		t.Fatal("snapshot changed under concurrent applies")
-	}
-}
-
-func TestRaiseSnapshotFloor(t *testing.T) {
-	m := busyMachine(t)
-	last := m.f.Stats().LastToken
-	var raised bytes.Buffer
-	floor := TokenFloorFor(1_800_000_000)
-	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(snapshotBytes(t, m.f)), floor); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(&raised); err != nil {
-		t.Fatal(err)
-	}
-	if st := g.Stats(); st.LastToken != floor || st.LastToken <= last {
-		t.Fatalf("last token %d, want floor %d (was %d)", st.LastToken, floor, last)
-	}
-	page := g.Events(0, MaxPageSize)
-	if ev := page.Events[len(page.Events)-1]; ev.Type != EventTokenFloorRaised {
-		t.Fatalf("last event %+v", ev)
-	}
-	m.f = g
-	m.index = g.LastIndex()
-	if gr := m.acquireOne("w1"); gr.Lease.Token != floor+1 {
-		t.Fatalf("first grant after restore %d, want %d", gr.Lease.Token, floor+1)
-	}
-	// A floor below the counter changes nothing but adds the event.
-	var again bytes.Buffer
-	if err := RaiseSnapshotFloor(&again, bytes.NewReader(snapshotBytes(t, m.f)), 1); err != nil {
-		t.Fatal(err)
-	}
-	if st, _ := InspectSnapshot(&again); st.LastToken != floor+1 {
-		t.Fatalf("low floor moved the counter to %d", st.LastToken)
-	}
-}
-
-// The appended event must not push the log past MaxEvents.
-func TestRaiseSnapshotFloorAtEventBound(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a full event log")
-	}
-	f := New()
-	data, _ := Encode(1, &RecordEvent{Event: EventLeaderChanged})
-	for i := range MaxEvents + 10 {
-		if _, err := f.Apply(uint64(i+1), data); err != nil {
-			t.Fatal(err)
-		}
-	}
-	var raised bytes.Buffer
-	if err := RaiseSnapshotFloor(&raised, bytes.NewReader(snapshotBytes(t, f)), 10); err != nil {
-		t.Fatal(err)
-	}
-	g := New()
-	if err := g.Restore(&raised); err != nil {
-		t.Fatal(err)
-	}
-	if st := g.Stats(); st.Events != MaxEvents || st.LastToken != 10 {
-		t.Fatalf("events %d last token %d", st.Events, st.LastToken)
 	}
 }
 

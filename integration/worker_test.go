@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/client/clienttest"
 	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -298,5 +299,48 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q:\n%s", want, body)
 		}
+	}
+}
+
+// Made-up input gets its answer over the wire and through the Go client: a
+// heartbeat from a worker nobody registered is UNKNOWN_WORKER, a report
+// with a token never granted is INVALID_ARGUMENT naming the token. A
+// worker whose registration is gone (removed as idle by the leader, or
+// here by an operator) is told UNKNOWN_WORKER, registers again, and goes
+// on taking jobs.
+func TestUnknownWorkersAndMadeUpTokens(t *testing.T) {
+	c := clustertest.New(t, 3, slowExecutor())
+	cl := newClient(t, c, nil)
+	if _, err := cl.Heartbeat(ctx(t), "ghost", nil); !errors.Is(err, client.ErrUnknownWorker) {
+		t.Fatalf("heartbeat of a ghost: %v", err)
+	}
+	_, err := cl.Report(ctx(t), &pb.ReportRequest{WorkerId: "ghost", JobId: "never", Token: 1 << 40, ReportId: "r",
+		Outcome: pb.Outcome_OUTCOME_SUCCEEDED})
+	var e *client.Error
+	if !errors.Is(err, client.ErrInvalidArgument) || !errors.As(err, &e) || e.Field != "token" {
+		t.Fatalf("report with a token never granted: %v", err)
+	}
+	runWorker(t, client.WorkerOptions{Client: cl, ID: "w1", Handlers: map[string]client.Handler{
+		"default": func(ctx context.Context, j *client.Job) (client.Result, error) { return client.Result{Ref: "ok"}, nil },
+	}})
+	for i, id := range []string{"before", "after"} {
+		if i == 1 {
+			if _, err := cl.DeregisterWorker(ctx(t), "w1"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, _, err := cl.Submit(ctx(t), &pb.JobSpec{Id: id}); err != nil {
+			t.Fatal(err)
+		}
+		waitJob(t, c, cl, id, func(j *pb.Job) bool { return j.GetState() == pb.JobState_JOB_STATE_REPORTED })
+	}
+	registered := 0
+	for _, ev := range c.Leader().FSM().Events(0, fsm.MaxPageSize).Events {
+		if ev.Type == fsm.EventWorkerRegistered && ev.WorkerID == "w1" {
+			registered++
+		}
+	}
+	if registered != 2 {
+		t.Fatalf("w1 registered %d times, want 2", registered)
 	}
 }

@@ -57,6 +57,8 @@ type PeerJoinReply struct {
 const (
 	CodeNotLeader = "not_leader" // details: leader_id, leader_raft_addr
 	CodeNoLeader  = "no_leader"
+	// CodeNotReady: the leader is still taking office; retry shortly.
+	CodeNotReady = "not_ready"
 	// CodeRejoinRefused: a node that lost its data asked to join under the
 	// id of a voter; an operator must remove that voter first.
 	CodeRejoinRefused = "rejoin_refused"

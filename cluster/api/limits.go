@@ -87,7 +87,9 @@ type bodyBytes struct {
 
 // BodyBytes reports the request body bytes this server has read off the
 // wire (raw) and inflated from compressed messages (inflated).
-func (s *Server) BodyBytes() (raw, inflated int64) { return s.bodies.raw.Load(), s.bodies.inflated.Load() }
+func (s *Server) BodyBytes() (raw, inflated int64) {
+	return s.bodies.raw.Load(), s.bodies.inflated.Load()
+}
 
 // OpenConns is the number of API connections open now.
 func (s *Server) OpenConns() int { return s.conns.Open() }

@@ -2,12 +2,14 @@ package workload
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/client"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -53,6 +55,12 @@ func (r *Reporter) step(ctx context.Context) {
 	req := &leaseholdv1.AcquireRequest{WorkerId: ReporterID, RequestId: newReportID(r.rng), Queues: []string{QueueManual},
 		Kinds: []string{KindManual}, Max: 1, Start: true, Wait: durationpb.New(r.wait)}
 	resp, err := r.c.Acquire(ctx, req)
+	if errors.Is(err, client.ErrUnknownWorker) {
+		// The leader removed it as idle (or an operator did): register
+		// again, as the worker runtime does. It held nothing.
+		r.c.Register(ctx, ReporterID, 4)
+		return
+	}
 	if err != nil || len(resp.GetGrants()) == 0 {
 		if err != nil {
 			// The acquire may have granted a lease whose answer was
