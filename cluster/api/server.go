@@ -81,7 +81,7 @@ func (s *Server) SetCredentials(c Credentials) { s.creds.Store(newCredentials(c)
 
 // Handler serves every endpoint of the API.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithInterceptors(s.leaderHint())
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.leaderHint()), strictDecoding())
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
