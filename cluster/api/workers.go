@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 type workerService struct{ s *Server }
@@ -18,7 +19,7 @@ func (w workerService) timings() *pb.Timings {
 
 func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.RegisterWorker, func(ctx context.Context) (*pb.RegisterWorkerResponse, error) {
-		wk, err := applyAs[fsm.Worker](w.s, ctx, registerOf(req.Msg))
+		wk, err := applyAs[fsm.Worker](w.s, ctx, req.Msg, registerOf)
 		if err != nil {
 			return nil, err
 		}
@@ -28,7 +29,7 @@ func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[
 
 func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Request[pb.DeregisterWorkerRequest]) (*connect.Response[pb.DeregisterWorkerResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.DeregisterWorker, func(ctx context.Context) (*pb.DeregisterWorkerResponse, error) {
-		r, err := applyAs[fsm.DeregisterResult](w.s, ctx, deregisterOf(req.Msg))
+		r, err := applyAs[fsm.DeregisterResult](w.s, ctx, req.Msg, deregisterOf)
 		if err != nil {
 			return nil, err
 		}
@@ -38,7 +39,15 @@ func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Reques
 
 func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.AcquireRequest]) (*connect.Response[pb.AcquireResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Acquire, func(ctx context.Context) (*pb.AcquireResponse, error) {
-		res, err := w.s.node.Acquire(ctx, *acquireOf(req.Msg), waitOf(req.Msg.GetWait()))
+		cmd, err := acquireOf(req.Msg)
+		if err != nil {
+			return nil, err
+		}
+		wait, err := waitOf(req.Msg.GetWait())
+		if err != nil {
+			return nil, err
+		}
+		res, err := w.s.node.Acquire(ctx, *cmd, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -48,7 +57,7 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 
 func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.StartLeaseRequest]) (*connect.Response[pb.StartLeaseResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.StartLease, func(ctx context.Context) (*pb.StartLeaseResponse, error) {
-		l, err := applyAs[fsm.Lease](w.s, ctx, startOf(req.Msg))
+		l, err := applyAs[fsm.Lease](w.s, ctx, req.Msg, startOf)
 		if err != nil {
 			return nil, err
 		}
@@ -87,7 +96,7 @@ func verdictToProto(v cluster.Verdict) pb.Verdict {
 
 func (w workerService) Report(ctx context.Context, req *connect.Request[pb.ReportRequest]) (*connect.Response[pb.ReportResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Report, func(ctx context.Context) (*pb.ReportResponse, error) {
-		r, err := applyAs[fsm.ReportResult](w.s, ctx, reportOf(req.Msg))
+		r, err := applyAs[fsm.ReportResult](w.s, ctx, req.Msg, reportOf)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +108,7 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 
 func (w workerService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.Release, func(ctx context.Context) (*pb.ReleaseResponse, error) {
-		j, err := applyAs[fsm.Job](w.s, ctx, releaseOf(req.Msg))
+		j, err := applyAs[fsm.Job](w.s, ctx, req.Msg, releaseOf)
 		if err != nil {
 			return nil, err
 		}
@@ -108,7 +117,7 @@ func (w workerService) Release(ctx context.Context, req *connect.Request[pb.Rele
 }
 
 func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.ListLeasesRequest]) (*connect.Response[pb.ListLeasesResponse], error) {
-	if err := fsm.ValidateHeld(req.Msg.GetWorkerId(), nil); err != nil {
+	if err := rules.CheckID("worker_id", req.Msg.GetWorkerId()); err != nil {
 		return nil, toWire(err)
 	}
 	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.ListLeases, func(_ context.Context, f *fsm.FSM) (*pb.ListLeasesResponse, error) {

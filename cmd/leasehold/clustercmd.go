@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 func clusterCommand() *cli.Command {
@@ -36,7 +37,7 @@ func clusterCommand() *cli.Command {
 						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
-						"insecure": st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
+						"insecure":   st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
 					}
 					return output(c, v, func() {
 						w := newTable()
@@ -226,7 +227,9 @@ func inspect(c *cli.Context, path string) error {
 	})
 }
 
-func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, fsm.MaxPayloadLen+1)) }
+func readAll(r io.Reader) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(r, rules.MaxPayloadLen+1))
+}
 
 func workerCommand() *cli.Command {
 	return &cli.Command{
