@@ -366,8 +366,11 @@ func TestSubmitFillsDefaultQueue(t *testing.T) {
 		t.Fatalf("Submit: %v", err)
 	}
 	reqs := node.requests("SubmitJob")
-	if len(reqs) != 1 || reqs[0].msg.(*leaseholdv1.SubmitJobRequest).GetSpec().GetQueue() != client.DefaultQueue || spec.Queue != client.DefaultQueue {
-		t.Fatalf("sent %v, spec %v: want queue %q", reqs, spec, client.DefaultQueue)
+	if len(reqs) != 1 {
+		t.Fatalf("%d submits, want 1", len(reqs))
+	}
+	if sent := reqs[0].msg.(*leaseholdv1.SubmitJobRequest).GetSpec().GetQueue(); sent != client.DefaultQueue || spec.Queue != client.DefaultQueue {
+		t.Fatalf("sent queue %q, spec's queue %q; want %q", sent, spec.Queue, client.DefaultQueue)
 	}
 }
 
