@@ -152,9 +152,9 @@ func TestStrictDecodingRefusesAttacks(t *testing.T) {
 }
 
 // Clients of every protocol get the refusal of a request the decoder
-// refuses as the API's error, with its ErrorDetail: gRPC and Connect with
-// binary or JSON, and the Go client, which maps it to ErrInvalidArgument
-// with the field.
+// refuses as the API's error, with its ErrorDetail: gRPC, gRPC-Web and
+// Connect with binary or JSON, for unary calls and streams, and the Go
+// client, which maps it to ErrInvalidArgument with the field.
 func TestStrictDecodingRefusalsReachClients(t *testing.T) {
 	c := clustertest.New(t, 1)
 	leader := c.Leader()
@@ -182,6 +182,20 @@ func TestStrictDecodingRefusalsReachClients(t *testing.T) {
 			t.Errorf("%s, an unknown consistency: %v (detail %v)", name, err, transport.DetailOf(err))
 		}
 	}
+	// A stream's request is refused on its first receive.
+	events := leaseholdv1connect.NewEventServiceClient(http.DefaultClient, base, connect.WithGRPC())
+	watch := &pb.WatchEventsRequest{}
+	watch.ProtoReflect().SetUnknown(protowire.AppendVarint(protowire.AppendTag(nil, 99, protowire.VarintType), 1))
+	stream, err := events.WatchEvents(callCtx(t), connect.NewRequest(watch))
+	if err == nil {
+		for stream.Receive() {
+		}
+		err = stream.Err()
+	}
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || transport.DetailOf(err).GetField() != "99" {
+		t.Errorf("watch with an unknown field: %v (detail %v)", err, transport.DetailOf(err))
+	}
+
 	cl, err := client.New(client.Config{Endpoints: []string{leader.APIAddr}})
 	if err != nil {
 		t.Fatal(err)
