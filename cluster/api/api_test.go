@@ -19,6 +19,7 @@ import (
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Every error the server can produce maps to its reason and code, with its
@@ -49,6 +50,10 @@ func TestErrorReasons(t *testing.T) {
 			func(d *pb.ErrorDetail) bool { return d.GetField() == "token" }},
 		{bigErr, transport.ReasonTooLarge, connect.CodeResourceExhausted,
 			func(d *pb.ErrorDetail) bool { return d.GetField() == "max" }},
+		{rules.CheckID("id", ""), transport.ReasonInvalidArgument, connect.CodeInvalidArgument,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "id" }},
+		{rules.TooLong("payload", 2, 1), transport.ReasonTooLarge, connect.CodeResourceExhausted,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "payload" }},
 		{fsm.ErrNotFound, transport.ReasonNotFound, connect.CodeNotFound, nil},
 		{fsm.ErrConflict, transport.ReasonConflict, connect.CodeAlreadyExists, nil},
 		{fsm.ErrStaleToken, transport.ReasonStaleToken, connect.CodeFailedPrecondition, nil},
