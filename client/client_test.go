@@ -361,6 +361,25 @@ func TestNoRetryOnStaleToken(t *testing.T) {
 	}
 }
 
+// The API refuses a job without a queue; Submit sends DefaultQueue, as the
+// API used to fill it in, and says so in the caller's spec.
+func TestSubmitFillsDefaultQueue(t *testing.T) {
+	node := newFakeNode(t)
+	node.script("SubmitJob", &leaseholdv1.SubmitJobResponse{Created: true})
+	c := newClient(t, node.addr)
+	spec := &leaseholdv1.JobSpec{Id: "j"}
+	if _, _, err := c.Submit(testCtx(t), spec); err != nil {
+		t.Fatalf("Submit: %v", err)
+	}
+	reqs := node.requests("SubmitJob")
+	if len(reqs) != 1 {
+		t.Fatalf("%d submits, want 1", len(reqs))
+	}
+	if sent := reqs[0].msg.(*leaseholdv1.SubmitJobRequest).GetSpec().GetQueue(); sent != client.DefaultQueue || spec.Queue != client.DefaultQueue {
+		t.Fatalf("sent queue %q, spec's queue %q; want %q", sent, spec.Queue, client.DefaultQueue)
+	}
+}
+
 func TestRetriesReuseIdempotencyKeys(t *testing.T) {
 	node := newFakeNode(t)
 	unknown := reasonErr(transport.ReasonOutcomeUnknown, nil)

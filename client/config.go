@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Config says where the cluster is and how to talk to it. The zero value
@@ -102,8 +104,8 @@ func (c Config) validate() error {
 // checkEndpoint accepts host:port with a non-empty host and a port in
 // 1..65535; a URL ("http://...") is refused, the scheme comes from TLS.
 func checkEndpoint(ep string) error {
-	if len(ep) > 256 {
-		return fmt.Errorf("longer than 256 bytes")
+	if len(ep) > rules.MaxAddrLen {
+		return fmt.Errorf("longer than %d bytes", rules.MaxAddrLen)
 	}
 	host, port, err := net.SplitHostPort(ep)
 	if err != nil {

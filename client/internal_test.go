@@ -8,6 +8,8 @@ import (
 	"unicode/utf8"
 
 	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Backoff is full jitter: the n-th wait is anywhere in [0, min(max,
@@ -50,7 +52,7 @@ func TestClip(t *testing.T) {
 			t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.n, got, tc.want)
 		}
 	}
-	if got := clip(strings.Repeat("é", 3000), maxMessageLen); len(got) > maxMessageLen || !utf8.ValidString(got) {
+	if got := clip(strings.Repeat("é", 3000), rules.MaxMessageLen); len(got) > rules.MaxMessageLen || !utf8.ValidString(got) {
 		t.Errorf("clip of a long message: %d bytes, valid %v", len(got), utf8.ValidString(got))
 	}
 }

@@ -51,10 +51,6 @@ type Result struct {
 // recovered and reported as a failure.
 type Handler func(ctx context.Context, job *Job) (Result, error)
 
-// Bounds the server enforces on a report (fsm.MaxMessageLen): a longer
-// message is cut rather than have the report refused.
-const maxMessageLen = 4096
-
 // jobOf turns a grant into the handler's Job, refusing grants the server
 // should never send.
 func jobOf(g *leaseholdv1.Grant) (*Job, error) {

@@ -28,16 +28,25 @@ func consistency(opts []ReadOption) leaseholdv1.Consistency {
 	return o.consistency
 }
 
+// DefaultQueue is the queue Submit sends a job to when its spec names none,
+// and the queue a Worker takes jobs from when its options name none.
+const DefaultQueue = "default"
+
 // Submit submits a job. It is idempotent on spec.Id: the same id and spec
 // answer the existing job with created false; the same id with another spec
 // fails with ErrConflict. An empty spec.Id is filled with a random id before
 // the first attempt (and written into spec), so retries cannot submit twice.
+// An empty spec.Queue is filled with DefaultQueue (and written into spec):
+// the API refuses a job without a queue.
 func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec) (job *leaseholdv1.Job, created bool, err error) {
 	if spec == nil {
 		return nil, false, fmt.Errorf("leasehold: submit: %w: nil spec", ErrInvalidArgument)
 	}
 	if spec.Id == "" {
 		spec.Id = newID()
+	}
+	if spec.Queue == "" {
+		spec.Queue = DefaultQueue
 	}
 	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.SubmitJobRequest{Spec: spec}, jobSvc, jobsAPI.SubmitJob)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // task is one lease the worker holds, from grant to report or release. It
@@ -102,7 +103,7 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 		Outcome:   outcome,
 		Retryable: retryable,
 		Ref:       strings.ToValidUTF8(res.Ref, "\uFFFD"),
-		Message:   clip(message, maxMessageLen),
+		Message:   clip(message, rules.MaxMessageLen),
 	}
 	w.mu.Lock()
 	bound := w.timings.toleration
@@ -123,7 +124,7 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 			Token:    t.job.Token,
 			ReportId: newID(),
 			Outcome:  leaseholdv1.Outcome_OUTCOME_FAILED,
-			Message:  clip("the handler's report was refused: "+err.Error(), maxMessageLen),
+			Message:  clip("the handler's report was refused: "+err.Error(), rules.MaxMessageLen),
 		}
 		done := w.observer.observe("Report", req)
 		resp, err = w.c.Report(ctx, req)

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // WorkerOptions configure a Worker. NewWorker fills defaults into a copy and
@@ -22,9 +23,10 @@ type WorkerOptions struct {
 	// Client talks to the cluster. Required.
 	Client *Client
 	// ID is the worker's stable id: a restart with the same id finds its
-	// leases again. Required; 1..128 printable ASCII bytes, no spaces.
+	// leases again. Required; 1..128 printable ASCII bytes, no spaces
+	// (rules.CheckID).
 	ID string
-	// Queues the worker takes jobs from. Default ["default"].
+	// Queues the worker takes jobs from. Default [DefaultQueue].
 	Queues []string
 	// Kinds the worker takes. Default: the kinds in Handlers. Every kind
 	// listed must have a handler.
@@ -59,15 +61,6 @@ type WorkerOptions struct {
 const (
 	DefaultPollWait     = 30 * time.Second
 	DefaultDrainTimeout = 30 * time.Second
-	// maxPollWait is the server's bound on an acquire's wait.
-	maxPollWait = 60 * time.Second
-	// Server bounds (fsm/limits.go) checked early, so a misconfigured worker
-	// fails in NewWorker rather than on every acquire.
-	maxIDLen        = 128
-	maxNameLen      = 64
-	maxSelectors    = 32
-	maxCapacity     = 4096
-	maxAcquireBatch = 256
 )
 
 // Worker is the worker runtime: it registers, re-attaches to its leases
@@ -132,8 +125,10 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	if opts.Client == nil {
 		return nil, fmt.Errorf("%w: Client is nil", ErrInvalidConfig)
 	}
-	if err := checkID(opts.ID); err != nil {
-		return nil, fmt.Errorf("%w: ID %q: %v", ErrInvalidConfig, opts.ID, err)
+	// The server's field rules are checked here, so a misconfigured worker
+	// fails in NewWorker rather than on every call.
+	if err := rules.CheckID("ID", opts.ID); err != nil {
+		return nil, fmt.Errorf("%w: %v (%q)", ErrInvalidConfig, err, opts.ID)
 	}
 	w := &Worker{
 		c:            opts.Client,
@@ -154,14 +149,14 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		freed:        make(chan struct{}),
 	}
 	if len(w.queues) == 0 {
-		w.queues = []string{"default"}
+		w.queues = []string{DefaultQueue}
 	}
 	if len(w.handlers) == 0 {
 		return nil, fmt.Errorf("%w: Handlers is empty", ErrInvalidConfig)
 	}
 	for kind, h := range w.handlers {
-		if err := checkName(kind); err != nil {
-			return nil, fmt.Errorf("%w: Handlers kind %q: %v", ErrInvalidConfig, kind, err)
+		if err := rules.CheckName("Handlers kind", kind); err != nil {
+			return nil, fmt.Errorf("%w: %v (%q)", ErrInvalidConfig, err, kind)
 		}
 		if h == nil {
 			return nil, fmt.Errorf("%w: Handlers[%q] is nil", ErrInvalidConfig, kind)
@@ -173,8 +168,8 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		w.kinds = slices.Sorted(maps.Keys(w.handlers))
 	}
 	for i, q := range w.queues {
-		if err := checkName(q); err != nil {
-			return nil, fmt.Errorf("%w: Queues[%d] %q: %v", ErrInvalidConfig, i, q, err)
+		if err := rules.CheckName(fmt.Sprintf("Queues[%d]", i), q); err != nil {
+			return nil, fmt.Errorf("%w: %v (%q)", ErrInvalidConfig, err, q)
 		}
 	}
 	for i, k := range w.kinds {
@@ -182,20 +177,23 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 			return nil, fmt.Errorf("%w: Kinds[%d] %q has no handler", ErrInvalidConfig, i, k)
 		}
 	}
-	if len(w.queues) > maxSelectors || len(w.kinds) > maxSelectors {
-		return nil, fmt.Errorf("%w: %d queues and %d kinds; at most %d each", ErrInvalidConfig, len(w.queues), len(w.kinds), maxSelectors)
+	if err := rules.CheckNames("Queues", w.queues); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if err := rules.CheckNames("Kinds", w.kinds); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if w.capacity == 0 {
 		w.capacity = 1
 	}
-	if w.capacity < 1 || w.capacity > maxCapacity {
-		return nil, fmt.Errorf("%w: Concurrency %d is not in 1..%d", ErrInvalidConfig, opts.Concurrency, maxCapacity)
+	if w.capacity < 1 || w.capacity > rules.MaxCapacity {
+		return nil, fmt.Errorf("%w: Concurrency %d is not in 1..%d", ErrInvalidConfig, opts.Concurrency, rules.MaxCapacity)
 	}
 	if w.pollWait == 0 {
 		w.pollWait = DefaultPollWait
 	}
-	if w.pollWait < 0 || w.pollWait > maxPollWait {
-		return nil, fmt.Errorf("%w: PollWait %v is not in (0, %v]", ErrInvalidConfig, opts.PollWait, maxPollWait)
+	if w.pollWait < 0 || w.pollWait > rules.MaxWait {
+		return nil, fmt.Errorf("%w: PollWait %v is not in (0, %v]", ErrInvalidConfig, opts.PollWait, rules.MaxWait)
 	}
 	if w.drainTimeout == 0 {
 		w.drainTimeout = DefaultDrainTimeout
@@ -211,33 +209,6 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	w.log = w.log.With("worker_id", w.id)
 	return w, nil
-}
-
-// checkID is the server's rule for ids: 1..128 printable ASCII, no spaces.
-func checkID(s string) error {
-	if s == "" || len(s) > maxIDLen {
-		return fmt.Errorf("length %d is not in 1..%d", len(s), maxIDLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return fmt.Errorf("byte %d is not printable ASCII", i)
-		}
-	}
-	return nil
-}
-
-// checkName is the server's rule for queue and kind names.
-func checkName(s string) error {
-	if s == "" || len(s) > maxNameLen {
-		return fmt.Errorf("length %d is not in 1..%d", len(s), maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("byte %d: only letters, digits, '.', '_' and '-' are allowed", i)
-		}
-	}
-	return nil
 }
 
 // Run registers the worker and runs jobs until ctx ends, then shuts down
@@ -468,7 +439,7 @@ func (w *Worker) waitForRoom(ctx context.Context) (int, bool) {
 		}
 		w.mu.Unlock()
 		if !stopped && free > 0 {
-			return min(free, maxAcquireBatch), true
+			return min(free, rules.MaxAcquireBatch), true
 		}
 		select {
 		case <-wake:

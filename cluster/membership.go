@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // membershipLoop forms or joins a cluster when the node starts without data,
@@ -197,7 +198,8 @@ type peerBook struct {
 }
 
 func (n *Node) remember(a transport.NodeAddr) {
-	if (&fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}).Validate() != nil {
+	if rules.CheckID("node_id", a.ID) != nil || rules.CheckAddr("raft_addr", a.RaftAddr) != nil ||
+		rules.CheckAddr("api_addr", a.APIAddr) != nil {
 		return
 	}
 	n.book.mu.Lock()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Node is one leasehold server: a Raft member replicating the lease state
@@ -287,8 +288,9 @@ func loadNodeID(dir, want string) (string, error) {
 		}
 		want = "node-" + hex.EncodeToString(r[:])
 	}
-	if err := (&fsm.RemoveNode{NodeID: want}).Validate(); err != nil {
-		return "", &ConfigError{Field: "node_id", Value: want, Reason: err.Error()}
+	var fe *rules.FieldError
+	if errors.As(rules.CheckID("node_id", want), &fe) {
+		return "", &ConfigError{Field: "node_id", Value: want, Reason: fe.Reason}
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, []byte(want+"\n"), 0o600); err != nil {

@@ -238,32 +238,30 @@ func (c *RemoveIdle) Validate() error {
 func (c *SubmitJob) Validate() error { return c.Spec.Validate() }
 
 // Validate checks a job spec. It never fills defaults: the API does that.
+// Fields are named as in the API's SubmitJobRequest.
 func (s *JobSpec) Validate() error {
-	if err := checkID("job.id", s.ID); err != nil {
+	if err := checkID("spec.id", s.ID); err != nil {
 		return err
 	}
-	if err := checkName("job.queue", s.Queue); err != nil {
+	if err := checkName("spec.queue", s.Queue); err != nil {
 		return err
 	}
-	if err := checkName("job.kind", s.Kind); err != nil {
+	if err := checkName("spec.kind", s.Kind); err != nil {
 		return err
 	}
-	if len(s.Payload) > MaxPayloadLen {
-		return tooLarge("job.payload", len(s.Payload), MaxPayloadLen)
-	}
-	if err := checkOptionalID("job.submitter", s.Submitter); err != nil {
+	if err := checkPayload("spec.payload", s.Payload); err != nil {
 		return err
 	}
-	if s.MaxAttempts < 1 || s.MaxAttempts > MaxAttempts {
-		return invalid("job.max_attempts", "%d is outside 1..%d", s.MaxAttempts, MaxAttempts)
+	if err := checkOptionalID("spec.submitter", s.Submitter); err != nil {
+		return err
+	}
+	if err := checkRange("spec.max_attempts", uint64(s.MaxAttempts), 1, MaxAttempts); err != nil {
+		return err
 	}
 	if _, ok := lostPolicyNames[s.OnWorkerLost]; !ok {
-		return invalid("job.on_worker_lost", "unknown policy %d", s.OnWorkerLost)
+		return invalid("spec.on_worker_lost", "unknown policy %d", s.OnWorkerLost)
 	}
-	if s.MaxWorkerLosses < 1 || s.MaxWorkerLosses > MaxAttempts {
-		return invalid("job.max_worker_losses", "%d is outside 1..%d", s.MaxWorkerLosses, MaxAttempts)
-	}
-	return nil
+	return checkRange("spec.max_worker_losses", uint64(s.MaxWorkerLosses), 1, MaxAttempts)
 }
 
 func (c *Acquire) Validate() error {
@@ -340,8 +338,8 @@ func (c *CancelSubmitter) Validate() error {
 	if err := checkID("submitter", c.Submitter); err != nil {
 		return err
 	}
-	if c.Limit == 0 || c.Limit > MaxCancelBatch {
-		return invalid("limit", "%d is outside 1..%d", c.Limit, MaxCancelBatch)
+	if err := checkRange("limit", uint64(c.Limit), 1, MaxCancelBatch); err != nil {
+		return err
 	}
 	return checkText("reason", c.Reason, MaxMessageLen)
 }
@@ -365,10 +363,7 @@ func (c *Expire) Validate() error {
 }
 
 func (c *Compact) Validate() error {
-	if c.Limit == 0 || c.Limit > MaxCompactBatch {
-		return invalid("limit", "%d is outside 1..%d", c.Limit, MaxCompactBatch)
-	}
-	return nil
+	return checkRange("limit", uint64(c.Limit), 1, MaxCompactBatch)
 }
 
 func (c *RaiseTokenFloor) Validate() error {

@@ -3,6 +3,8 @@ package fsm
 import (
 	"errors"
 	"fmt"
+
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Sentinel errors returned by Apply and the queries. Callers test them with
@@ -63,9 +65,7 @@ func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s: %s", e.err, e.
 func (e *FieldError) Unwrap() error { return e.err }
 
 func invalid(field, format string, args ...any) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf(format, args...), err: ErrInvalidArgument}
+	return fieldError(rules.Invalid(field, format, args...))
 }
 
-func tooLarge(field string, n, max int) error {
-	return &FieldError{Field: field, Reason: fmt.Sprintf("length %d exceeds %d", n, max), err: ErrTooLarge}
-}
+func tooLarge(field string, n, max int) error { return fieldError(rules.TooLong(field, n, max)) }

@@ -1,27 +1,30 @@
 package fsm
 
 import (
-	"strings"
-	"unicode/utf8"
+	"errors"
+
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
-// Bounds on everything a command carries. Validation enforces them before a
-// command reaches the log, and the decoder enforces them again so a corrupt
-// or hostile entry cannot allocate without limit.
+// Bounds on everything a command carries. Validation enforces them before
+// a command reaches the log, and the decoder enforces them again so a corrupt
+// or hostile entry cannot allocate without limit. The bounds of what clients
+// send are transport/rules' (the client checks them too); the rest are the
+// state machine's own.
 const (
-	MaxIDLen        = 128       // job, worker, request, report and submitter ids
-	MaxNameLen      = 64        // queue and kind names
-	MaxPayloadLen   = 256 << 10 // job payload bytes
-	MaxRefLen       = 1024      // a report's output ref
-	MaxMessageLen   = 4096      // messages and reasons
-	MaxAddrLen      = 256       // a node's host:port
-	MaxSelectors    = 32        // queues or kinds in one acquire
-	MaxAcquireBatch = 256       // leases granted by one acquire
-	MaxExpireBatch  = 4096      // leases ended by one expire
-	MaxCapacity     = 4096      // leases one worker may hold: deregistering releases them in one entry
-	MaxAttempts     = 1000      // bound on MaxAttempts and MaxWorkerLosses
-	MaxCancelBatch  = 10000     // jobs cancelled by one CancelSubmitter
-	MaxCompactBatch = 10000     // jobs removed by one Compact
+	MaxIDLen        = rules.MaxIDLen        // job, worker, request, report and submitter ids
+	MaxNameLen      = rules.MaxNameLen      // queue and kind names
+	MaxPayloadLen   = rules.MaxPayloadLen   // job payload bytes
+	MaxRefLen       = rules.MaxRefLen       // a report's output ref
+	MaxMessageLen   = rules.MaxMessageLen   // messages and reasons
+	MaxAddrLen      = rules.MaxAddrLen      // a node's host:port
+	MaxSelectors    = rules.MaxSelectors    // queues or kinds in one acquire
+	MaxAcquireBatch = rules.MaxAcquireBatch // leases granted by one acquire
+	MaxCapacity     = rules.MaxCapacity     // leases one worker may hold: deregistering releases them in one entry
+	MaxAttempts     = rules.MaxAttempts     // bound on MaxAttempts and MaxWorkerLosses
+	MaxCancelBatch  = rules.MaxCancelBatch  // jobs cancelled by one CancelSubmitter
+	MaxExpireBatch  = 4096                  // leases ended by one expire
+	MaxCompactBatch = 10000                 // jobs removed by one Compact
 
 	// MaxLeaseHistory is how many leases a job keeps. Older ones are dropped;
 	// a report with a dropped token is still refused as stale because tokens
@@ -47,104 +50,34 @@ const (
 	MaxIndex = 1 << 62
 )
 
-// checkID validates an identifier: 1..MaxIDLen printable ASCII, no spaces.
-func checkID(field, s string) error {
-	if s == "" {
-		return invalid(field, "must not be empty")
-	}
-	if len(s) > MaxIDLen {
-		return tooLarge(field, len(s), MaxIDLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return invalid(field, "byte %d is not printable ASCII", i)
-		}
-	}
-	return nil
-}
+// The field checks are transport/rules'; these give their failures the
+// state machine's sentinels (ErrInvalidArgument, ErrTooLarge).
 
-// checkOptionalID is checkID for fields that may be empty.
-func checkOptionalID(field, s string) error {
-	if s == "" {
-		return nil
-	}
-	return checkID(field, s)
-}
-
-// checkName validates a queue or kind name: 1..MaxNameLen of [A-Za-z0-9._-].
-func checkName(field, s string) error {
-	if s == "" {
-		return invalid(field, "must not be empty")
-	}
-	if len(s) > MaxNameLen {
-		return tooLarge(field, len(s), MaxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-'
-		if !ok {
-			return invalid(field, "byte %d: only letters, digits, '.', '_' and '-' are allowed", i)
-		}
-	}
-	return nil
-}
-
-// checkNames validates a list of distinct names.
+func checkID(field, s string) error         { return fieldError(rules.CheckID(field, s)) }
+func checkOptionalID(field, s string) error { return fieldError(rules.CheckOptionalID(field, s)) }
+func checkName(field, s string) error       { return fieldError(rules.CheckName(field, s)) }
 func checkNames(field string, names []string) error {
-	if len(names) > MaxSelectors {
-		return tooLarge(field, len(names), MaxSelectors)
-	}
-	seen := make(map[string]bool, len(names))
-	for _, n := range names {
-		if err := checkName(field, n); err != nil {
-			return err
-		}
-		if seen[n] {
-			return invalid(field, "%q is listed twice", n)
-		}
-		seen[n] = true
-	}
-	return nil
+	return fieldError(rules.CheckNames(field, names))
+}
+func checkText(field, s string, max int) error  { return fieldError(rules.CheckText(field, s, max)) }
+func checkPayload(field string, b []byte) error { return fieldError(rules.CheckPayload(field, b)) }
+func checkAddr(field, s string) error           { return fieldError(rules.CheckAddr(field, s)) }
+func checkToken(field string, t uint64) error   { return fieldError(rules.CheckToken(field, t)) }
+func checkRange(field string, n, lo, hi uint64) error {
+	return fieldError(rules.CheckRange(field, n, lo, hi))
 }
 
-// checkText validates free text: valid UTF-8, no control characters other
-// than tab and newline, at most max bytes.
-func checkText(field, s string, max int) error {
-	if len(s) > max {
-		return tooLarge(field, len(s), max)
+// fieldError turns a *rules.FieldError into a *FieldError; nil stays nil.
+func fieldError(err error) error {
+	var fe *rules.FieldError
+	if !errors.As(err, &fe) {
+		return err
 	}
-	if !utf8.ValidString(s) {
-		return invalid(field, "not valid UTF-8")
+	sentinel := ErrInvalidArgument
+	if fe.TooLarge {
+		sentinel = ErrTooLarge
 	}
-	for _, r := range s {
-		if r < ' ' && r != '\t' && r != '\n' || r == 0x7f {
-			return invalid(field, "control character %U", r)
-		}
-	}
-	return nil
-}
-
-// checkAddr validates a host:port: printable ASCII, a numeric port after
-// the last colon, at most MaxAddrLen bytes.
-func checkAddr(field, s string) error {
-	if len(s) > MaxAddrLen {
-		return tooLarge(field, len(s), MaxAddrLen)
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c <= ' ' || c > '~' {
-			return invalid(field, "byte %d is not printable ASCII", i)
-		}
-	}
-	i := strings.LastIndexByte(s, ':')
-	if i <= 0 || i == len(s)-1 {
-		return invalid(field, "%q is not host:port", s)
-	}
-	for _, c := range s[i+1:] {
-		if c < '0' || c > '9' {
-			return invalid(field, "%q has no numeric port", s)
-		}
-	}
-	return nil
+	return &FieldError{Field: fe.Field, Reason: fe.Reason, err: sentinel}
 }
 
 // ValidateHeld validates what a worker's heartbeat names: its id and at
@@ -164,13 +97,6 @@ func ValidateHeld(workerID string, held []LeaseRef) error {
 		if err := checkToken("leases.token", h.Token); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-func checkToken(field string, t uint64) error {
-	if t == 0 {
-		return invalid(field, "must not be zero")
 	}
 	return nil
 }

@@ -26,7 +26,9 @@
 // sends no request within RPCServer.IdleTimeout is closed. The public API's
 // protobuf definitions and generated code live here too (proto/, gen/), with
 // its error reasons (codes.go), so that wire types stay apart from the state
-// machine's commands; package cluster/api translates between the two.
+// machine's commands; package cluster/api translates between the two. The
+// rules every field of that input follows (bounds, alphabets) live in
+// transport/rules, a leaf that fsm, cluster/api and client all check with.
 //
 // RaftGuard wraps the raft.Transport handed to raft and refuses, before raft
 // sees them, Raft messages whose term or log index no real cluster reaches

@@ -8,12 +8,18 @@ import (
 	"testing"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Every error the server can produce maps to its reason and code, with its
@@ -44,6 +50,10 @@ func TestErrorReasons(t *testing.T) {
 			func(d *pb.ErrorDetail) bool { return d.GetField() == "token" }},
 		{bigErr, transport.ReasonTooLarge, connect.CodeResourceExhausted,
 			func(d *pb.ErrorDetail) bool { return d.GetField() == "max" }},
+		{rules.CheckID("id", ""), transport.ReasonInvalidArgument, connect.CodeInvalidArgument,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "id" }},
+		{rules.TooLong("payload", 2, 1), transport.ReasonTooLarge, connect.CodeResourceExhausted,
+			func(d *pb.ErrorDetail) bool { return d.GetField() == "payload" }},
 		{fsm.ErrNotFound, transport.ReasonNotFound, connect.CodeNotFound, nil},
 		{fsm.ErrConflict, transport.ReasonConflict, connect.CodeAlreadyExists, nil},
 		{fsm.ErrStaleToken, transport.ReasonStaleToken, connect.CodeFailedPrecondition, nil},
@@ -107,69 +117,190 @@ func TestRoles(t *testing.T) {
 // writes are the write requests, one of each, with their translation.
 func writes() []struct {
 	msg proto.Message
-	cmd func(proto.Message) fsm.Command
+	cmd func(proto.Message) (fsm.Command, error)
 } {
 	type w = struct {
 		msg proto.Message
-		cmd func(proto.Message) fsm.Command
+		cmd func(proto.Message) (fsm.Command, error)
 	}
 	return []w{
-		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Payload: []byte("x"), Kind: "run"}}, func(m proto.Message) fsm.Command { return submitOf(m.(*pb.SubmitJobRequest)) }},
-		{&pb.CancelJobRequest{Id: "j", Kill: true}, func(m proto.Message) fsm.Command { return cancelOf(m.(*pb.CancelJobRequest)) }},
-		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, func(m proto.Message) fsm.Command { return cancelSubmitterOf(m.(*pb.CancelSubmitterJobsRequest)) }},
-		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, func(m proto.Message) fsm.Command { return registerOf(m.(*pb.RegisterWorkerRequest)) }},
-		{&pb.DeregisterWorkerRequest{WorkerId: "w"}, func(m proto.Message) fsm.Command { return deregisterOf(m.(*pb.DeregisterWorkerRequest)) }},
-		{&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}}, func(m proto.Message) fsm.Command { return acquireOf(m.(*pb.AcquireRequest)) }},
-		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, func(m proto.Message) fsm.Command { return startOf(m.(*pb.StartLeaseRequest)) }},
-		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, func(m proto.Message) fsm.Command { return reportOf(m.(*pb.ReportRequest)) }},
-		{&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1}, func(m proto.Message) fsm.Command { return releaseOf(m.(*pb.ReleaseRequest)) }},
+		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Queue: "q", Payload: []byte("x"), Kind: "run"}}, translation(submitOf)},
+		{&pb.CancelJobRequest{Id: "j", Kill: true}, translation(cancelOf)},
+		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, translation(cancelSubmitterOf)},
+		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, translation(registerOf)},
+		{&pb.DeregisterWorkerRequest{WorkerId: "w"}, translation(deregisterOf)},
+		{&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}}, translation(acquireOf)},
+		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(startOf)},
+		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, translation(reportOf)},
+		{&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(releaseOf)},
+	}
+}
+
+// translation gives a typed translation the table's shape.
+func translation[M proto.Message, C fsm.Command](of func(M) (C, error)) func(proto.Message) (fsm.Command, error) {
+	return func(m proto.Message) (fsm.Command, error) {
+		c, err := of(m.(M))
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
 	}
 }
 
 func TestSubmitDefaults(t *testing.T) {
-	s := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Kind: "run"}}).Spec
-	if s.Queue != DefaultQueue || s.OnWorkerLost != fsm.LostFail || s.MaxAttempts != DefaultMaxAttempts {
-		t.Fatalf("run defaults: %+v", s)
+	cmd, err := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Kind: "run"}})
+	if s := cmd.Spec; err != nil || s.OnWorkerLost != fsm.LostFail || s.MaxAttempts != DefaultMaxAttempts {
+		t.Fatalf("run defaults: %+v, %v", s, err)
 	}
-	cmd := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b"}})
-	if s := cmd.Spec; s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
-		t.Fatalf("default kind: %+v", s)
+	cmd, err = submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b", Queue: "q"}})
+	if s := cmd.Spec; err != nil || s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
+		t.Fatalf("default kind: %+v, %v", s, err)
 	}
 	if err := cmd.Validate(); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// FuzzRequestDecoders: any bytes decode into each write request (or fail
-// cleanly), translate to a command, and either fail validation with an
-// invalid-argument error or encode, decode and apply to a fresh state
-// machine without panicking.
+// What a translation cannot say is refused, naming the field: a missing
+// spec or queue, and an enum number the API does not name, which a cast
+// would have wrapped into one it does (257 is 1 as a byte).
+func TestTranslationsRefuse(t *testing.T) {
+	spec := func(p pb.LostPolicy) *pb.SubmitJobRequest {
+		return &pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", OnWorkerLost: p}}
+	}
+	for _, tc := range []struct {
+		name  string
+		err   error
+		field string
+	}{
+		{"no spec", second(submitOf(&pb.SubmitJobRequest{})), "spec"},
+		{"no queue", validated(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a"}})), "spec.queue"},
+		{"policy 3", second(submitOf(spec(3))), "spec.on_worker_lost"},
+		{"policy 257", second(submitOf(spec(257))), "spec.on_worker_lost"},
+		{"policy -1", second(submitOf(spec(-1))), "spec.on_worker_lost"},
+		{"outcome 257", second(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: 257})), "outcome"},
+		{"cancel without id", second(cancelOf(&pb.CancelJobRequest{})), "id"},
+		{"wait out of range", second(waitOf(&durationpb.Duration{Seconds: 1, Nanos: -1})), "wait"},
+		{"consistency 2", checkConsistency(2), "consistency"},
+	} {
+		d := transport.DetailOf(toWire(tc.err))
+		if d.GetReason() != transport.ReasonInvalidArgument || d.GetField() != tc.field {
+			t.Errorf("%s: %v (detail %v), want INVALID_ARGUMENT naming %s", tc.name, tc.err, d, tc.field)
+		}
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// validated is a translation's error, or its command's validation error.
+func validated[C fsm.Command](c C, err error) error {
+	if err != nil {
+		return err
+	}
+	return c.Validate()
+}
+
+// FuzzRequestDecoders: any bytes, decoded by the strict codecs (binary and
+// JSON) into every request message of the API, either are refused, with an
+// INVALID_ARGUMENT naming a field and nothing of them kept, or decode to a
+// message with no unknown field and no unnamed enum value that the lenient
+// decoders read alike. A write request then translates to a command that
+// either fails validation with an invalid-argument error naming its field
+// or encodes, decodes and applies to a fresh state machine without
+// panicking.
 func FuzzRequestDecoders(f *testing.F) {
 	for _, w := range writes() {
 		b, _ := proto.Marshal(w.msg)
 		f.Add(b)
+		b, _ = protojson.Marshal(w.msg)
+		f.Add(b)
 	}
+	f.Add([]byte(`{"spec":{"id":"a","queue":"q","onWorkerLost":"LOST_POLICY_NUKE"}}`))
+	f.Add([]byte(`{"spec":{"id":"a","queue":"q","on_worker_lost":257},"bogus":1}`))
+	f.Add(protowire.AppendVarint(protowire.AppendTag([]byte("\n\x03\n\x01a"), 99, protowire.VarintType), 1))
+	translations := map[protoreflect.FullName]func(proto.Message) (fsm.Command, error){}
+	for _, w := range writes() {
+		translations[w.msg.ProtoReflect().Descriptor().FullName()] = w.cmd
+	}
+	types := requestTypes(f)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		for _, w := range writes() {
-			msg := w.msg.ProtoReflect().New().Interface()
-			if proto.Unmarshal(data, msg) != nil {
-				continue
-			}
-			cmd := w.cmd(msg)
-			enc, err := fsm.Encode(1, cmd)
-			if err != nil {
-				if !errors.Is(err, fsm.ErrInvalidArgument) && !errors.Is(err, fsm.ErrTooLarge) {
-					t.Fatalf("%T: validation failed without a validation error: %v", msg, err)
+		for _, codec := range []strictCodec{{name: "proto"}, {name: "json", json: true}} {
+			for _, mt := range types {
+				msg := mt.New().Interface()
+				if err := codec.Unmarshal(data, msg); err != nil {
+					t.Fatalf("%s %T: %v", codec.name, msg, err)
 				}
-				continue
-			}
-			env, err := fsm.Decode(enc)
-			if err != nil || !reflect.DeepEqual(env.Command, cmd) {
-				t.Fatalf("%T: round trip: %v", msg, err)
-			}
-			if _, err := fsm.New().Apply(1, enc); fsm.IsFatal(err) {
-				t.Fatalf("%T: apply: %v", msg, err)
+				if refusal := refusalOf(msg); refusal != nil {
+					d := transport.DetailOf(toWire(refusal))
+					if d.GetReason() != transport.ReasonInvalidArgument || d.GetField() == "" {
+						t.Fatalf("%s %T: refused with %v (detail %v)", codec.name, msg, refusal, d)
+					}
+					msg.ProtoReflect().SetUnknown(nil)
+					if proto.Size(msg) != 0 {
+						t.Fatalf("%s %T: a refused message keeps %v", codec.name, msg, msg)
+					}
+					continue
+				}
+				if err := checkDecoded(msg.ProtoReflect(), ""); err != nil {
+					t.Fatalf("%s %T: accepted with %v", codec.name, msg, err)
+				}
+				lenient := mt.New().Interface()
+				var err error
+				if codec.json {
+					err = protojson.UnmarshalOptions{DiscardUnknown: true}.Unmarshal(data, lenient)
+				} else {
+					err = proto.Unmarshal(data, lenient)
+				}
+				if err != nil || !proto.Equal(msg, lenient) {
+					t.Fatalf("%s %T: strict %v, lenient %v (%v)", codec.name, msg, msg, lenient, err)
+				}
+				if of := translations[mt.Descriptor().FullName()]; of != nil {
+					checkTranslation(t, msg, of)
+				}
 			}
 		}
 	})
+}
+
+// checkTranslation translates a decoded write request and validates,
+// encodes, decodes and applies its command.
+func checkTranslation(t *testing.T, msg proto.Message, of func(proto.Message) (fsm.Command, error)) {
+	cmd, err := of(msg)
+	var enc []byte
+	if err == nil {
+		enc, err = fsm.Encode(1, cmd)
+	}
+	if err != nil {
+		d := transport.DetailOf(toWire(err))
+		if r := d.GetReason(); r != transport.ReasonInvalidArgument && r != transport.ReasonTooLarge || d.GetField() == "" {
+			t.Fatalf("%T: refused without a field's validation error: %v", msg, err)
+		}
+		return
+	}
+	env, err := fsm.Decode(enc)
+	if err != nil || !reflect.DeepEqual(env.Command, cmd) {
+		t.Fatalf("%T: round trip: %v", msg, err)
+	}
+	if _, err := fsm.New().Apply(1, enc); fsm.IsFatal(err) {
+		t.Fatalf("%T: apply: %v", msg, err)
+	}
+}
+
+// requestTypes are the request messages of every method of the API.
+func requestTypes(tb testing.TB) []protoreflect.MessageType {
+	var out []protoreflect.MessageType
+	for _, file := range []protoreflect.FileDescriptor{pb.File_leasehold_v1_jobs_proto, pb.File_leasehold_v1_workers_proto,
+		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto} {
+		for i := 0; i < file.Services().Len(); i++ {
+			methods := file.Services().Get(i).Methods()
+			for j := 0; j < methods.Len(); j++ {
+				mt, err := protoregistry.GlobalTypes.FindMessageByName(methods.Get(j).Input().FullName())
+				if err != nil {
+					tb.Fatal(err)
+				}
+				out = append(out, mt)
+			}
+		}
+	}
+	return out
 }

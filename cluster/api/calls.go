@@ -57,6 +57,9 @@ func readCall[S, Req, Res any](s *Server, ctx context.Context, req *connect.Requ
 	svc func(*peerClients) S, method func(S, context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 	do func(ctx context.Context, f *fsm.FSM) (*Res, error),
 ) (*connect.Response[Res], error) {
+	if err := checkConsistency(c); err != nil {
+		return nil, toWire(err)
+	}
 	f, err := s.node.State(ctx, c == pb.Consistency_CONSISTENCY_STALE)
 	if p := s.leaderFor(ctx, err); p != nil {
 		return method(svc(p), ctx, connect.NewRequest(req.Msg))
@@ -71,10 +74,15 @@ func readCall[S, Req, Res any](s *Server, ctx context.Context, req *connect.Requ
 	return connect.NewResponse(res), nil
 }
 
-// applyAs validates cmd and proposes it, and returns the state machine's
-// answer as R, the type its command's handler returns.
-func applyAs[R any](s *Server, ctx context.Context, cmd fsm.Command) (R, error) {
+// applyAs translates a write request into its command with of, validates
+// the command and proposes it, and returns the state machine's answer as R,
+// the type its command's handler returns.
+func applyAs[R, M any, C fsm.Command](s *Server, ctx context.Context, msg M, of func(M) (C, error)) (R, error) {
 	var zero R
+	cmd, err := of(msg)
+	if err != nil {
+		return zero, err
+	}
 	if err := cmd.Validate(); err != nil {
 		return zero, err
 	}
@@ -87,4 +95,14 @@ func applyAs[R any](s *Server, ctx context.Context, cmd fsm.Command) (R, error) 
 		return zero, fmt.Errorf("%T answered %T, not %T", cmd, v, zero)
 	}
 	return r, nil
+}
+
+// firstError returns the first of a request's field checks that failed.
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 type clusterService struct{ s *Server }
@@ -65,6 +66,10 @@ func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.Mem
 func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.AddNodeRequest]) (*connect.Response[pb.AddNodeResponse], error) {
 	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.AddNode, func(ctx context.Context) (*pb.AddNodeResponse, error) {
 		m := req.Msg
+		if err := firstError(rules.CheckID("id", m.GetId()), rules.CheckAddr("raft_addr", m.GetRaftAddr()),
+			rules.CheckAddr("api_addr", m.GetApiAddr())); err != nil {
+			return nil, err
+		}
 		a := transport.NodeAddr{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr()}
 		return &pb.AddNodeResponse{}, c.s.node.AddNode(ctx, a, identityOf(ctx).actor())
 	})
@@ -72,12 +77,18 @@ func (c clusterService) AddNode(ctx context.Context, req *connect.Request[pb.Add
 
 func (c clusterService) RemoveNode(ctx context.Context, req *connect.Request[pb.RemoveNodeRequest]) (*connect.Response[pb.RemoveNodeResponse], error) {
 	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.RemoveNode, func(ctx context.Context) (*pb.RemoveNodeResponse, error) {
+		if err := rules.CheckID("id", req.Msg.GetId()); err != nil {
+			return nil, err
+		}
 		return &pb.RemoveNodeResponse{}, c.s.node.RemoveNode(ctx, req.Msg.GetId(), identityOf(ctx).actor())
 	})
 }
 
 func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Request[pb.TransferLeadershipRequest]) (*connect.Response[pb.TransferLeadershipResponse], error) {
 	return leaderCall(c.s, ctx, req, clusterOf, clusterAPI.TransferLeadership, func(ctx context.Context) (*pb.TransferLeadershipResponse, error) {
+		if err := rules.CheckOptionalID("id", req.Msg.GetId()); err != nil {
+			return nil, err
+		}
 		if err := c.s.node.TransferLeadership(ctx, req.Msg.GetId(), identityOf(ctx).actor()); err != nil {
 			return nil, err
 		}

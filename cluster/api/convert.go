@@ -8,36 +8,37 @@ import (
 
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Conversions between the wire's messages and the state machine's types.
 // Only this package (and so only package cluster) translates between them.
 
 // Defaults the API fills into a submitted spec; the state machine requires
-// every policy field explicitly.
+// every policy field explicitly. There is no default queue: a job names the
+// queue it waits in (the CLI and the Go client send "default" for callers
+// that name none).
 const (
-	DefaultQueue           = "default"
 	DefaultKind            = "default"
 	DefaultMaxAttempts     = 3
 	DefaultMaxWorkerLosses = 5
 	// MaxWait bounds a long poll.
-	MaxWait = 60 * time.Second
+	MaxWait = rules.MaxWait
 )
 
-// specFromProto fills defaults and returns the state machine's spec. The
-// caller validates it (through the command), so nothing invalid reaches the
-// log.
-func specFromProto(s *pb.JobSpec) fsm.JobSpec {
-	if s == nil {
-		s = &pb.JobSpec{}
+// specFromProto fills defaults and returns the state machine's spec, or
+// refuses what the spec cannot say: an on_worker_lost the API does not
+// name (a bare cast would wrap it into a policy). The caller validates the
+// rest (through the command), so nothing invalid reaches the log.
+func specFromProto(s *pb.JobSpec) (fsm.JobSpec, error) {
+	policy := s.GetOnWorkerLost()
+	if _, ok := pb.LostPolicy_name[int32(policy)]; !ok {
+		return fsm.JobSpec{}, rules.Invalid("spec.on_worker_lost", "unknown value %d", policy)
 	}
 	spec := fsm.JobSpec{
 		ID: s.GetId(), Queue: s.GetQueue(), Kind: s.GetKind(), Payload: s.GetPayload(),
 		Priority: s.GetPriority(), Submitter: s.GetSubmitter(), MaxAttempts: s.GetMaxAttempts(),
-		OnWorkerLost: fsm.LostPolicy(s.GetOnWorkerLost()), MaxWorkerLosses: s.GetMaxWorkerLosses(),
-	}
-	if spec.Queue == "" {
-		spec.Queue = DefaultQueue
+		OnWorkerLost: fsm.LostPolicy(policy), MaxWorkerLosses: s.GetMaxWorkerLosses(),
 	}
 	if spec.Kind == "" {
 		spec.Kind = DefaultKind
@@ -48,7 +49,7 @@ func specFromProto(s *pb.JobSpec) fsm.JobSpec {
 	if spec.MaxWorkerLosses == 0 {
 		spec.MaxWorkerLosses = DefaultMaxWorkerLosses
 	}
-	if s.GetOnWorkerLost() == pb.LostPolicy_LOST_POLICY_UNSPECIFIED {
+	if policy == pb.LostPolicy_LOST_POLICY_UNSPECIFIED {
 		// A run has side effects a second run would repeat: fail it on
 		// worker loss. Anything else is safe to run again.
 		spec.OnWorkerLost = fsm.LostRequeue
@@ -56,7 +57,7 @@ func specFromProto(s *pb.JobSpec) fsm.JobSpec {
 			spec.OnWorkerLost = fsm.LostFail
 		}
 	}
-	return spec
+	return spec, nil
 }
 
 func ts(unixNano int64) *timestamppb.Timestamp {
@@ -134,10 +135,22 @@ func timingsToProto(renew, grace, toleration time.Duration) *pb.Timings {
 	return &pb.Timings{Renew: durationpb.New(renew), Grace: durationpb.New(grace), Toleration: durationpb.New(toleration)}
 }
 
-// waitOf bounds a requested long-poll wait.
-func waitOf(d *durationpb.Duration) time.Duration {
+// waitOf bounds a requested long-poll wait, or refuses one that is not a
+// duration (seconds and nanos out of range or of opposite signs).
+func waitOf(d *durationpb.Duration) (time.Duration, error) {
 	if d == nil {
-		return 0
+		return 0, nil
 	}
-	return min(max(d.AsDuration(), 0), MaxWait)
+	if err := d.CheckValid(); err != nil {
+		return 0, rules.Invalid("wait", "%v", err)
+	}
+	return min(max(d.AsDuration(), 0), MaxWait), nil
+}
+
+// checkConsistency refuses a consistency the API does not name.
+func checkConsistency(c pb.Consistency) error {
+	if _, ok := pb.Consistency_name[int32(c)]; !ok {
+		return rules.Invalid("consistency", "unknown value %d", c)
+	}
+	return nil
 }

@@ -13,6 +13,13 @@
 // vouching for its caller) and checks the role against the path, before
 // any handler runs and before any body is read.
 //
+// What a request may say is decided before anything is proposed or
+// forwarded: the codecs refuse fields and enum values the schema does not
+// name (decode.go), each handler's translation refuses missing fields and
+// what its command cannot say, and the command is validated against the
+// field rules of transport/rules. Every refusal is INVALID_ARGUMENT or
+// TOO_LARGE naming the field in its ErrorDetail.
+//
 // Any node accepts any request. A node that is not the leader forwards the
 // request to the leader over the peer port, once (HeaderForwarded marks
 // it), never to an address a reply or the node table could name; every

@@ -10,6 +10,7 @@ import (
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // errorTable maps the node's and the state machine's sentinels to the
@@ -28,6 +29,8 @@ var errorTable = []struct {
 	{cluster.ErrInvalidSnapshot, transport.ReasonInvalidArgument},
 	{fsm.ErrInvalidArgument, transport.ReasonInvalidArgument},
 	{fsm.ErrTooLarge, transport.ReasonTooLarge},
+	{rules.ErrInvalid, transport.ReasonInvalidArgument},
+	{rules.ErrTooLarge, transport.ReasonTooLarge},
 	{fsm.ErrNotFound, transport.ReasonNotFound},
 	{fsm.ErrConflict, transport.ReasonConflict},
 	{fsm.ErrStaleToken, transport.ReasonStaleToken},
@@ -66,8 +69,12 @@ func toWire(err error) error {
 		detail.LeaderId, detail.LeaderApi = nl.LeaderID, nl.LeaderAPI
 	}
 	var fe *fsm.FieldError
-	if errors.As(err, &fe) {
+	var re *rules.FieldError
+	switch {
+	case errors.As(err, &fe):
 		detail.Field = fe.Field
+	case errors.As(err, &re):
+		detail.Field = re.Field
 	}
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {

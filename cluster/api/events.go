@@ -26,8 +26,12 @@ func eventsToProto(evs []fsm.Event) []*pb.Event {
 // answer at least as fresh as the read.
 func (e eventService) ListEvents(ctx context.Context, req *connect.Request[pb.ListEventsRequest]) (*connect.Response[pb.ListEventsResponse], error) {
 	m := req.Msg
+	d, err := waitOf(m.GetWait())
+	if err != nil {
+		return nil, toWire(err)
+	}
 	return readCall(e.s, ctx, req, m.GetConsistency(), eventsOf, eventsAPI.ListEvents, func(ctx context.Context, f *fsm.FSM) (*pb.ListEventsResponse, error) {
-		wait := time.NewTimer(waitOf(m.GetWait()))
+		wait := time.NewTimer(d)
 		defer wait.Stop()
 		for {
 			changed := f.Changed()

@@ -9,22 +9,25 @@ import (
 
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 type jobService struct{ s *Server }
 
 func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.SubmitJobRequest]) (*connect.Response[pb.SubmitJobResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.SubmitJob, func(ctx context.Context) (*pb.SubmitJobResponse, error) {
-		cmd := submitOf(req.Msg)
-		// A submitter credential's jobs are its own: an empty submitter is
-		// its name, another name is refused.
-		if id := identityOf(ctx); id.Role == RoleSubmitter && id.Submitter != "*" && cmd.Spec.Submitter == "" {
-			cmd.Spec.Submitter = id.Submitter
-		}
-		if err := j.s.actAsSubmitter(ctx, cmd.Spec.Submitter); err != nil {
-			return nil, err
-		}
-		r, err := applyAs[fsm.SubmitResult](j.s, ctx, cmd)
+		r, err := applyAs[fsm.SubmitResult](j.s, ctx, req.Msg, func(m *pb.SubmitJobRequest) (*fsm.SubmitJob, error) {
+			cmd, err := submitOf(m)
+			if err != nil {
+				return nil, err
+			}
+			// A submitter credential's jobs are its own: an empty
+			// submitter is its name, another name is refused.
+			if id := identityOf(ctx); id.Role == RoleSubmitter && id.Submitter != "*" && cmd.Spec.Submitter == "" {
+				cmd.Spec.Submitter = id.Submitter
+			}
+			return cmd, j.s.actAsSubmitter(ctx, cmd.Spec.Submitter)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -33,6 +36,9 @@ func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.Submi
 }
 
 func (j jobService) GetJob(ctx context.Context, req *connect.Request[pb.GetJobRequest]) (*connect.Response[pb.GetJobResponse], error) {
+	if err := rules.CheckID("id", req.Msg.GetId()); err != nil {
+		return nil, toWire(err)
+	}
 	return readCall(j.s, ctx, req, req.Msg.GetConsistency(), jobsOf, jobsAPI.GetJob, func(_ context.Context, f *fsm.FSM) (*pb.GetJobResponse, error) {
 		job, err := f.Job(req.Msg.GetId())
 		if err != nil {
@@ -44,8 +50,8 @@ func (j jobService) GetJob(ctx context.Context, req *connect.Request[pb.GetJobRe
 
 func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJobsRequest]) (*connect.Response[pb.ListJobsResponse], error) {
 	m := req.Msg
-	if _, ok := pb.JobState_name[int32(m.GetState())]; !ok {
-		return nil, toWire(fmt.Errorf("%w: state %d", fsm.ErrInvalidArgument, m.GetState()))
+	if err := checkJobFilter(m); err != nil {
+		return nil, toWire(err)
 	}
 	return readCall(j.s, ctx, req, m.GetConsistency(), jobsOf, jobsAPI.ListJobs, func(_ context.Context, f *fsm.FSM) (*pb.ListJobsResponse, error) {
 		jobs, next := f.Jobs(fsm.JobFilter{
@@ -70,7 +76,7 @@ func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.Cance
 				return nil, err
 			}
 		}
-		r, err := applyAs[fsm.CancelResult](j.s, ctx, cancelOf(req.Msg))
+		r, err := applyAs[fsm.CancelResult](j.s, ctx, req.Msg, cancelOf)
 		if err != nil {
 			return nil, err
 		}
@@ -83,7 +89,7 @@ func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Reques
 		if err := j.s.actAsSubmitter(ctx, req.Msg.GetSubmitter()); err != nil {
 			return nil, err
 		}
-		r, err := applyAs[fsm.CancelSubmitterResult](j.s, ctx, cancelSubmitterOf(req.Msg))
+		r, err := applyAs[fsm.CancelSubmitterResult](j.s, ctx, req.Msg, cancelSubmitterOf)
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +101,7 @@ func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Reques
 
 // CheckFence is always linearizable: a downstream store relies on it.
 func (j jobService) CheckFence(ctx context.Context, req *connect.Request[pb.CheckFenceRequest]) (*connect.Response[pb.CheckFenceResponse], error) {
-	if err := (&fsm.Start{WorkerID: "fence", JobID: req.Msg.GetJobId(), Token: req.Msg.GetToken()}).Validate(); err != nil {
+	if err := firstError(rules.CheckID("job_id", req.Msg.GetJobId()), rules.CheckToken("token", req.Msg.GetToken())); err != nil {
 		return nil, toWire(err)
 	}
 	return readCall(j.s, ctx, req, pb.Consistency_CONSISTENCY_LINEARIZABLE, jobsOf, jobsAPI.CheckFence, func(_ context.Context, f *fsm.FSM) (*pb.CheckFenceResponse, error) {
@@ -110,6 +116,9 @@ func (j jobService) CheckFence(ctx context.Context, req *connect.Request[pb.Chec
 }
 
 func (j jobService) GetLease(ctx context.Context, req *connect.Request[pb.GetLeaseRequest]) (*connect.Response[pb.GetLeaseResponse], error) {
+	if err := rules.CheckToken("token", req.Msg.GetToken()); err != nil {
+		return nil, toWire(err)
+	}
 	return readCall(j.s, ctx, req, req.Msg.GetConsistency(), jobsOf, jobsAPI.GetLease, func(_ context.Context, f *fsm.FSM) (*pb.GetLeaseResponse, error) {
 		l, err := f.Lease(req.Msg.GetToken())
 		if err != nil {
@@ -117,4 +126,26 @@ func (j jobService) GetLease(ctx context.Context, req *connect.Request[pb.GetLea
 		}
 		return &pb.GetLeaseResponse{Lease: leaseToProto(&l)}, nil
 	})
+}
+
+// checkJobFilter refuses a list filter no job could match because it breaks
+// its field's rule, and a state the API does not name.
+func checkJobFilter(m *pb.ListJobsRequest) error {
+	if _, ok := pb.JobState_name[int32(m.GetState())]; !ok {
+		return rules.Invalid("state", "unknown value %d", m.GetState())
+	}
+	return firstError(
+		optional(rules.CheckName, "queue", m.GetQueue()),
+		optional(rules.CheckName, "kind", m.GetKind()),
+		rules.CheckOptionalID("submitter", m.GetSubmitter()),
+		rules.CheckOptionalID("worker_id", m.GetWorkerId()),
+	)
+}
+
+// optional applies check to a field that may be empty.
+func optional(check func(field, s string) error, field, s string) error {
+	if s == "" {
+		return nil
+	}
+	return check(field, s)
 }

@@ -50,7 +50,7 @@ func bomb(t *testing.T) []byte {
 	return append(frame, z.Bytes()...)
 }
 
-func post(t *testing.T, url string, body io.Reader, length int64, header map[string]string) (*http.Response, []byte) {
+func rawPost(t *testing.T, url string, body io.Reader, length int64, header map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest("POST", url, body)
 	if err != nil {
@@ -100,7 +100,7 @@ func TestGzipBombRefused(t *testing.T) {
 	url := "http://" + leader.APIAddr + submitPath
 	body := bomb(t)
 
-	resp, _ := post(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(""))
+	resp, _ := rawPost(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(""))
 	if grpcStatus(resp) != fmt.Sprint(int(connect.CodeUnauthenticated)) {
 		t.Fatalf("bomb without a token answered %v", resp)
 	}
@@ -108,7 +108,7 @@ func TestGzipBombRefused(t *testing.T) {
 		t.Fatalf("read %d raw and %d inflated bytes of an unauthenticated request", raw, inflated)
 	}
 
-	resp, _ = post(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(opsSecret))
+	resp, _ = rawPost(t, url, bytes.NewReader(body), int64(len(body)), grpcHeaders(opsSecret))
 	if grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
 		t.Fatalf("bomb with a token answered %v", resp)
 	}
@@ -129,7 +129,7 @@ func TestOversizedBodyRefused(t *testing.T) {
 
 	// 300 MiB announced: refused at once, nothing read.
 	huge := io.LimitReader(zeroReader{}, 300<<20)
-	resp, _ := post(t, "http://"+follower.APIAddr+submitPath, huge, 300<<20, grpcHeaders(opsSecret))
+	resp, _ := rawPost(t, "http://"+follower.APIAddr+submitPath, huge, 300<<20, grpcHeaders(opsSecret))
 	if resp != nil && grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
 		t.Fatalf("300 MiB body answered %v", resp)
 	}
@@ -140,7 +140,7 @@ func TestOversizedBodyRefused(t *testing.T) {
 	// A 128 MiB SubmitJob with no length, sent to a follower: cut at the
 	// bound there, never forwarded.
 	msg, _ := proto.Marshal(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "big", Queue: "q", Kind: "k", Payload: make([]byte, 128<<20)}})
-	resp, _ = post(t, "http://"+follower.APIAddr+submitPath, io.MultiReader(bytes.NewReader(frameOf(msg)), zeroReader{}), -1,
+	resp, _ = rawPost(t, "http://"+follower.APIAddr+submitPath, io.MultiReader(bytes.NewReader(frameOf(msg)), zeroReader{}), -1,
 		map[string]string{"Content-Type": "application/grpc", "Te": "trailers", "Authorization": "Bearer " + opsSecret})
 	if resp != nil && grpcStatus(resp) != fmt.Sprint(int(connect.CodeResourceExhausted)) {
 		t.Fatalf("128 MiB submit answered %v", resp)

@@ -93,7 +93,7 @@ func (s *Server) SetCredentials(c Credentials) { s.creds.Store(newCredentials(c)
 
 // Handler serves every endpoint of the API.
 func (s *Server) Handler() http.Handler {
-	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.leaderHint()),
+	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.leaderHint()), strictDecoding(),
 		connect.WithCompression("gzip", s.newDecompressor, func() connect.Compressor { return gzip.NewWriter(nil) }))
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))

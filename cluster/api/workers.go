@@ -8,6 +8,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 type workerService struct{ s *Server }
@@ -21,7 +22,7 @@ func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		wk, err := applyAs[fsm.Worker](w.s, ctx, registerOf(req.Msg))
+		wk, err := applyAs[fsm.Worker](w.s, ctx, req.Msg, registerOf)
 		if err != nil {
 			return nil, err
 		}
@@ -34,7 +35,7 @@ func (w workerService) DeregisterWorker(ctx context.Context, req *connect.Reques
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		r, err := applyAs[fsm.DeregisterResult](w.s, ctx, deregisterOf(req.Msg))
+		r, err := applyAs[fsm.DeregisterResult](w.s, ctx, req.Msg, deregisterOf)
 		if err != nil {
 			return nil, err
 		}
@@ -47,7 +48,15 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		res, err := w.s.node.Acquire(ctx, *acquireOf(req.Msg), waitOf(req.Msg.GetWait()))
+		cmd, err := acquireOf(req.Msg)
+		if err != nil {
+			return nil, err
+		}
+		wait, err := waitOf(req.Msg.GetWait())
+		if err != nil {
+			return nil, err
+		}
+		res, err := w.s.node.Acquire(ctx, *cmd, wait)
 		if err != nil {
 			return nil, err
 		}
@@ -60,7 +69,7 @@ func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.S
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		l, err := applyAs[fsm.Lease](w.s, ctx, startOf(req.Msg))
+		l, err := applyAs[fsm.Lease](w.s, ctx, req.Msg, startOf)
 		if err != nil {
 			return nil, err
 		}
@@ -105,7 +114,7 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		r, err := applyAs[fsm.ReportResult](w.s, ctx, reportOf(req.Msg))
+		r, err := applyAs[fsm.ReportResult](w.s, ctx, req.Msg, reportOf)
 		if err != nil {
 			return nil, err
 		}
@@ -120,7 +129,7 @@ func (w workerService) Release(ctx context.Context, req *connect.Request[pb.Rele
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		j, err := applyAs[fsm.Job](w.s, ctx, releaseOf(req.Msg))
+		j, err := applyAs[fsm.Job](w.s, ctx, req.Msg, releaseOf)
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +138,7 @@ func (w workerService) Release(ctx context.Context, req *connect.Request[pb.Rele
 }
 
 func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.ListLeasesRequest]) (*connect.Response[pb.ListLeasesResponse], error) {
-	if err := fsm.ValidateHeld(req.Msg.GetWorkerId(), nil); err != nil {
+	if err := rules.CheckID("worker_id", req.Msg.GetWorkerId()); err != nil {
 		return nil, toWire(err)
 	}
 	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.ListLeases, func(_ context.Context, f *fsm.FSM) (*pb.ListLeasesResponse, error) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 func clusterCommand() *cli.Command {
@@ -228,7 +229,9 @@ func inspect(c *cli.Context, path string) error {
 	})
 }
 
-func readAll(r io.Reader) ([]byte, error) { return io.ReadAll(io.LimitReader(r, fsm.MaxPayloadLen+1)) }
+func readAll(r io.Reader) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(r, rules.MaxPayloadLen+1))
+}
 
 func workerCommand() *cli.Command {
 	return &cli.Command{

@@ -44,7 +44,8 @@ func jobCommand() *cli.Command {
 				Name:  "submit",
 				Usage: "submit a job (idempotent on --id)",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: "default"},
+					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: client.DefaultQueue,
+						Usage: "the queue the job waits in (the API requires one)"},
 					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
 					&cli.StringFlag{Name: "kind", Aliases: []string{"k"}, Value: "default",
 						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
