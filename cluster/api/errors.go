@@ -69,6 +69,10 @@ func toWire(err error) error {
 	if errors.As(err, &fe) {
 		detail.Field = fe.Field
 	}
+	var df *cluster.DiskFullError
+	if errors.As(err, &df) {
+		detail.NodeId = df.NodeID
+	}
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {
 			return transport.NewError(e.reason, err, detail)
