@@ -36,7 +36,7 @@ func clusterCommand() *cli.Command {
 						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
-						"insecure": st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
+						"insecure":   st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
 					}
 					return output(c, v, func() {
 						w := newTable()
