@@ -93,18 +93,7 @@ func TestDiskFullLeader(t *testing.T) {
 // a small tmpfs, filled to the last block. Needs root (to mount); skipped
 // otherwise.
 func TestDiskFullFollowerOnTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	// Mounted before the cluster exists, so unmounted after it stopped.
-	dirs := []string{mountTmpfs(t, "16m"), mountTmpfs(t, "16m"), mountTmpfs(t, "16m")}
-	c := clustertest.Prepare(t, 3)
-	for i, n := range c.Nodes {
-		n.Dir = dirs[i]
-	}
-	for i := range c.Nodes {
-		c.Start(i)
-	}
+	c := tmpfsCluster(t)
 	leader := c.Leader()
 	f := c.Nodes[(leader.Index+1)%3]
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
@@ -114,9 +103,7 @@ func TestDiskFullFollowerOnTmpfs(t *testing.T) {
 	var acked []string
 	c.WaitFor(30*time.Second, "the follower to find its disk full", func() bool {
 		id := fmt.Sprintf("job-%04d", len(acked))
-		s := spec(id, fsm.LostRequeue)
-		s.Payload = bytes.Repeat([]byte("x"), 16<<10)
-		do(t, c, &fsm.SubmitJob{Spec: s})
+		do(t, c, bigSubmit(id))
 		acked = append(acked, id)
 		return !f.Status().Ready
 	})
@@ -145,17 +132,7 @@ func TestDiskFullFollowerOnTmpfs(t *testing.T) {
 // disk, so the full node can be elected again, and steps down again at the
 // next append that does not fit.) Needs root.
 func TestDiskFullLeaderOnTmpfs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("mounting a tmpfs needs root")
-	}
-	dirs := []string{mountTmpfs(t, "16m"), mountTmpfs(t, "16m"), mountTmpfs(t, "16m")}
-	c := clustertest.Prepare(t, 3)
-	for i, n := range c.Nodes {
-		n.Dir = dirs[i]
-	}
-	for i := range c.Nodes {
-		c.Start(i)
-	}
+	c := tmpfsCluster(t)
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
 	old := c.Leader()
 	filler := filepath.Join(old.Dir, "filler")
@@ -165,9 +142,7 @@ func TestDiskFullLeaderOnTmpfs(t *testing.T) {
 	var refusal error
 	c.WaitFor(30*time.Second, "a write the full leader cannot log", func() bool {
 		id := fmt.Sprintf("job-%04d", len(acked))
-		s := spec(id, fsm.LostRequeue)
-		s.Payload = bytes.Repeat([]byte("x"), 16<<10)
-		if _, refusal = old.Apply(ctx(t), &fsm.SubmitJob{Spec: s}); refusal == nil {
+		if _, refusal = old.Apply(ctx(t), bigSubmit(id)); refusal == nil {
 			acked = append(acked, id)
 		}
 		refused = id
@@ -197,6 +172,33 @@ func TestDiskFullLeaderOnTmpfs(t *testing.T) {
 			t.Fatalf("node %d applied %s, refused with DISK_FULL", n.Index, refused)
 		}
 	}
+}
+
+// tmpfsCluster starts three nodes, each with its data dir on a small tmpfs
+// of its own, mounted before the cluster exists so that it is unmounted
+// after the cluster stopped. Mounting needs root: the test is skipped
+// otherwise.
+func tmpfsCluster(t *testing.T) *clustertest.Cluster {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root")
+	}
+	dirs := []string{mountTmpfs(t, "16m"), mountTmpfs(t, "16m"), mountTmpfs(t, "16m")}
+	c := clustertest.Prepare(t, 3)
+	for i, n := range c.Nodes {
+		n.Dir = dirs[i]
+	}
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	return c
+}
+
+// bigSubmit is a submit whose entry (16 KiB of payload) needs new pages.
+func bigSubmit(id string) *fsm.SubmitJob {
+	s := spec(id, fsm.LostRequeue)
+	s.Payload = bytes.Repeat([]byte("x"), 16<<10)
+	return &fsm.SubmitJob{Spec: s}
 }
 
 // mountTmpfs mounts a tmpfs of the size for the test and unmounts it at
