@@ -3,7 +3,9 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -241,5 +244,45 @@ func TestLostNodeIDRefused(t *testing.T) {
 	}
 	if id, err := loadNodeID(t.TempDir(), "", false); err != nil || !strings.HasPrefix(id, "node-") {
 		t.Fatalf("a fresh node: %s %v", id, err)
+	}
+}
+
+// BenchmarkOpenStorage is the start-up check of a data dir whose log holds
+// as many entries as Raft keeps by default (trailing logs plus a snapshot
+// interval's worth), each a submit with a 200-byte payload:
+// go test -run '^$' -bench OpenStorage ./cluster/
+func BenchmarkOpenStorage(b *testing.B) {
+	const entries = 10240 + 8192
+	dir := b.TempDir()
+	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, raftDBFile), NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := store.SetUint64(keyCurrentTerm, 3); err != nil {
+		b.Fatal(err)
+	}
+	var batch []*raft.Log
+	for i := 1; i <= entries; i++ {
+		data, err := fsm.Encode(1, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: fmt.Sprintf("job-%08d", i), Queue: "q", Kind: "k",
+			Payload: make([]byte, 200), MaxAttempts: 3, OnWorkerLost: fsm.LostRequeue, MaxWorkerLosses: 3}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch = append(batch, &raft.Log{Index: uint64(i), Term: 3, Type: raft.LogCommand, Data: data})
+		if len(batch) == 1024 || i == entries {
+			if err := store.StoreLogs(batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = batch[:0]
+		}
+	}
+	store.Close()
+	b.ResetTimer()
+	for range b.N {
+		s, _, err := openStorage(dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.Close()
 	}
 }
