@@ -14,7 +14,8 @@ import (
 // Apply proposes a command as the established leader and returns the state
 // machine's result, or its refusal (an fsm sentinel), or a cluster error:
 // *NotLeaderError, ErrNotReady, ErrLeadershipLost or ErrTimeout (the last
-// two: the outcome is unknown; commands are idempotent, retry them).
+// two: the outcome is unknown; commands are idempotent, retry them), or a
+// *DiskFullError from a node (this one, leader or not) whose disk is full.
 //
 // Commands a worker sends (register, start, report, release) that the
 // state machine accepts count as hearing from it, as of their arrival.
@@ -26,6 +27,9 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 		// and idle removals through the leader's own timers, never from
 		// outside.
 		return nil, fmt.Errorf("%w: %T is not accepted here", fsm.ErrInvalidArgument, cmd)
+	}
+	if err := n.disk.err(); err != nil {
+		return nil, err
 	}
 	ls, err := n.established()
 	if err != nil {
@@ -159,6 +163,11 @@ func (n *Node) raftError(err error) error {
 		return fmt.Errorf("%w: %v", ErrTimeout, err)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrShutdown
+	}
+	// Raft's log cache passes a store's error on as text: a failed
+	// append on a full disk is known by the disk state it left.
+	if derr := n.disk.err(); derr != nil {
+		return derr
 	}
 	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
@@ -97,6 +98,9 @@ type Config struct {
 	Dial          transport.Dialer
 	Clock         Clock
 	Logger        hclog.Logger
+	// WrapStores, if set, wraps raft.db's log and stable store, beneath
+	// the node's own wrappers: tests inject disk errors through it.
+	WrapStores func(raft.LogStore, raft.StableStore) (raft.LogStore, raft.StableStore)
 }
 
 // DefaultConfig returns a complete configuration with SPEC's executor

@@ -5,7 +5,13 @@
 //
 // The pieces:
 //   - node.go: New wires Raft, the stores and the transport mux; Shutdown
-//     hands leadership over first, Kill does not.
+//     hands leadership over first, Kill does not; a node that cannot go on
+//     safely stops itself (halt).
+//   - storecheck.go: the data dir read in full before Raft sees it, and a
+//     start refused when the log or stable store is lost or damaged.
+//   - storage.go: the stores Raft is given: checksums checked on every
+//     entry written and read, failed writes reported to disk.go, which
+//     makes a full disk an explicit, not-ready state.
 //   - leader.go: leadership from Raft's NotifyCh, a barrier, then
 //     establishLeadership (the expiry table with every clock restarted) and
 //     the leader loop (expiry ticks, removal of idle workers, compaction);

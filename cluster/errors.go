@@ -44,9 +44,43 @@ var (
 	// submitter at its bound on queued jobs; submits wait for jobs to
 	// finish and be compacted.
 	ErrQuotaExceeded = errors.New("quota exceeded")
-	// ErrDiskFull: this node cannot write its log for lack of space.
+	// ErrDiskFull: this node cannot write its log for lack of space. The
+	// error is a *DiskFullError naming the node.
 	ErrDiskFull = errors.New("disk full")
+	// ErrStorage: the node's log or stable store is missing, empty or
+	// corrupt while other state shows it had a past, or a snapshot is
+	// damaged: the node refuses to start, or stops. The error is a
+	// *StorageError naming the file.
+	ErrStorage = errors.New("storage missing or corrupt")
 )
+
+// DiskFullError is ErrDiskFull on one node: a write to its data dir failed
+// for lack of space (or of quota).
+type DiskFullError struct {
+	NodeID string
+	Err    error // the write's error
+}
+
+func (e *DiskFullError) Error() string {
+	return fmt.Sprintf("%s on node %s: %v", ErrDiskFull, e.NodeID, e.Err)
+}
+
+// Unwrap gives ErrDiskFull and the write's error.
+func (e *DiskFullError) Unwrap() []error { return []error{ErrDiskFull, e.Err} }
+
+// StorageError names a file in the data dir and what is wrong with it. Its
+// message is one line that points to the recovery procedure.
+type StorageError struct {
+	Path    string
+	Problem string
+}
+
+func (e *StorageError) Error() string {
+	return fmt.Sprintf("%s: %s (see \"Storage and recovery\" in docs/operations.md)", e.Path, e.Problem)
+}
+
+// Unwrap makes every StorageError match ErrStorage.
+func (e *StorageError) Unwrap() error { return ErrStorage }
 
 // NotLeaderError is returned by a node that cannot serve a request only the
 // leader can. It names the leader, when known, with its API address, so

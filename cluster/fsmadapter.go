@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -13,6 +14,14 @@ import (
 // Raft's log entries become fsm commands.
 type raftFSM struct {
 	f *fsm.FSM
+	// halt stops the node; after it, nothing more is applied, snapshotted
+	// or restored (stopped).
+	halt    func(error)
+	stopped atomic.Bool
+	// starting is set while raft.NewRaft restores the newest snapshot it
+	// can; restoreErr is a snapshot it could not restore then.
+	starting   atomic.Bool
+	restoreErr atomic.Pointer[error]
 }
 
 // applyResult carries a command's result and its refusal back to the
@@ -22,24 +31,35 @@ type applyResult struct {
 	err   error
 }
 
-// Apply applies one committed entry. An entry this binary cannot decode,
-// or an index out of order, stops the node: skipping it would make this
-// replica diverge from the others (and an old binary must not skip a
-// command type a newer leader wrote).
+// Apply applies one committed entry. An entry this binary cannot decode
+// (its checksum fails, it is damaged, or its command type is newer than
+// this binary), or an index out of order, stops the node: skipping it would
+// make this replica diverge from the others. Neither it nor any later entry
+// is applied; the proposer is told the node is shutting down.
 func (a *raftFSM) Apply(l *raft.Log) any {
 	if l.Type != raft.LogCommand {
 		return nil
 	}
+	if a.stopped.Load() {
+		return applyResult{err: ErrShutdown}
+	}
 	v, err := a.f.Apply(l.Index, l.Data)
 	if fsm.IsFatal(err) {
-		panic(fmt.Sprintf("leasehold: cannot apply log entry %d: %v", l.Index, err))
+		a.stopped.Store(true)
+		a.halt(fmt.Errorf("log entry %d cannot be applied: %w; the node stopped rather than skip it "+
+			"(see \"Storage and recovery\" in docs/operations.md)", l.Index, err))
+		return applyResult{err: ErrShutdown}
 	}
 	return applyResult{value: v, err: err}
 }
 
 // Snapshot freezes the state (microseconds: see fsm/DESIGN.md); Persist
-// streams it while applies go on.
+// streams it while applies go on. A stopped node has no state Raft could
+// label with its applied index.
 func (a *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
+	if a.stopped.Load() {
+		return nil, ErrShutdown
+	}
 	return &raftSnapshot{s: a.f.Snapshot()}, nil
 }
 
@@ -47,7 +67,14 @@ func (a *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 // the snapshot is bad.
 func (a *raftFSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return a.f.Restore(rc)
+	if a.stopped.Load() {
+		return ErrShutdown
+	}
+	err := a.f.Restore(rc)
+	if err != nil && a.starting.Load() {
+		a.restoreErr.CompareAndSwap(nil, &err)
+	}
+	return err
 }
 
 type raftSnapshot struct{ s *fsm.Snapshot }

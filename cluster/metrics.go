@@ -1,32 +1,5 @@
 package cluster
 
-import (
-	"sync/atomic"
-
-	"github.com/hashicorp/raft"
-)
-
-// countingLogStore counts the writes Raft makes to its log: each StoreLogs
-// call is one batch and one fsync in raft-boltdb. Benchmarks divide it by
-// the operations they ran (raft writes per op).
-type countingLogStore struct {
-	raft.LogStore
-	writes  atomic.Uint64
-	entries atomic.Uint64
-}
-
-func (s *countingLogStore) StoreLog(l *raft.Log) error {
-	s.writes.Add(1)
-	s.entries.Add(1)
-	return s.LogStore.StoreLog(l)
-}
-
-func (s *countingLogStore) StoreLogs(logs []*raft.Log) error {
-	s.writes.Add(1)
-	s.entries.Add(uint64(len(logs)))
-	return s.LogStore.StoreLogs(logs)
-}
-
 // Metrics are a node's counters, for /metrics.
 type Metrics struct {
 	LogWrites    uint64 // batches written (and fsynced) to the Raft log

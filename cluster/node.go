@@ -35,7 +35,8 @@ type Node struct {
 	fsm   *fsm.FSM
 	raft  *raft.Raft
 	store *raftboltdb.BoltStore
-	logs  *countingLogStore
+	logs  *logStore
+	disk  *diskState
 	trans *raft.NetworkTransport
 	guard *transport.RaftGuard // wraps trans; raft sees only the guard
 	mux   *transport.Mux
@@ -56,8 +57,15 @@ type Node struct {
 	lastTable *expiryTable
 
 	// life ends when the node stops; every background loop watches it.
-	life         context.Context
-	endLife      context.CancelFunc
+	// Its cause is why a node stopped on its own (halt).
+	life    context.Context
+	endLife context.CancelCauseFunc
+	// netDown is closed once the node's network is closed on the way down
+	// (see stableStore); stopped once the node has stopped.
+	netDown chan struct{}
+	stopped chan struct{}
+	// running is set once New has started everything stop stops.
+	running      atomic.Bool
 	shutdownOnce sync.Once
 	wg           sync.WaitGroup
 }
@@ -75,7 +83,10 @@ type leaderState struct {
 
 // New opens the node's stores, starts Raft and the node's background loops,
 // and returns. A node with data rejoins its cluster from disk; a node
-// without data joins or bootstraps from Config.Join (see membership.go).
+// without data joins or bootstraps from Config.Join (see membership.go). A
+// data dir whose log or stable store is missing, empty or damaged while the
+// rest shows the node had a past is refused with a *StorageError (see
+// openStorage), before Raft or the network starts.
 func New(cfg Config) (_ *Node, err error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -87,8 +98,10 @@ func New(cfg Config) (_ *Node, err error) {
 		fsm:      fsm.New(),
 		gate:     newAcquireGate(),
 		notifyCh: make(chan bool, 16),
+		netDown:  make(chan struct{}),
+		stopped:  make(chan struct{}),
 	}
-	n.life, n.endLife = context.WithCancel(context.Background())
+	n.life, n.endLife = context.WithCancelCause(context.Background())
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
 	var closers []func() error
 	defer func() {
@@ -96,16 +109,52 @@ func New(cfg Config) (_ *Node, err error) {
 			for i := len(closers) - 1; i >= 0; i-- {
 				closers[i]()
 			}
+			if cfg.Listener != nil && n.mux == nil {
+				cfg.Listener.Close()
+			}
 		}
 	}()
 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	if n.id, err = loadNodeID(cfg.DataDir, cfg.NodeID); err != nil {
+	start := time.Now()
+	store, dir, err := openStorage(cfg.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("refusing to start: %w", err)
+	}
+	n.store = store
+	closers = append(closers, n.store.Close)
+	if n.id, err = loadNodeID(cfg.DataDir, cfg.NodeID, dir.hasState); err != nil {
 		return nil, err
 	}
 	n.logger = cfg.Logger.With("node", n.id)
+	n.logger.Info("storage_checked", "snapshots", len(dir.snapshots), "has_state", dir.hasState,
+		"took", time.Since(start).Round(time.Millisecond))
+	if dir.hasState && !dir.member {
+		// A data dir from before raft.member existed.
+		if err := markMember(cfg.DataDir, n.id); err != nil {
+			n.logger.Warn("member_mark_not_written", "error", err)
+		}
+	}
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, n.logger.Named("snapshot"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshot store: %w", err)
+	}
+	n.disk = &diskState{nodeID: n.id, logger: n.logger.Named("disk")}
+	var logs raft.LogStore = n.store
+	var stable raft.StableStore = n.store
+	if cfg.WrapStores != nil {
+		logs, stable = cfg.WrapStores(logs, stable)
+	}
+	n.logs = &logStore{LogStore: logs, path: dir.file(raftDBFile), disk: n.disk, corrupt: n.halt}
+	stableStore := &stableStore{StableStore: stable, disk: n.disk, netDown: n.netDown,
+		member: func() error { return markMember(cfg.DataDir, n.id) }}
+	stableStore.marked.Store(dir.hasState)
+	cache, err := raft.NewLogCache(512, n.logs)
+	if err != nil {
+		return nil, err
+	}
 
 	ln := cfg.Listener
 	if ln == nil {
@@ -151,26 +200,6 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	closers = append(closers, n.guard.Close)
 
-	// fsync on every append: NoSync is never set.
-	n.store, err = raftboltdb.New(raftboltdb.Options{Path: filepath.Join(cfg.DataDir, "raft.db")})
-	if err != nil {
-		return nil, fmt.Errorf("raft log: %w", err)
-	}
-	closers = append(closers, n.store.Close)
-	n.logs = &countingLogStore{LogStore: n.store}
-	logs, err := raft.NewLogCache(512, n.logs)
-	if err != nil {
-		return nil, err
-	}
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.DataDir, cfg.SnapshotRetain, n.logger.Named("snapshot"))
-	if err != nil {
-		return nil, fmt.Errorf("snapshot store: %w", err)
-	}
-	hasState, err := raft.HasExistingState(logs, n.store, snaps)
-	if err != nil {
-		return nil, err
-	}
-
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.id)
 	rc.HeartbeatTimeout = cfg.HeartbeatTimeout
@@ -185,7 +214,19 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, &ConfigError{Field: "raft", Value: err, Reason: "refused by raft"}
 	}
-	n.raft, err = raft.NewRaft(rc, &raftFSM{f: n.fsm}, logs, n.store, snaps, n.guard)
+	adapter := &raftFSM{f: n.fsm, halt: n.halt}
+	adapter.starting.Store(true)
+	n.raft, err = raft.NewRaft(rc, adapter, cache, stableStore, &snapshotStore{SnapshotStore: snaps, disk: n.disk}, n.guard)
+	adapter.starting.Store(false)
+	if rerr := adapter.restoreErr.Load(); rerr != nil {
+		// Raft went on to an older snapshot than one it could not
+		// restore (which the log may no longer cover), or gave up.
+		if err == nil {
+			n.raft.Shutdown().Error()
+		}
+		return nil, fmt.Errorf("refusing to start: %w", &StorageError{Path: filepath.Join(cfg.DataDir, snapshotsDir),
+			Problem: fmt.Sprintf("a snapshot does not restore: %v", *rerr)})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
@@ -200,9 +241,13 @@ func New(cfg Config) (_ *Node, err error) {
 
 	n.wg.Add(3)
 	go func() { defer n.wg.Done(); n.monitorLeadership() }()
-	go func() { defer n.wg.Done(); n.membershipLoop(!hasState) }()
+	go func() { defer n.wg.Done(); n.membershipLoop(!dir.hasState) }()
 	go func() { defer n.wg.Done(); n.auditLoop() }()
-	n.logger.Info("node_started", "raft_addr", n.advertise, "api_addr", cfg.APIAddr, "has_state", hasState)
+	n.logger.Info("node_started", "raft_addr", n.advertise, "api_addr", cfg.APIAddr, "has_state", dir.hasState)
+	n.running.Store(true)
+	if n.life.Err() != nil {
+		go n.stop() // halted while starting
+	}
 	return n, nil
 }
 
@@ -215,6 +260,33 @@ func (n *Node) RaftAddr() string { return n.advertise }
 // FSM returns the local state machine for reads. Reads straight from it are
 // stale reads; see ReadBarrier for linearizable ones.
 func (n *Node) FSM() *fsm.FSM { return n.fsm }
+
+// Done is closed when the node stops: by Shutdown or Kill, or on its own
+// when it cannot go on safely (Err says why).
+func (n *Node) Done() <-chan struct{} { return n.life.Done() }
+
+// Err is why the node stopped on its own (a log entry it cannot apply or
+// read), or nil.
+func (n *Node) Err() error {
+	if err := context.Cause(n.life); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// halt stops the node because it cannot go on safely: it logs why, makes
+// it the node's Err, and stops in the background (it is called from inside
+// Raft, which stopping waits for; before New has finished, New stops it).
+func (n *Node) halt(err error) {
+	if n.life.Err() != nil {
+		return
+	}
+	n.logger.Error("node_halted", "error", err)
+	n.endLife(err)
+	if n.running.Load() {
+		go n.stop()
+	}
+}
 
 // Shutdown stops the node. A leader first hands leadership to another voter
 // (bounded by ctx), so a planned restart costs no election timeout.
@@ -238,16 +310,24 @@ func (n *Node) Shutdown(ctx context.Context) error {
 // (the process survives: tests restart the node from its data dir).
 func (n *Node) Kill() error { return n.stop() }
 
+// stop stops the node once; later calls wait until it has stopped.
 func (n *Node) stop() error {
 	var errs []error
 	n.shutdownOnce.Do(func() {
-		n.endLife()
-		errs = append(errs, n.raft.Shutdown().Error())
-		errs = append(errs, n.guard.Close(), n.rpc.Close(), n.mux.Close())
+		n.endLife(nil)
+		// Raft stops taking part at once; the network is closed before
+		// waiting for its goroutines to end, so nothing they still do
+		// reaches a peer (see stableStore).
+		shutdown := n.raft.Shutdown()
+		errs = append(errs, n.guard.Close(), n.mux.Close())
+		close(n.netDown)
+		errs = append(errs, shutdown.Error(), n.rpc.Close())
 		n.wg.Wait()
 		errs = append(errs, n.store.Close())
 		n.logger.Info("node_stopped")
+		close(n.stopped)
 	})
+	<-n.stopped
 	return errors.Join(errs...)
 }
 
@@ -267,8 +347,10 @@ func (n *Node) voters() []raft.Server {
 
 // loadNodeID returns the id stored in the data dir, storing want (or a new
 // random id) on first start. A data dir belongs to one node: a different
-// configured id is an error.
-func loadNodeID(dir, want string) (string, error) {
+// configured id is an error, and so is a lost node-id file beside Raft
+// state when no id is configured (a new random id would not be the one the
+// cluster knows).
+func loadNodeID(dir, want string, hasState bool) (string, error) {
 	path := filepath.Join(dir, "node-id")
 	b, err := os.ReadFile(path)
 	switch {
@@ -280,6 +362,10 @@ func loadNodeID(dir, want string) (string, error) {
 		return have, nil
 	case !errors.Is(err, os.ErrNotExist):
 		return "", fmt.Errorf("node id: %w", err)
+	}
+	if want == "" && hasState {
+		return "", fmt.Errorf("refusing to start: %w", &StorageError{Path: path,
+			Problem: "is missing, but raft.db holds this node's Raft state: set --node-id to the id the cluster knows it by"})
 	}
 	if want == "" {
 		var r [8]byte

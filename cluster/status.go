@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"cmp"
+	"errors"
 	"slices"
 	"time"
 
@@ -49,8 +50,10 @@ type Status struct {
 	AppliedIndex uint64
 	LastIndex    uint64
 	// Ready: a leader that has taken office, or a follower that knows a
-	// leader. A node that is not ready should not be sent traffic.
-	Ready bool
+	// leader, with room on its disk. A node that is not ready should not
+	// be sent traffic; NotReady says why.
+	Ready    bool
+	NotReady string
 	// WorkersTimed counts, on the leader, the workers whose leases and
 	// reachability it times: holders of live leases and workers heard this
 	// term (registered workers it has not heard since it took office are
@@ -71,10 +74,22 @@ func (n *Node) Status() Status {
 	if node, ok := n.fsm.Node(st.LeaderID); ok {
 		st.LeaderAPI = node.APIAddr
 	}
-	if ls, err := n.established(); err == nil {
+	ls, err := n.established()
+	switch {
+	case err == nil:
 		st.Ready, st.WorkersTimed = true, ls.table.Load().size()
-	} else if n.raft.State() == raft.Follower && st.LeaderID != "" {
+	case n.raft.State() == raft.Follower && st.LeaderID != "":
 		st.Ready = true
+	case errors.Is(err, ErrNotReady):
+		st.NotReady = "leader taking office"
+	default:
+		st.NotReady = "no leader known"
+	}
+	if err := n.disk.err(); err != nil {
+		st.Ready, st.NotReady = false, err.Error()
+	}
+	if err := n.Err(); err != nil {
+		st.Ready, st.NotReady = false, "stopped: "+err.Error()
 	}
 	return st
 }

@@ -146,6 +146,9 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 	if err := req.Validate(); err != nil {
 		return fsm.AcquireResult{}, err
 	}
+	if err := n.disk.err(); err != nil {
+		return fsm.AcquireResult{}, err
+	}
 	ls, err := n.established()
 	if err != nil {
 		return fsm.AcquireResult{}, err

@@ -1,7 +1,10 @@
 package fsm
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"reflect"
 	"strings"
 	"testing"
@@ -75,14 +78,14 @@ func TestDecodeRefusals(t *testing.T) {
 	long := strings.Repeat("x", MaxIDLen+1)
 	// A command that passes the decoder's bounds but not validation.
 	e := encoder{}
-	e.byte1(codecVersion)
+	e.byte1(codecV1)
 	e.byte1(uint8(CmdStart))
 	e.varint(1)
 	(&Start{WorkerID: "w", JobID: "j", Token: 0}).encode(&e)
 	zeroToken := e.b
 	// A string longer than its bound.
 	e = encoder{}
-	e.byte1(codecVersion)
+	e.byte1(codecV1)
 	e.byte1(uint8(CmdDeregisterWorker))
 	e.varint(1)
 	e.str(long)
@@ -95,16 +98,106 @@ func TestDecodeRefusals(t *testing.T) {
 	}{
 		{"empty", nil, ErrCorrupt},
 		{"version", append([]byte{9}, valid[1:]...), ErrCorrupt},
-		{"unknown type", append([]byte{codecVersion, 200}, valid[2:]...), ErrUnknownCommand},
+		{"unknown type", seal(append([]byte{codecV2, 200}, valid[2:len(valid)-checksumLen]...)), ErrUnknownCommand},
 		{"zero token", zeroToken, ErrCorrupt},
 		{"string over bound", tooLong, ErrCorrupt},
-		{"huge length prefix", []byte{codecVersion, uint8(CmdDeregisterWorker), 2, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrCorrupt},
+		{"huge length prefix", []byte{codecV1, uint8(CmdDeregisterWorker), 2, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrCorrupt},
+		{"zero token, sealed", seal(append([]byte{codecV2}, zeroToken[1:]...)), ErrCorrupt},
+		{"checksum only", []byte{codecV2, 0, 0, 0, 0}, ErrCorrupt},
+		{"shorter than a checksum", []byte{codecV2, 1, 2}, ErrCorrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := Decode(tc.data); !errors.Is(err, tc.want) {
 				t.Fatalf("got %v, want %v", err, tc.want)
 			}
 		})
+	}
+}
+
+// encodeV1 encodes a command as version 1 did: no checksum. Logs written
+// before version 2 hold entries like these.
+func encodeV1(t testing.TB, time int64, c Command) []byte {
+	t.Helper()
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	e := encoder{}
+	e.byte1(codecV1)
+	e.byte1(uint8(c.Type()))
+	e.varint(time)
+	c.encode(&e)
+	return e.b
+}
+
+// seal gives a version 2 body its checksum.
+func seal(body []byte) []byte {
+	return binary.LittleEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, castagnoli))
+}
+
+// Every bit of a version 2 entry is covered: any one flipped, anywhere, and
+// the entry is refused as corrupt, never decoded into another command.
+func TestChecksumRefusesEveryFlippedBit(t *testing.T) {
+	for _, c := range sampleCommands() {
+		data, err := Encode(7, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if data[0] != codecV2 {
+			t.Fatalf("%T encoded as version %d", c, data[0])
+		}
+		if err := VerifyChecksum(data); err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		for i := range data {
+			for bit := range 8 {
+				bad := bytes.Clone(data)
+				bad[i] ^= 1 << bit
+				if _, err := Decode(bad); !errors.Is(err, ErrCorrupt) {
+					t.Fatalf("%T: bit %d of byte %d flipped: %v", c, bit, i, err)
+				}
+				// The version byte aside, the checksum alone catches it.
+				if i > 0 && VerifyChecksum(bad) == nil {
+					t.Fatalf("%T: bit %d of byte %d flipped passed the checksum", c, bit, i)
+				}
+			}
+		}
+	}
+}
+
+// Entries written before the checksum (version 1) still decode, to the
+// same commands.
+func TestVersion1EntriesStillDecode(t *testing.T) {
+	for _, c := range sampleCommands() {
+		old := encodeV1(t, -42, c)
+		if err := VerifyChecksum(old); err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		env, err := Decode(old)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		if env.Time != -42 || !reflect.DeepEqual(env.Command, c) {
+			t.Fatalf("%T: decoded %+v at %d", c, env.Command, env.Time)
+		}
+		// A version 1 entry with a checksum's worth of bytes after it is
+		// not mistaken for anything: trailing bytes are corrupt.
+		if _, err := Decode(append(old, 1, 2, 3, 4)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%T: %v", c, err)
+		}
+	}
+	// A log mixing both applies in order.
+	f := New()
+	for i, data := range [][]byte{
+		encodeV1(t, 1, &RegisterWorker{WorkerID: "w", Capacity: 1}),
+		mustEncode(t, &SubmitJob{Spec: spec("j")}),
+		encodeV1(t, 3, &Acquire{WorkerID: "w", RequestID: "r", Queues: []string{"default"}, Max: 1}),
+	} {
+		if _, err := f.Apply(uint64(i+1), data); err != nil {
+			t.Fatalf("entry %d: %v", i+1, err)
+		}
+	}
+	if l := f.WorkerLeases("w"); len(l) != 1 || l[0].JobID != "j" {
+		t.Fatalf("leases after a mixed log: %+v", l)
 	}
 }
 

@@ -152,15 +152,17 @@ func (s *Server) livez(w http.ResponseWriter, r *http.Request) {
 }
 
 // readyz is 200 once the node is ready: the leader after taking office, a
-// follower once it knows the leader.
+// follower once it knows the leader, either with room on its disk. A 503
+// says why in "reason".
 func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	st := s.node.Status()
+	body := map[string]any{"ready": st.Ready, "state": st.State, "leader_id": st.LeaderID, "leader_api": st.LeaderAPI,
+		"insecure": s.insecure}
 	code := http.StatusOK
 	if !st.Ready {
-		code = http.StatusServiceUnavailable
+		code, body["reason"] = http.StatusServiceUnavailable, st.NotReady
 	}
-	writeJSON(w, code, map[string]any{"ready": st.Ready, "state": st.State, "leader_id": st.LeaderID, "leader_api": st.LeaderAPI,
-		"insecure": s.insecure})
+	writeJSON(w, code, body)
 }
 
 // outcome is an audit record's result.

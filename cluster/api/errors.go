@@ -76,6 +76,10 @@ func toWire(err error) error {
 	case errors.As(err, &re):
 		detail.Field = re.Field
 	}
+	var df *cluster.DiskFullError
+	if errors.As(err, &df) {
+		detail.NodeId = df.NodeID
+	}
 	for _, e := range errorTable {
 		if errors.Is(err, e.err) {
 			return transport.NewError(e.reason, err, detail)

@@ -52,6 +52,8 @@ type Node struct {
 	APIAddr   string
 	Dir       string
 	Clock     *FakeClock
+	// Disk injects write errors into the node's Raft stores.
+	Disk *DiskFaults
 }
 
 // Option changes every node's configuration before it starts.
@@ -63,8 +65,8 @@ type Option func(i int, c *cluster.Config)
 func New(t testing.TB, n int, opts ...Option) *Cluster {
 	t.Helper()
 	c := Prepare(t, n, opts...)
-	for _, node := range c.Nodes {
-		c.start(node)
+	for i := range c.Nodes {
+		c.Start(i)
 	}
 	return c
 }
@@ -101,7 +103,7 @@ func (c *Cluster) addSlot() *Node {
 	apiLn := c.listen(host + ":0")
 	node := &Node{
 		Index: i, Host: host, Addr: raftLn.Addr().String(), APIAddr: apiLn.Addr().String(),
-		Dir: c.t.TempDir(), Clock: NewFakeClock(),
+		Dir: c.t.TempDir(), Clock: NewFakeClock(), Disk: &DiskFaults{},
 	}
 	raftLn.Close()
 	apiLn.Close()
@@ -112,10 +114,19 @@ func (c *Cluster) addSlot() *Node {
 // Start starts node i (prepared, or killed: it restarts from its data).
 func (c *Cluster) Start(i int) {
 	c.t.Helper()
+	if err := c.TryStart(i); err != nil {
+		c.t.Fatalf("node %d: %v", i, err)
+	}
+}
+
+// TryStart is Start that returns the error of a node that does not start
+// (a data dir it refuses, say).
+func (c *Cluster) TryStart(i int) error {
+	c.t.Helper()
 	if c.Nodes[i].Node != nil {
 		c.t.Fatalf("node %d is running", i)
 	}
-	c.start(c.Nodes[i])
+	return c.start(c.Nodes[i])
 }
 
 // Add starts one more node, without data, with the original members' join
@@ -123,7 +134,7 @@ func (c *Cluster) Start(i int) {
 func (c *Cluster) Add() *Node {
 	c.t.Helper()
 	node := c.addSlot()
-	c.start(node)
+	c.Start(node.Index)
 	return node
 }
 
@@ -162,6 +173,7 @@ func (c *Cluster) Config(i int) cluster.Config {
 	cfg.CommitTimeout = 5 * time.Millisecond
 	cfg.ApplyTimeout = 5 * time.Second
 	cfg.Clock = node.Clock
+	cfg.WrapStores = node.Disk.wrap
 	cfg.Dial = c.Net.dialer(node.Host)
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{
 		Name: cfg.NodeID, Level: hclog.LevelFromString(os.Getenv("LEASEHOLD_TEST_LOG")), Output: testWriter{c.t},
@@ -173,13 +185,13 @@ func (c *Cluster) Config(i int) cluster.Config {
 	return cfg
 }
 
-func (c *Cluster) start(node *Node) {
+func (c *Cluster) start(node *Node) error {
 	c.t.Helper()
 	cfg := c.Config(node.Index)
 	cfg.Listener = &listener{Listener: c.listen(node.Addr), net: c.Net}
 	n, err := cluster.New(cfg)
 	if err != nil {
-		c.t.Fatalf("node %d: %v", node.Index, err)
+		return err
 	}
 	node.Node = n
 	o := api.Options{Node: n, Logger: cfg.Logger, Cluster: TLSCluster}
@@ -188,6 +200,7 @@ func (c *Cluster) start(node *Node) {
 	}
 	node.APIServer = api.NewServer(o)
 	node.API = api.Serve(node.APIServer, c.listen(node.APIAddr), nil)
+	return nil
 }
 
 // listen binds addr. The port was free a moment ago (or was this node's

@@ -195,6 +195,11 @@ func runServer(ctx context.Context, c *cli.Context, cfg ServerConfig, logger hcl
 		case <-ctx.Done():
 			logger.Info("shutting_down")
 			return n.stop(15 * time.Second)
+		case <-n.node.Done():
+			// The node stopped on its own (a log entry it cannot apply);
+			// its error is the one line the process exits with.
+			n.stop(15 * time.Second)
+			return fmt.Errorf("node stopped: %w", n.node.Err())
 		}
 	}
 }

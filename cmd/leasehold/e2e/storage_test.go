@@ -1,0 +1,58 @@
+package e2e
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// A server whose raft.db is lost after it had been a member refuses to
+// start: one line on stderr naming the file, what is wrong and where the
+// recovery procedure is, and a non-zero exit; never a panic.
+func TestServerRefusesLostLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(t.TempDir(), "leasehold.toml")
+	if err := os.WriteFile(cfg, []byte(raftTimingsTOML), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	api := freeAddr(t)
+	args := []string{"server", "--config", cfg, "--data-dir", dir, "--node-id", "lost1",
+		"--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1"}
+	srv := startProc(t, "server", 5*time.Second, baseEnv(), args...)
+	waitFor(t, readyBound, "the node to be ready", func() error {
+		resp, err := http.Get("http://" + api + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("readyz %d", resp.StatusCode)
+		}
+		return nil
+	})
+	srv.stop(exitBound)
+
+	for _, damage := range []struct {
+		name string
+		do   func(path string) error
+		want string
+	}{
+		{"truncated", func(path string) error { return os.Truncate(path, 1000) }, "raft.db: cannot be opened"},
+		{"deleted", os.Remove, "raft.db: is missing, but"},
+	} {
+		if err := damage.do(filepath.Join(dir, "raft.db")); err != nil {
+			t.Fatal(err)
+		}
+		r := runCLI(t, baseEnv(), args...)
+		stderr := strings.TrimSpace(r.stderr)
+		if r.code == 0 || strings.Contains(stderr, "\n") || !strings.HasPrefix(stderr, "leasehold: refusing to start: ") ||
+			!strings.Contains(stderr, damage.want) || !strings.Contains(stderr, "docs/operations.md") {
+			t.Fatalf("raft.db %s: exit %d, stderr %q", damage.name, r.code, r.stderr)
+		}
+	}
+}
