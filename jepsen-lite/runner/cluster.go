@@ -77,10 +77,16 @@ func newCluster(cfg Config, n netem.Network) (*cluster, error) {
 		if err := os.WriteFile(clock, []byte("0 1\n"), 0o644); err != nil {
 			return nil, err
 		}
-		argv := n.NodeCommand(i, []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
+		args := []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
 			"--raft-bind", n.RaftBind(i), "--raft-advertise", n.RaftAddr(i), "--api-bind", n.APIBind(i),
 			"--api-advertise", n.APIAddr(i), "--bootstrap-expect", strconv.Itoa(cfg.Nodes),
-			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"})
+			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"}
+		// A node on a namespace's address is exposed: without peer TLS and
+		// API authentication it refuses to start unless told --insecure.
+		// (Nodes behind the proxies bind loopback and would start anyway;
+		// the flag says the same thing there.)
+		args = append(args, "--insecure")
+		argv := n.NodeCommand(i, args)
 		c.nodes = append(c.nodes, &proc{name: name, argv: func(int) []string { return argv },
 			env: childEnv("LEASEHOLD_CHAOS_CLOCK=" + clock), logPath: c.dir("logs", name+".log")})
 		base := "http://" + n.APIAddr(i)
@@ -227,6 +233,40 @@ func (c *cluster) waitLeader(ctx context.Context, bound time.Duration) (string, 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// bootLeader waits for the first leader, up to bound, and gives up at
+// once when a node exits meanwhile (a configuration it refuses, say): its
+// log's last line says why.
+func (c *cluster) bootLeader(ctx context.Context, bound time.Duration) (string, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		for _, p := range c.nodes {
+			if !p.alive() {
+				return "", fmt.Errorf("runner: %s exited while the cluster formed (%v): %s", p.name, p.exitErr(), lastLine(p.logPath))
+			}
+		}
+		if l, err := c.waitLeader(ctx, time.Second); err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return "", fmt.Errorf("runner: no leader within %v", bound)
+		}
+	}
+}
+
+// lastLine is the last non-empty line of a log file, cut to a screenful.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 500 {
+		last = last[:500] + "..."
+	}
+	return last
 }
 
 // BusyWorker is a live, unpaused worker process holding a lease,

@@ -179,7 +179,7 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 			return err
 		}
 	}
-	leader, err := c.waitLeader(ctx, 60*time.Second)
+	leader, err := c.bootLeader(ctx, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("%w (node logs in %s)", err, c.dir("logs"))
 	}
