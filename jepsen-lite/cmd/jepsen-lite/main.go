@@ -96,6 +96,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "net", Value: runner.NetAuto, Usage: "auto (netns as root, else proxy), netns or proxy"},
 			&cli.StringFlag{Name: "timings", Value: "ci", Usage: "ci (renew 0.3s, grace 1.5s, toleration 4s) or production (10s, 50s, 300s)"},
 			&cli.BoolFlag{Name: "kill-worker-at-end", Usage: "kill a busy worker for good before the heal (orphans, I12)"},
+			&cli.BoolFlag{Name: "secure", Usage: "peer mutual TLS, API TLS and tokens (a CA made under --out/pki); otherwise nodes run --insecure"},
 			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, or any) find violations"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "copy the runner's log to stderr"},
 		},
@@ -111,7 +112,7 @@ func runCommand() *cli.Command {
 			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
 				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
-				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"),
+				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"),
 				Expect: splitAll(c.StringSlice("expect")), Verbose: c.Bool("verbose")}
 			ctx, cancel := interruptible()
 			defer cancel()
@@ -259,12 +260,19 @@ func workerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "poll-wait", Value: time.Second},
 			&cli.DurationFlag{Name: "call-timeout", Value: time.Second},
 			&cli.DurationFlag{Name: "drain-timeout", Value: time.Second},
+			&cli.StringFlag{Name: "ca-file", Usage: "speak HTTPS to the cluster, trusting this CA"},
+			&cli.StringFlag{Name: "token-file", Usage: "a file holding the bearer token"},
 		},
 		Action: func(c *cli.Context) error {
+			conf, token, err := workload.ReadClientSecrets(c.String("ca-file"), c.String("token-file"))
+			if err != nil {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer cancel()
 			return workload.RunWorker(ctx, workload.WorkerConfig{
 				ID: c.String("id"), Process: c.String("process"), Endpoints: strings.Split(c.String("endpoints"), ","),
+				TLS: conf, Token: token,
 				SourceIP: c.String("source"), SinkURL: c.String("sink"), HistoryPath: c.String("history"),
 				Concurrency: c.Int("concurrency"), PollWait: c.Duration("poll-wait"), CallTimeout: c.Duration("call-timeout"),
 				DrainTimeout: c.Duration("drain-timeout"),
