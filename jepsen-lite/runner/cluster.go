@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
+	"github.com/leasehold/leasehold/jepsen-lite/outsider"
 	"github.com/leasehold/leasehold/jepsen-lite/workload"
 	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -46,6 +48,9 @@ type cluster struct {
 	// the leader), with the submitter's token.
 	status []leaseholdv1connect.ClusterServiceClient
 	jobs   []leaseholdv1connect.JobServiceClient
+	// outsider attacks the nodes in the outsider family's faults; nil
+	// when the run has none.
+	outsider *outsider.Outsider
 
 	mu     sync.Mutex
 	clocks map[string]*clockState // by node
@@ -226,6 +231,38 @@ func (c *cluster) Workers() []string {
 }
 
 func (c *cluster) Net() nemesis.Net { return c.net }
+
+// Outsider is the run's outsider, if it has one.
+func (c *cluster) Outsider() nemesis.Outsider {
+	if c.outsider == nil {
+		return nil
+	}
+	return c.outsider
+}
+
+// startOutsider puts the outsider on its own address: its peer port and
+// its capture server listen from now until the nodes have stopped, so a
+// connection to the capture server at any time is recorded.
+func (c *cluster) startOutsider(rec *history.Recorder, log hclog.Logger) error {
+	var cert *tls.Config
+	if c.secrets != nil {
+		var err error
+		if cert, err = c.secrets.outsiderTLS(); err != nil {
+			return err
+		}
+	}
+	var nodes []outsider.Node
+	for _, m := range c.configured() {
+		nodes = append(nodes, outsider.Node{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
+	}
+	o, err := outsider.New(outsider.Config{IP: c.net.OutsiderIP(), RaftPort: netem.RaftPort, CapturePort: netem.APIPort,
+		Nodes: nodes, Leader: c.Leader, ClientCert: cert, Rec: rec, Logger: log.Named("outsider")})
+	if err != nil {
+		return err
+	}
+	c.outsider = o
+	return nil
+}
 
 func (c *cluster) proc(name string) (*proc, error) {
 	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
@@ -534,4 +571,7 @@ func (c *cluster) shutdown() {
 		cl.Close()
 	}
 	c.http.CloseIdleConnections()
+	if c.outsider != nil {
+		c.outsider.Close()
+	}
 }

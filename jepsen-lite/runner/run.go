@@ -185,6 +185,11 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	}
 	log.Info("leader", "node", leader)
 	rec.Append(history.Entry{Kind: history.KindLeaderElected, Process: "runner", Marker: &history.Marker{Node: leader}})
+	if slices.ContainsFunc(kinds, func(k *nemesis.Kind) bool { return k.Family == nemesis.FamilyOutsider }) {
+		if err := c.startOutsider(rec, log); err != nil {
+			return fmt.Errorf("runner: outsider: %w", err)
+		}
+	}
 
 	// The runner's own actors, each a process of the history.
 	callTimeout := max(4*t.Renew, time.Second)
