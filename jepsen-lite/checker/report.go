@@ -170,6 +170,13 @@ func (r *Report) Summary(w io.Writer) error {
 	} else {
 		fmt.Fprintf(&b, "%-28s -\n", "orphans re-leased")
 	}
+	if o1, ok := r.Result("O1"); ok && o1.Stats["outsider_attempts"] > 0 {
+		fmt.Fprintf(&b, "%-28s %.0f, %.0f accepted; capture server reached %.0f times\n", "outsider attempts",
+			o1.Stats["outsider_attempts"], o1.Stats["outsider_accepted"], o1.Stats["captured"])
+	}
+	if o1, ok := r.Result("O1"); ok && o1.Stats["term_bound"] > 0 {
+		fmt.Fprintf(&b, "%-28s %.0f (bound %.0f)\n", "highest final term", o1.Stats["max_term"], o1.Stats["term_bound"])
+	}
 	for _, p := range r.Visualizations {
 		fmt.Fprintf(&b, "%-28s %s\n", "visualization", p)
 	}
