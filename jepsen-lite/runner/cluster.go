@@ -56,7 +56,10 @@ type cluster struct {
 	clocks map[string]*clockState // by node
 }
 
-var _ nemesis.Cluster = (*cluster)(nil)
+var (
+	_ nemesis.Cluster  = (*cluster)(nil)
+	_ nemesis.Outsider = (*outsider.Outsider)(nil)
+)
 
 func (c *cluster) dir(parts ...string) string {
 	return filepath.Join(append([]string{c.cfg.Out}, parts...)...)
