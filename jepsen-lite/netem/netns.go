@@ -337,17 +337,26 @@ func removeOwned(prefix string) error {
 		}
 	}
 	// Deleting a namespace takes its veth pairs with it; what is left is
-	// the bridge and any host end whose peer never moved.
+	// the bridge and any host end whose peer never moved. The kernel
+	// removes the pairs after `ip netns del` returns, so a host end listed
+	// here may be gone by the time it is deleted: that is no error.
 	_, links, err := ownedNames()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, name := range links {
 		if mine(name) {
-			errs = append(errs, run("ip", "link", "del", name))
+			if err := run("ip", "link", "del", name); err != nil && linkExists(name) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// linkExists reports whether a network interface called name exists.
+func linkExists(name string) bool {
+	return run("ip", "link", "show", "dev", name) == nil
 }
 
 // freeSubnet picks K so that 10.231.K.0/24 is on no interface.
