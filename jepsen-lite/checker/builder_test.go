@@ -32,15 +32,29 @@ type hb struct {
 }
 
 // Timings of every test history: renew 100 ms, grace 500 ms, toleration
-// 1 s (self-stop 800 ms after the last acknowledged send), elections 100 ms.
+// 1 s (self-stop 800 ms after the last acknowledged send), elections and
+// heartbeats 100 ms.
 func newHB(t testing.TB) *hb {
 	b := &hb{t: t, ids: map[string]uint64{}, jobs: map[string]*history.JobSummary{}}
 	b.raw(history.Entry{Kind: history.KindRun, Ns: at(0), Run: &history.Run{
 		Format: history.FormatVersion, Nodes: []string{"n1", "n2", "n3"}, Workers: []string{"w1", "w2", "w3", "w4"},
-		RenewNs: 100e6, GraceNs: 500e6, TolerationNs: 1000e6, ElectionTimeoutNs: 100e6,
+		RenewNs: 100e6, GraceNs: 500e6, TolerationNs: 1000e6, ElectionTimeoutNs: 100e6, HeartbeatTimeoutNs: 100e6,
+		Members: testMembers(),
 	}})
 	return b
 }
+
+// testMembers are the test cluster's nodes as configured.
+func testMembers() []history.Member {
+	var out []history.Member
+	for _, n := range []string{"n1", "n2", "n3"} {
+		out = append(out, history.Member{ID: n, RaftAddr: "10.0.0." + n[1:] + ":7711", APIAddr: "10.0.0." + n[1:] + ":7701", Voter: true})
+	}
+	return out
+}
+
+// finalTerm is every node's term in the final states.
+const finalTerm = 4
 
 func (b *hb) raw(e history.Entry) int {
 	b.t.Helper()
@@ -235,7 +249,7 @@ func (b *hb) finish(msec int64, eventsComplete bool) []history.Entry {
 		}
 		b.raw(history.Entry{Kind: history.KindFinalState, Ns: at(msec + 1 + int64(k)), Process: "runner", Final: &history.FinalState{
 			Node: node, AppliedIndex: 100 + b.seq, LastToken: b.last, Complete: true, Jobs: jobs,
-			StateHash: history.HashJobs(b.last, jobs),
+			StateHash: history.HashJobs(b.last, jobs), Term: finalTerm, Members: testMembers(),
 		}})
 	}
 	return b.e

@@ -158,6 +158,7 @@ var checkers = []struct {
 	{"linearizable", "I10", checkLinearizable},
 	{"no-absence-expiry", "I11", checkAbsence},
 	{"recovery", "I12", checkRecovery},
+	{"outsider", "O1", checkOutsider},
 }
 
 // Check runs every checker over a history and returns the report. The
@@ -177,7 +178,7 @@ func Check(entries []history.Entry, opts Options) Report {
 		c.fn(v, r)
 		results[c.invariant] = r
 	}
-	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12"} {
+	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "O1"} {
 		rep.Results = append(rep.Results, *results[inv])
 	}
 	rep.fillHighlights(v)

@@ -63,7 +63,7 @@ func (r *Report) Violations() int {
 	return n
 }
 
-// Result returns the result for an invariant ("I1".."I12").
+// Result returns the result for an invariant ("I1".."I12", "O1").
 func (r *Report) Result(invariant string) (Result, bool) {
 	for _, res := range r.Results {
 		if res.Invariant == invariant {
@@ -169,6 +169,13 @@ func (r *Report) Summary(w io.Writer) error {
 		fmt.Fprintf(&b, "%-28s %d, slowest %.1fms\n", "orphans re-leased", len(r.OrphanRecoveryMs), slices.Max(r.OrphanRecoveryMs))
 	} else {
 		fmt.Fprintf(&b, "%-28s -\n", "orphans re-leased")
+	}
+	if o1, ok := r.Result("O1"); ok && o1.Stats["outsider_attempts"] > 0 {
+		fmt.Fprintf(&b, "%-28s %.0f, %.0f accepted; capture server reached %.0f times\n", "outsider attempts",
+			o1.Stats["outsider_attempts"], o1.Stats["outsider_accepted"], o1.Stats["captured"])
+	}
+	if o1, ok := r.Result("O1"); ok && o1.Stats["term_bound"] > 0 {
+		fmt.Fprintf(&b, "%-28s %.0f (bound %.0f)\n", "highest final term", o1.Stats["max_term"], o1.Stats["term_bound"])
 	}
 	for _, p := range r.Visualizations {
 		fmt.Fprintf(&b, "%-28s %s\n", "visualization", p)

@@ -34,6 +34,9 @@ type view struct {
 	elects []int      // leader_elected entry indexes, in time order
 	gone   map[string]int64
 
+	attempts []int // outsider_attempt entry indexes
+	captures []int // outsider_capture entry indexes
+
 	jobs       []string              // every job id the history names, sorted
 	grants     map[string][]grantRef // ok acquire grants per job
 	jobOps     map[string][]int      // ops whose input names the job
@@ -174,6 +177,10 @@ func newView(entries []history.Entry, opts Options) (*view, error) {
 			if t, ok := v.gone[e.Marker.WorkerID]; !ok || e.Ns < t {
 				v.gone[e.Marker.WorkerID] = e.Ns
 			}
+		case history.KindOutsiderAttempt:
+			v.attempts = append(v.attempts, i)
+		case history.KindOutsiderCapture:
+			v.captures = append(v.captures, i)
 		}
 	}
 	v.opts = opts.resolved(v.run)

@@ -41,13 +41,16 @@
 //	fault_stop      fault      final_state    final
 //	cluster_event   event      heal           marker (optional)
 //	leader_elected  marker     worker_gone    marker
+//	outsider_attempt attempt   outsider_capture capture
 //
 // # run, run_end
 //
 // run opens the history: format (required, FormatVersion), name, seed,
 // nodes, workers and nemeses (names), renew_ns, grace_ns, toleration_ns
-// (the cluster's configured timings) and election_timeout_ns. Checkers use
-// the timings unless told otherwise. run_end closes it: events_complete is
+// (the cluster's configured timings), election_timeout_ns and
+// heartbeat_timeout_ns (Raft's), members (the configured nodes: id,
+// raft_addr, api_addr) and secure (peer mutual TLS and API tokens on).
+// Checkers use the timings unless told otherwise. run_end closes it: events_complete is
 // true only if the runner read the cluster's event log from its first
 // event to last_event_seq without a gap (no truncated answer, no reconnect
 // that skipped); checks that need an event for every refusal, or replay
@@ -197,6 +200,10 @@
 //	                     written); a partial listing is not judged for
 //	                     missing jobs
 //	final.jobs           [JobSummary]
+//	final.term           the node's Raft term
+//	final.members        the node's Raft configuration, each member with
+//	                     its API address from the node's table: [{id,
+//	                     raft_addr, api_addr, voter}], sorted by id
 //
 // A JobSummary (also get_job's and release's output) is: id, state, tokens
 // (every lease token the job keeps, oldest first; the server keeps the
@@ -230,4 +237,28 @@
 // observation after each heal. worker_gone (marker.worker_id required):
 // the worker's process ended for good at ns (no restart before the end of
 // the run); a kill fault on it never stopped means the same.
+//
+// # outsider_attempt, outsider_capture
+//
+// The outsider nemesis is a process on an address of its own that is no
+// member's. outsider_attempt is one of its tries on one node's peer port,
+// recorded when the node answered or the try failed:
+//
+//	attempt.attack    required: join-stranger, join-takeover,
+//	                  join-impostor, raft-append, raft-vote,
+//	                  raft-timeout-now
+//	attempt.node      required: the node tried
+//	attempt.via       required: tcp, or tls-client-cert (TLS presenting a
+//	                  client certificate of the cluster's CA)
+//	attempt.claim     (joins) who the join said the caller was: {id,
+//	                  raft_addr, api_addr}
+//	attempt.term      (Raft messages) the term carried
+//	attempt.accepted  the node answered without an error
+//	attempt.code      the node's refusal code (peer RPC), if it gave one
+//	attempt.error     how the attempt failed otherwise
+//
+// outsider_capture is one connection to the outsider's capture server,
+// whose address the joins offer as an API address: capture.from (required),
+// capture.first (what its first bytes looked like), capture.count (the
+// connections so far, required).
 package history

@@ -26,6 +26,10 @@ const (
 	KindHeal          Kind = "heal"
 	KindLeaderElected Kind = "leader_elected"
 	KindWorkerGone    Kind = "worker_gone"
+	// The outsider nemesis: its attempts on the nodes' peer ports, and the
+	// connections its capture server received.
+	KindOutsiderAttempt Kind = "outsider_attempt"
+	KindOutsiderCapture Kind = "outsider_capture"
 )
 
 // Kinds lists every kind, in the order doc.go describes them.
@@ -33,7 +37,7 @@ func Kinds() []Kind {
 	return []Kind{
 		KindRun, KindRunEnd, KindInvoke, KindComplete, KindExecStart, KindExecStop,
 		KindSinkWrite, KindFaultStart, KindFaultStop, KindFinalState, KindClusterEvent,
-		KindHeal, KindLeaderElected, KindWorkerGone,
+		KindHeal, KindLeaderElected, KindWorkerGone, KindOutsiderAttempt, KindOutsiderCapture,
 	}
 }
 
@@ -63,6 +67,9 @@ type Entry struct {
 	Final  *FinalState   `json:"final,omitempty"`
 	Event  *ClusterEvent `json:"event,omitempty"`
 	Marker *Marker       `json:"marker,omitempty"`
+
+	Attempt *Attempt `json:"attempt,omitempty"`
+	Capture *Capture `json:"capture,omitempty"`
 }
 
 // Run opens a history: the cluster's settings as the runner configured
@@ -78,6 +85,22 @@ type Run struct {
 	GraceNs           int64    `json:"grace_ns,omitempty"`
 	TolerationNs      int64    `json:"toleration_ns,omitempty"`
 	ElectionTimeoutNs int64    `json:"election_timeout_ns,omitempty"`
+	// HeartbeatTimeoutNs is Raft's: with the election timeout it bounds
+	// how often a node can start an election.
+	HeartbeatTimeoutNs int64 `json:"heartbeat_timeout_ns,omitempty"`
+	// Members are the nodes as configured: the membership every node must
+	// still have at the end.
+	Members []Member `json:"members,omitempty"`
+	// Secure: the peer port runs mutual TLS and the API wants tokens.
+	Secure bool `json:"secure,omitempty"`
+}
+
+// Member is one node of a cluster's membership: its id and addresses.
+type Member struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	APIAddr  string `json:"api_addr"`
+	Voter    bool   `json:"voter,omitempty"`
 }
 
 // RunEnd closes a history.
@@ -284,6 +307,10 @@ type FinalState struct {
 	// Complete: Jobs lists every job the node keeps.
 	Complete bool         `json:"complete"`
 	Jobs     []JobSummary `json:"jobs"`
+	// Term is the node's Raft term; Members its Raft configuration with
+	// each member's API address from its node table, sorted by id.
+	Term    uint64   `json:"term,omitempty"`
+	Members []Member `json:"members,omitempty"`
 }
 
 // JobSummary is a job as one read saw it.
@@ -362,6 +389,61 @@ type Marker struct {
 	Detail   string `json:"detail,omitempty"`
 }
 
+// Attempt is one try of the outsider nemesis, a process on an address that
+// is no member's, to change a node through its peer port: a forged join or
+// a forged Raft message.
+type Attempt struct {
+	Attack string `json:"attack"` // one of the Attack names
+	Node   string `json:"node"`   // the node tried
+	Via    string `json:"via"`    // ViaTCP or ViaClientCert
+	// Claim (joins) is who the join said the caller was.
+	Claim *Member `json:"claim,omitempty"`
+	// Term (Raft messages) is the term the message carried.
+	Term uint64 `json:"term,omitempty"`
+	// Accepted: the node answered without an error.
+	Accepted bool `json:"accepted"`
+	// Code is the node's refusal code, when it refused with one (a peer
+	// RPC's code); Error says how the attempt failed otherwise.
+	Code  string `json:"code,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// Attacks of the outsider nemesis.
+const (
+	// A join under a new id, naming the outsider's own Raft address.
+	AttackJoinStranger = "join-stranger"
+	// A join naming the leader's id and Raft address, with the capture
+	// server as its API address: were it taken, followers and clients
+	// would send callers' requests there.
+	AttackJoinTakeover = "join-takeover"
+	// A join naming a live member's id at the outsider's Raft address,
+	// where the outsider answers peer.info as that member.
+	AttackJoinImpostor = "join-impostor"
+	// Raft messages sent through a raft.NetworkTransport.
+	AttackRaftAppend     = "raft-append"
+	AttackRaftVote       = "raft-vote"
+	AttackRaftTimeoutNow = "raft-timeout-now"
+)
+
+// How an attempt reached the node.
+const (
+	ViaTCP        = "tcp"             // plain TCP
+	ViaClientCert = "tls-client-cert" // TLS with an API client certificate of the cluster's CA
+)
+
+// Capture is one connection the outsider's capture server received. Its
+// address is what the attacks try to plant as a member's API address:
+// nobody has a reason to connect to it.
+type Capture struct {
+	From string `json:"from"`
+	// First says what the connection's first bytes looked like (tls,
+	// http/2, or an HTTP/1 request line), if it sent any.
+	First string `json:"first,omitempty"`
+	// Count is how many connections the server had received, this one
+	// included.
+	Count int `json:"count"`
+}
+
 // JobState is a job's state, the API's JobState without its prefix.
 type JobState string
 
@@ -432,7 +514,7 @@ func (e *Entry) Validate() error {
 	}
 	set := 0
 	for _, p := range []bool{e.Run != nil, e.RunEnd != nil, e.Op != nil, e.Exec != nil, e.Sink != nil,
-		e.Fault != nil, e.Final != nil, e.Event != nil, e.Marker != nil} {
+		e.Fault != nil, e.Final != nil, e.Event != nil, e.Marker != nil, e.Attempt != nil, e.Capture != nil} {
 		if p {
 			set++
 		}
@@ -530,6 +612,16 @@ func (e *Entry) checkPayload() (int, error) {
 	case KindWorkerGone:
 		if e.Marker == nil || e.Marker.WorkerID == "" {
 			return bad("marker needs worker_id")
+		}
+		return 1, nil
+	case KindOutsiderAttempt:
+		if e.Attempt == nil || e.Attempt.Attack == "" || e.Attempt.Node == "" || e.Attempt.Via == "" {
+			return bad("attempt needs attack, node and via")
+		}
+		return 1, nil
+	case KindOutsiderCapture:
+		if e.Capture == nil || e.Capture.From == "" || e.Capture.Count <= 0 {
+			return bad("capture needs from and a positive count")
 		}
 		return 1, nil
 	}

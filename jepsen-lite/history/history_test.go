@@ -156,6 +156,9 @@ func TestEveryKindValidates(t *testing.T) {
 		history.KindHeal:          {},
 		history.KindLeaderElected: {Marker: &history.Marker{Node: "n1"}},
 		history.KindWorkerGone:    {Marker: &history.Marker{WorkerID: "w"}},
+		history.KindOutsiderAttempt: {Attempt: &history.Attempt{Attack: history.AttackJoinStranger, Node: "n1",
+			Via: history.ViaTCP}},
+		history.KindOutsiderCapture: {Capture: &history.Capture{From: "10.0.0.1:1", Count: 1}},
 	}
 	for _, k := range history.Kinds() {
 		e, ok := entries[k]

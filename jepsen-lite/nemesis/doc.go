@@ -6,7 +6,9 @@
 // through the chaos build's clock seam (a leader that slept, a cluster
 // that slept, a follower's jump, a leader running fast or slow, a leader
 // thrown back), proxy delay and loss, leadership transfer, a worker cut
-// off from the cluster, and the leader isolated together with one worker.
+// off from the cluster, the leader isolated together with one worker, and
+// an outsider (package outsider) forging joins and Raft messages at every
+// node's peer port.
 //
 // Faults come in families; a run takes one family or several, or "mixed"
 // for all. Plan orders them: every kind of the families in turn, in an

@@ -59,11 +59,12 @@ const (
 	FamilyNet       = "net"
 	FamilyTransfer  = "transfer"
 	FamilyWorker    = "worker"
+	FamilyOutsider  = "outsider"
 )
 
 // Families lists every family.
 func Families() []string {
-	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker}
+	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker, FamilyOutsider}
 }
 
 // Catalog is every kind of fault.
@@ -114,6 +115,8 @@ func Catalog() []*Kind {
 			hold: func(t Timings, _ *rand.Rand) time.Duration { return 2*t.Toleration + t.Grace }},
 		{Name: "partition-leader-worker-pause", Family: FamilyWorker, start: isolatePausedLeaderWithWorker,
 			hold: func(t Timings, _ *rand.Rand) time.Duration { return t.Toleration + t.Grace + 2*t.Renew }},
+
+		{Name: "outsider", Family: FamilyOutsider, hold: toleration, start: outsiderAttack},
 	}
 }
 
@@ -654,4 +657,31 @@ func isolatePausedLeaderWithWorker(ctx context.Context, e *Env) (*Active, error)
 		return errors.Join(err, heal(ctx))
 	}
 	return a, nil
+}
+
+// The outsider.
+
+// outsiderAttack lets the run's outsider attack every node's peer port, a
+// round every renew, until the fault stops. It is a fault of its own, not
+// a background load: with no other fault on, every member is up and
+// reachable, so a node can always tell an impostor claiming a live
+// member's id from that member (without peer TLS, a member it cannot reach
+// looks like one that moved, and its id is given to whoever confirms it).
+func outsiderAttack(ctx context.Context, e *Env) (*Active, error) {
+	o := e.C.Outsider()
+	if o == nil {
+		return nil, errors.New("nemesis: this run has no outsider")
+	}
+	actx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		o.Attack(actx, e.T.Renew)
+	}()
+	return &Active{At: history.Now(), Targets: e.C.Nodes(), Detail: "forged joins and Raft messages from a non-member",
+		stop: func(context.Context) error {
+			cancel()
+			<-done
+			return nil
+		}}, nil
 }

@@ -65,6 +65,16 @@ type Cluster interface {
 	// ResetClocks puts every node's clock back to real time plus what it
 	// slept.
 	ResetClocks() error
+	// Outsider is the run's attacker on the nodes' peer ports; nil when
+	// the run has none.
+	Outsider() Outsider
+}
+
+// Outsider attacks the nodes from an address that is no member's: it
+// keeps trying, a round every interval, until ctx ends, and records every
+// attempt itself.
+type Outsider interface {
+	Attack(ctx context.Context, every time.Duration)
 }
 
 // Step is one fault of a plan: a kind held for Hold, then Quiet without

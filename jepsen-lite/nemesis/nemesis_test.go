@@ -127,6 +127,8 @@ type fakeCluster struct {
 	paused  map[string]bool
 	dead    map[string]bool
 	incarn  map[string]int
+	// attacking: an outsider's Attack is running.
+	attacking int
 }
 
 func newFakeCluster(n int) *fakeCluster {
@@ -214,6 +216,21 @@ func (c *fakeCluster) HealProcesses(context.Context) error {
 	clear(c.dead)
 	return nil
 }
+func (c *fakeCluster) Outsider() Outsider { return fakeOutsider{c} }
+
+// fakeOutsider attacks until told to stop.
+type fakeOutsider struct{ c *fakeCluster }
+
+func (o fakeOutsider) Attack(ctx context.Context, _ time.Duration) {
+	o.c.mu.Lock()
+	o.c.attacking++
+	o.c.mu.Unlock()
+	<-ctx.Done()
+	o.c.mu.Lock()
+	o.c.attacking--
+	o.c.mu.Unlock()
+}
+
 func (c *fakeCluster) ResetClocks() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -265,8 +282,19 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if k.Family == FamilyOutsider {
+				// The attack runs in the background.
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					c.mu.Lock()
+					on := c.attacking > 0
+					c.mu.Unlock()
+					if on {
+						break
+					}
+				}
+			}
 			c.mu.Lock()
-			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks) + len(c.slept)
+			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks) + len(c.slept) + c.attacking
 			c.mu.Unlock()
 			if broke == 0 && k.Name != "transfer" {
 				t.Fatalf("%s broke nothing", k.Name)
@@ -296,7 +324,7 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.mu.Lock()
-			left := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead)
+			left := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + c.attacking
 			wrong := 0
 			for _, v := range c.clocks {
 				if v != "0s 1" {

@@ -31,6 +31,10 @@ type Network interface {
 	WorkerIP(w int) string
 	RunnerIP() string
 	ListenIP() string
+	// OutsiderIP is an address no member has, for the outsider nemesis:
+	// it dials the nodes from it and listens on it (its own peer port and
+	// a capture server), and every node can reach it.
+	OutsiderIP() string
 	// NodeCommand returns the command line that runs argv as node i, in
 	// its place on the network.
 	NodeCommand(i int, argv []string) []string

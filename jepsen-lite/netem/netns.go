@@ -37,8 +37,8 @@ func NetnsAvailable() bool {
 // Netns is the privileged network: node i lives in namespace
 // <prefix>n<i> with address 10.231.K.(10+i) on a veth pair whose other
 // end is on bridge <prefix>br, which holds the runner's address
-// 10.231.K.1 and worker w's 10.231.K.(100+w). Partitions are iptables
-// DROP rules in the nodes' namespaces.
+// 10.231.K.1, worker w's 10.231.K.(100+w) and the outsider's 10.231.K.250.
+// Partitions are iptables DROP rules in the nodes' namespaces.
 type Netns struct {
 	prefix  string
 	subnet  string // "10.231.K"
@@ -98,6 +98,7 @@ func (n *Netns) build() error {
 	for w := 1; w <= n.workers; w++ {
 		steps = append(steps, []string{"addr", "add", n.WorkerIP(w) + "/24", "dev", br})
 	}
+	steps = append(steps, []string{"addr", "add", n.OutsiderIP() + "/24", "dev", br})
 	steps = append(steps, []string{"link", "set", br, "up"})
 	for i := 1; i <= n.nodes; i++ {
 		ns, host, peer := n.ns(i), n.hostEnd(i), n.nodeEnd(i)
@@ -131,6 +132,7 @@ func (n *Netns) APIBind(i int) string {
 func (n *Netns) APIAddr(i int) string  { return n.APIBind(i) }
 func (n *Netns) WorkerIP(w int) string { return fmt.Sprintf("%s.%d", n.subnet, 100+w) }
 func (n *Netns) RunnerIP() string      { return n.subnet + ".1" }
+func (n *Netns) OutsiderIP() string    { return n.subnet + ".250" }
 func (n *Netns) ListenIP() string      { return n.RunnerIP() }
 
 // NodeCommand runs argv in node i's namespace; ip execs it, so the
@@ -335,17 +337,26 @@ func removeOwned(prefix string) error {
 		}
 	}
 	// Deleting a namespace takes its veth pairs with it; what is left is
-	// the bridge and any host end whose peer never moved.
+	// the bridge and any host end whose peer never moved. The kernel
+	// removes the pairs after `ip netns del` returns, so a host end listed
+	// here may be gone by the time it is deleted: that is no error.
 	_, links, err := ownedNames()
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, name := range links {
 		if mine(name) {
-			errs = append(errs, run("ip", "link", "del", name))
+			if err := run("ip", "link", "del", name); err != nil && linkExists(name) {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// linkExists reports whether a network interface called name exists.
+func linkExists(name string) bool {
+	return run("ip", "link", "show", "dev", name) == nil
 }
 
 // freeSubnet picks K so that 10.231.K.0/24 is on no interface.

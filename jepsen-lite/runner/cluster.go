@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,11 +15,15 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
+	"github.com/leasehold/leasehold/jepsen-lite/outsider"
 	"github.com/leasehold/leasehold/jepsen-lite/workload"
+	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
 )
@@ -26,79 +31,159 @@ import (
 // cluster is the run's processes and network, as the nemesis and the
 // runner see them. It implements nemesis.Cluster.
 type cluster struct {
-	cfg   Config
-	net   netem.Network
-	nodes []*proc
+	cfg     Config
+	net     netem.Network
+	secrets *secrets // nil unless cfg.Secure
+	nodes   []*proc
 	// workers are filled in once the sinks serve.
 	workers []*proc
 	http    *http.Client // the runner's, from its own address
-	client  *client.Client
+	// The runner's clients, each with the least role that does its job
+	// (in a secure run; otherwise all are open): client for the
+	// submitters, the reader, the sinks' fence checks and the runner's
+	// own reads (submitter); workerClient for the reporter and the stale
+	// writer, which act as workers (worker); admin for transfers.
+	client, workerClient, admin *client.Client
 	// stubs per node, for questions about one node (not followed to
-	// the leader).
+	// the leader), with the submitter's token.
 	status []leaseholdv1connect.ClusterServiceClient
 	jobs   []leaseholdv1connect.JobServiceClient
+	// outsider attacks the nodes in the outsider family's faults; nil
+	// when the run has none.
+	outsider *outsider.Outsider
 
 	mu     sync.Mutex
 	clocks map[string]*clockState // by node
 }
 
-var _ nemesis.Cluster = (*cluster)(nil)
+var (
+	_ nemesis.Cluster  = (*cluster)(nil)
+	_ nemesis.Outsider = (*outsider.Outsider)(nil)
+)
 
 func (c *cluster) dir(parts ...string) string {
 	return filepath.Join(append([]string{c.cfg.Out}, parts...)...)
 }
 
-// newCluster writes the nodes' configuration and makes their processes
-// (not started).
+// newCluster writes the nodes' configuration (and, for a secure run, its
+// certificates and tokens) and makes their processes (not started).
 func newCluster(cfg Config, n netem.Network) (*cluster, error) {
-	c := &cluster{cfg: cfg, net: n, http: workload.NewHTTPClient(n.RunnerIP())}
+	c := &cluster{cfg: cfg, net: n}
 	for _, d := range []string{c.dir("logs"), c.dir("data"), c.dir("clock")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
 		}
 	}
+	var clientTLS *tls.Config
+	if cfg.Secure {
+		s, err := makeSecrets(c.dir("pki"), n, cfg.Nodes)
+		if err != nil {
+			return nil, fmt.Errorf("runner: pki: %w", err)
+		}
+		c.secrets, clientTLS = s, s.clientTLS
+	}
+	c.http = workload.NewHTTPClient(n.RunnerIP(), clientTLS)
 	t := cfg.Timings
 	toml := fmt.Sprintf("[raft]\nheartbeat_timeout = %q\nelection_timeout = %q\nleader_lease_timeout = %q\n\n"+
 		"[plugins.executor]\nrenew_seconds = %g\ngrace_seconds = %g\ntoleration_seconds = %g\n",
 		t.Heartbeat, t.Election, t.LeaderLease, t.Renew.Seconds(), t.Grace.Seconds(), t.Toleration.Seconds())
-	cfgPath := c.dir("leasehold.toml")
-	if err := os.WriteFile(cfgPath, []byte(toml), 0o644); err != nil {
-		return nil, err
-	}
 	var join []string
-	var endpoints []string
 	for i := 1; i <= cfg.Nodes; i++ {
 		join = append(join, n.RaftAddr(i))
-		endpoints = append(endpoints, n.APIAddr(i))
 	}
+	scheme := "http://"
+	if cfg.Secure {
+		scheme = "https://"
+		toml = fmt.Sprintf("cluster_name = %q\n\n", ClusterName) + toml
+	}
+	stubAuth := connect.WithInterceptors(bearer(c.token(roleSubmitter)))
 	for i := 1; i <= cfg.Nodes; i++ {
 		name := netem.NodeName(i)
 		clock := c.dir("clock", name)
 		if err := os.WriteFile(clock, []byte("0 1\n"), 0o644); err != nil {
 			return nil, err
 		}
-		argv := n.NodeCommand(i, []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
+		nodeTOML := toml
+		if c.secrets != nil {
+			nodeTOML += c.secrets.nodeTOML(i - 1)
+		}
+		// It may hold tokens.
+		cfgPath := c.dir("leasehold-" + name + ".toml")
+		if err := writeFile(cfgPath, []byte(nodeTOML), 0o600); err != nil {
+			return nil, err
+		}
+		args := []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
 			"--raft-bind", n.RaftBind(i), "--raft-advertise", n.RaftAddr(i), "--api-bind", n.APIBind(i),
 			"--api-advertise", n.APIAddr(i), "--bootstrap-expect", strconv.Itoa(cfg.Nodes),
-			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"})
+			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"}
+		if !cfg.Secure {
+			// A node on a namespace's address is exposed: without peer TLS
+			// and API authentication it refuses to start unless told
+			// --insecure. (Nodes behind the proxies bind loopback and would
+			// start anyway; the flag says the same thing there.)
+			args = append(args, "--insecure")
+		}
+		argv := n.NodeCommand(i, args)
 		c.nodes = append(c.nodes, &proc{name: name, argv: func(int) []string { return argv },
 			env: childEnv("LEASEHOLD_CHAOS_CLOCK=" + clock), logPath: c.dir("logs", name+".log")})
-		base := "http://" + n.APIAddr(i)
-		c.status = append(c.status, leaseholdv1connect.NewClusterServiceClient(c.http, base))
-		c.jobs = append(c.jobs, leaseholdv1connect.NewJobServiceClient(c.http, base))
+		base := scheme + n.APIAddr(i)
+		c.status = append(c.status, leaseholdv1connect.NewClusterServiceClient(c.http, base, stubAuth))
+		c.jobs = append(c.jobs, leaseholdv1connect.NewJobServiceClient(c.http, base, stubAuth))
 	}
-	cl, err := c.newClient(2 * time.Second)
-	if err != nil {
+	var errs []error
+	for _, cl := range []struct {
+		to   **client.Client
+		role string
+	}{{&c.client, roleSubmitter}, {&c.workerClient, roleWorker}, {&c.admin, roleAdmin}} {
+		var err error
+		*cl.to, err = c.newClient(cl.role, 2*time.Second)
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	c.client = cl
 	return c, nil
 }
 
-// newClient is a client of the whole cluster from the runner's address.
-func (c *cluster) newClient(callTimeout time.Duration) (*client.Client, error) {
-	return client.New(client.Config{Endpoints: c.endpoints(), HTTPClient: c.http, CallTimeout: callTimeout,
-		RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+// token is a role's token in a secure run, "" otherwise.
+func (c *cluster) token(role string) string {
+	if c.secrets == nil {
+		return ""
+	}
+	return c.secrets.tokens[role]
+}
+
+// newClient is a client of the whole cluster from the runner's address,
+// with role's token.
+func (c *cluster) newClient(role string, callTimeout time.Duration) (*client.Client, error) {
+	var conf *tls.Config
+	if c.secrets != nil {
+		conf = c.secrets.clientTLS
+	}
+	return client.New(client.Config{Endpoints: c.endpoints(), HTTPClient: c.http, TLS: conf, Token: c.token(role),
+		CallTimeout: callTimeout, RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+}
+
+// bearer sends token with every call of a generated client ("" sends
+// nothing).
+func bearer(token string) connect.Interceptor {
+	return connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			if token != "" {
+				req.Header().Set(transport.HeaderAuthorization, "Bearer "+token)
+			}
+			return next(ctx, req)
+		}
+	})
+}
+
+// configured is the membership the run sets up: every node, a voter.
+func (c *cluster) configured() []history.Member {
+	var out []history.Member
+	for i := 1; i <= c.cfg.Nodes; i++ {
+		out = append(out, history.Member{ID: netem.NodeName(i), RaftAddr: c.net.RaftAddr(i), APIAddr: c.net.APIAddr(i), Voter: true})
+	}
+	return out
 }
 
 func (c *cluster) endpoints() []string {
@@ -109,18 +194,24 @@ func (c *cluster) endpoints() []string {
 	return out
 }
 
-// addWorkers makes the worker processes (not started).
+// addWorkers makes the worker processes (not started). In a secure run
+// each reads the CA and the worker token from files: a token on a command
+// line would be in every log of a start.
 func (c *cluster) addWorkers(self, sinkURL string) {
 	t := c.cfg.Timings
+	var secure []string
+	if c.secrets != nil {
+		secure = []string{"--ca-file", c.secrets.caFile, "--token-file", c.secrets.tokenFile(roleWorker)}
+	}
 	for w := 1; w <= c.cfg.Workers; w++ {
 		id := netem.WorkerName(w)
 		src := c.net.WorkerIP(w)
 		argv := func(inc int) []string {
 			proc := fmt.Sprintf("%s#%d", id, inc)
-			return []string{self, "worker", "--id", id, "--process", proc, "--endpoints", strings.Join(c.endpoints(), ","),
+			return append([]string{self, "worker", "--id", id, "--process", proc, "--endpoints", strings.Join(c.endpoints(), ","),
 				"--source", src, "--sink", sinkURL, "--history", c.dir(fmt.Sprintf("history-%s-%d.jsonl", id, inc)),
 				"--concurrency", strconv.Itoa(c.cfg.Concurrency), "--poll-wait", (4 * t.Renew).String(),
-				"--call-timeout", max(4*t.Renew, time.Second).String(), "--drain-timeout", (2 * t.Renew).String()}
+				"--call-timeout", max(4*t.Renew, time.Second).String(), "--drain-timeout", (2 * t.Renew).String()}, secure...)
 		}
 		c.workers = append(c.workers, &proc{name: id, argv: argv, env: childEnv(), logPath: c.dir("logs", id+".log")})
 	}
@@ -143,6 +234,38 @@ func (c *cluster) Workers() []string {
 }
 
 func (c *cluster) Net() nemesis.Net { return c.net }
+
+// Outsider is the run's outsider, if it has one.
+func (c *cluster) Outsider() nemesis.Outsider {
+	if c.outsider == nil {
+		return nil
+	}
+	return c.outsider
+}
+
+// startOutsider puts the outsider on its own address: its peer port and
+// its capture server listen from now until the nodes have stopped, so a
+// connection to the capture server at any time is recorded.
+func (c *cluster) startOutsider(rec *history.Recorder, log hclog.Logger) error {
+	var cert *tls.Config
+	if c.secrets != nil {
+		var err error
+		if cert, err = c.secrets.outsiderTLS(); err != nil {
+			return err
+		}
+	}
+	var nodes []outsider.Node
+	for _, m := range c.configured() {
+		nodes = append(nodes, outsider.Node{ID: m.ID, RaftAddr: m.RaftAddr, APIAddr: m.APIAddr})
+	}
+	o, err := outsider.New(outsider.Config{IP: c.net.OutsiderIP(), RaftPort: netem.RaftPort, CapturePort: netem.APIPort,
+		Nodes: nodes, Leader: c.Leader, ClientCert: cert, Rec: rec, Logger: log.Named("outsider")})
+	if err != nil {
+		return err
+	}
+	c.outsider = o
+	return nil
+}
 
 func (c *cluster) proc(name string) (*proc, error) {
 	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
@@ -227,6 +350,40 @@ func (c *cluster) waitLeader(ctx context.Context, bound time.Duration) (string, 
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// bootLeader waits for the first leader, up to bound, and gives up at
+// once when a node exits meanwhile (a configuration it refuses, say): its
+// log's last line says why.
+func (c *cluster) bootLeader(ctx context.Context, bound time.Duration) (string, error) {
+	deadline := time.Now().Add(bound)
+	for {
+		for _, p := range c.nodes {
+			if !p.alive() {
+				return "", fmt.Errorf("runner: %s exited while the cluster formed (%v): %s", p.name, p.exitErr(), lastLine(p.logPath))
+			}
+		}
+		if l, err := c.waitLeader(ctx, time.Second); err == nil {
+			return l, nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return "", fmt.Errorf("runner: no leader within %v", bound)
+		}
+	}
+}
+
+// lastLine is the last non-empty line of a log file, cut to a screenful.
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	last := lines[len(lines)-1]
+	if len(last) > 500 {
+		last = last[:500] + "..."
+	}
+	return last
 }
 
 // BusyWorker is a live, unpaused worker process holding a lease,
@@ -374,7 +531,7 @@ func (c *cluster) editClock(node string, edit func(*clockState)) error {
 func (c *cluster) Transfer(ctx context.Context) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	return c.client.TransferLeadership(ctx, "")
+	return c.admin.TransferLeadership(ctx, "")
 }
 
 // HealProcesses resumes every paused process and restarts every killed
@@ -413,6 +570,11 @@ func (c *cluster) shutdown() {
 		wg.Go(func() { p.stop(10 * time.Second) })
 	}
 	wg.Wait()
-	c.client.Close()
+	for _, cl := range []*client.Client{c.client, c.workerClient, c.admin} {
+		cl.Close()
+	}
 	c.http.CloseIdleConnections()
+	if c.outsider != nil {
+		c.outsider.Close()
+	}
 }

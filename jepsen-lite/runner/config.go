@@ -64,6 +64,12 @@ type Config struct {
 	// KillWorkerAtEnd kills a busy worker for good just before the heal,
 	// leaving orphaned leases the cluster must re-lease (I12).
 	KillWorkerAtEnd bool
+	// Secure runs the cluster as it should run when exposed: the runner
+	// makes a CA under Out/pki, and the nodes get server certificates for
+	// mutual TLS on the peer port and TLS on the API, and tokens (admin,
+	// submitter, worker) that every client uses with least privilege.
+	// Otherwise the nodes run --insecure.
+	Secure bool
 	// Expect: the build is broken on purpose and the run must find
 	// violations of one of these invariants ("any" for any).
 	Expect []string

@@ -6,6 +6,10 @@
 // plan, heals, lets orphaned leases be taken again, drains, reads every
 // node's final state and the whole event log, stops everything in order,
 // merges the histories by CLOCK_MONOTONIC time, and runs the checkers.
+// A secure run (Config.Secure) first makes a CA, the nodes' certificates
+// and the tokens under the run's pki/ (pki.go); otherwise the nodes run
+// --insecure. A run with the outsider family puts an outsider (package
+// outsider) on an address of its own for the nemesis to set on the nodes.
 //
 // A run's phases, in a history's terms:
 //
@@ -17,7 +21,8 @@
 //	... load for toleration + grace: orphans are re-leased ...
 //	cancel_submitter         the early executor gives up its queue
 //	... drain: every job terminal ...
-//	final_state × nodes      each node's jobs and state hash, same index
+//	final_state × nodes      each node's jobs, state hash, term and
+//	                         membership, at one applied index
 //	run_end                  whether the event log was read whole
 //
 // Profiles are series of runs: "ci" runs the real build under each fault

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -170,8 +172,12 @@ func (c *cluster) readFinals(ctx context.Context) ([]history.FinalState, uint64,
 		if st.GetAppliedIndex() != idx {
 			return nil, 0, errMoving
 		}
+		members, err := c.membersOf(ctx, i)
+		if err != nil {
+			return nil, 0, err
+		}
 		out[i] = history.FinalState{Node: c.nodes[i].name, StateHash: hex.EncodeToString(st.GetStateHash()),
-			AppliedIndex: idx, LastToken: st.GetLastToken(), Complete: true, Jobs: jobs}
+			AppliedIndex: idx, LastToken: st.GetLastToken(), Complete: true, Jobs: jobs, Term: st.GetTerm(), Members: members}
 	}
 	for i, st := range c.statuses(ctx, 2*time.Second, false) {
 		if st == nil || st.GetAppliedIndex() != idx {
@@ -198,6 +204,20 @@ func (c *cluster) listJobs(ctx context.Context, i int) ([]history.JobSummary, er
 			return out, nil
 		}
 	}
+}
+
+// membersOf is node i's own view of the membership.
+func (c *cluster) membersOf(ctx context.Context, i int) ([]history.Member, error) {
+	resp, err := c.status[i].Members(ctx, connect.NewRequest(&leaseholdv1.MembersRequest{}))
+	if err != nil {
+		return nil, fmt.Errorf("%s: members: %w", c.nodes[i].name, err)
+	}
+	out := []history.Member{}
+	for _, m := range resp.Msg.GetMembers() {
+		out = append(out, history.Member{ID: m.GetId(), RaftAddr: m.GetRaftAddr(), APIAddr: m.GetApiAddr(), Voter: m.GetVoter()})
+	}
+	slices.SortFunc(out, func(a, b history.Member) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
 }
 
 // unfinished counts the jobs of ids not yet terminal, read linearizably

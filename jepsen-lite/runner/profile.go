@@ -42,9 +42,11 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 	case "ci":
 		// The real build under every family, one family per run and then
 		// all mixed; then each broken build under the fault that exposes it.
+		// The kill run is secure (peer mutual TLS, API TLS and tokens) with
+		// the outsider attacking it; mixed, insecure, has the outsider too.
 		runs := []Config{
 			mk("partition-5", b.Real, 5, "partition", 20*time.Second),
-			mk("kill", b.Real, 3, "kill", 20*time.Second),
+			mk("kill-secure", b.Real, 3, "kill,outsider", 20*time.Second),
 			mk("pause", b.Real, 3, "pause", 20*time.Second),
 			mk("clock", b.Real, 3, "clock", 20*time.Second),
 			mk("transfer-worker", b.Real, 3, "transfer,worker", 20*time.Second),
@@ -52,7 +54,8 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 			mk("mixed", b.Real, 3, "mixed", 40*time.Second),
 		}
 		runs[1].KillWorkerAtEnd = true // an orphan to re-lease (I12)
-		runs[5].Net = NetProxy         // delay and loss need the proxies
+		runs[1].Secure = true
+		runs[5].Net = NetProxy // delay and loss need the proxies
 		// The fenced sink asks the cluster; with fence checks off it keeps
 		// the stale writer's writes.
 		nofence := mk("broken-nofence", b.NoFence, 3, "none", 10*time.Second)
@@ -118,7 +121,7 @@ func RunProfile(ctx context.Context, runs []Config, w io.Writer) ([]*Outcome, er
 
 // ProfileTable is one line per run.
 func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
-	fmt.Fprintf(w, "%-18s %-6s %-6s %5s %6s %6s %6s %9s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL", "SLACK_MS", "LEADER_MS", "NOTE")
+	fmt.Fprintf(w, "%-18s %-6s %-9s %5s %6s %6s %6s %9s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL", "SLACK_MS", "LEADER_MS", "NOTE")
 	for _, o := range outs {
 		verdict := "pass"
 		if !o.Passed {
@@ -139,7 +142,11 @@ func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
 		if len(o.Problems) > 0 {
 			note = strings.TrimSpace(note + " problems: " + strings.Join(o.Problems, "; "))
 		}
-		fmt.Fprintf(w, "%-18s %-6s %-6s %5d %6d %6d %6d %9s %9s %s\n", o.Config.Name, verdict, o.Net, ops, info, faults,
+		net := o.Net
+		if o.Config.Secure {
+			net += "+tls" // peer mutual TLS, API TLS and tokens
+		}
+		fmt.Fprintf(w, "%-18s %-6s %-9s %5d %6d %6d %6d %9s %9s %s\n", o.Config.Name, verdict, net, ops, info, faults,
 			o.Report.Violations(), optMs(o.Report.MinExpirySlackMs), optMs(o.Report.LeaderRecoveryMs), note)
 	}
 	fmt.Fprintf(w, "total %s\n", elapsed.Round(time.Second))

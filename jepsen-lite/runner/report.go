@@ -20,6 +20,7 @@ type runReport struct {
 	Caught    []string `json:"caught,omitempty"`
 	Problems  []string `json:"problems,omitempty"`
 	Net       string   `json:"net"`
+	Secure    bool     `json:"secure"`
 	Nodes     int      `json:"nodes"`
 	Workers   int      `json:"workers"`
 	Nemesis   []string `json:"nemesis"`
@@ -35,7 +36,7 @@ type runReport struct {
 
 func (o *Outcome) jsonReport() runReport {
 	r := runReport{Name: o.Config.Name, Passed: o.Passed, Expect: o.Config.Expect, Caught: o.Caught, Problems: o.Problems,
-		Net: o.Net, Nodes: o.Config.Nodes, Workers: o.Config.Workers, Nemesis: o.Config.Nemesis, Seed: o.Config.Seed,
+		Net: o.Net, Secure: o.Config.Secure, Nodes: o.Config.Nodes, Workers: o.Config.Workers, Nemesis: o.Config.Nemesis, Seed: o.Config.Seed,
 		Bin: o.Config.Bin, ElapsedMs: ms(o.Elapsed), Violations: o.Report.Violations(), Check: &o.Report}
 	t := o.Config.Timings
 	r.Timings.RenewMs, r.Timings.GraceMs, r.Timings.TolerationMs, r.Timings.ElectionMs = ms(t.Renew), ms(t.Grace), ms(t.Toleration), ms(t.Election)
@@ -62,8 +63,8 @@ func (o *Outcome) Summary(w io.Writer) {
 	if len(o.Config.Expect) > 0 {
 		what = fmt.Sprintf("broken build, expected %s, caught [%s]", strings.Join(o.Config.Expect, ","), strings.Join(o.Caught, ","))
 	}
-	fmt.Fprintf(w, "=== %s: %s (%s) net=%s nodes=%d nemesis=%s seed=%d in %s\n", o.Config.Name, verdict, what, o.Net,
-		o.Config.Nodes, strings.Join(o.Config.Nemesis, ","), o.Config.Seed, o.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "=== %s: %s (%s) net=%s secure=%v nodes=%d nemesis=%s seed=%d in %s\n", o.Config.Name, verdict, what, o.Net,
+		o.Config.Secure, o.Config.Nodes, strings.Join(o.Config.Nemesis, ","), o.Config.Seed, o.Elapsed.Round(time.Second))
 	for _, p := range o.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
 	}

@@ -172,24 +172,33 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	rec.Append(history.Entry{Kind: history.KindRun, Process: "runner", Run: &history.Run{
 		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: workerNames(cfg.Workers),
 		Nemeses: cfg.Nemesis, RenewNs: int64(t.Renew), GraceNs: int64(t.Grace), TolerationNs: int64(t.Toleration),
-		ElectionTimeoutNs: int64(t.Election)}})
+		ElectionTimeoutNs: int64(t.Election), HeartbeatTimeoutNs: int64(t.Heartbeat), Members: c.configured(), Secure: cfg.Secure}})
 
 	for _, p := range c.nodes {
 		if err := p.start(); err != nil {
 			return err
 		}
 	}
-	leader, err := c.waitLeader(ctx, 60*time.Second)
+	leader, err := c.bootLeader(ctx, 60*time.Second)
 	if err != nil {
 		return fmt.Errorf("%w (node logs in %s)", err, c.dir("logs"))
 	}
 	log.Info("leader", "node", leader)
 	rec.Append(history.Entry{Kind: history.KindLeaderElected, Process: "runner", Marker: &history.Marker{Node: leader}})
+	if slices.ContainsFunc(kinds, func(k *nemesis.Kind) bool { return k.Family == nemesis.FamilyOutsider }) {
+		if err := c.startOutsider(rec, log); err != nil {
+			return fmt.Errorf("runner: outsider: %w", err)
+		}
+	}
 
 	// The runner's own actors, each a process of the history.
 	callTimeout := max(4*t.Renew, time.Second)
 	caller := func(process string) *workload.Caller {
 		return &workload.Caller{Rec: rec, Process: process, Client: c.client, Timeout: callTimeout}
+	}
+	// The reporter and the stale writer act as workers.
+	workerCaller := func(process string) *workload.Caller {
+		return &workload.Caller{Rec: rec, Process: process, Client: c.workerClient, Timeout: callTimeout}
 	}
 	sinks := workload.NewSinks(rec, "sink", caller("sink"))
 	ss, err := workload.ServeSinks(c.net.ListenIP()+":0", sinks)
@@ -219,8 +228,8 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	defer stopTail()
 	var tailWG sync.WaitGroup
 	tailWG.Go(func() { workload.NewReader(caller("reader"), jobs, t.Renew/2, seed).Run(tail) })
-	tailWG.Go(func() { workload.NewStaleWriter(caller("stale"), jobs, sinks, t.Renew, seed).Run(tail) })
-	tailWG.Go(func() { workload.NewReporter(caller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
+	tailWG.Go(func() { workload.NewStaleWriter(workerCaller("stale"), jobs, sinks, t.Renew, seed).Run(tail) })
+	tailWG.Go(func() { workload.NewReporter(workerCaller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
 	defer func() { stopTail(); tailWG.Wait() }()
 
 	// Let work start before the first fault: a fault that finds no lease
@@ -312,14 +321,14 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 // directories a run writes, nothing else.
 func removeRunFiles(dir string) error {
 	var paths []string
-	for _, pattern := range []string{"history*.jsonl", "report.json", "runner.log", "leasehold.toml", "i10-*.html"} {
+	for _, pattern := range []string{"history*.jsonl", "report.json", "runner.log", "leasehold*.toml", "i10-*.html"} {
 		m, err := filepath.Glob(filepath.Join(dir, pattern))
 		if err != nil {
 			return err
 		}
 		paths = append(paths, m...)
 	}
-	for _, d := range []string{"data", "logs", "clock"} {
+	for _, d := range []string{"data", "logs", "clock", "pki"} {
 		paths = append(paths, filepath.Join(dir, d))
 	}
 	for _, p := range paths {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasehold/leasehold/jepsen-lite/checker"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
+	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 )
 
 func TestMain(m *testing.M) {
@@ -72,6 +73,20 @@ func TestProfiles(t *testing.T) {
 			t.Errorf("no run of %s", bin)
 		}
 	}
+	// The outsider attacks a secure run and an insecure one.
+	outsider := map[bool]bool{}
+	for _, r := range runs {
+		kinds, err := nemesis.Select(r.Nemesis, r.Nodes, r.Net == NetProxy)
+		if err != nil {
+			t.Fatalf("%s: %v", r.Name, err)
+		}
+		if slices.ContainsFunc(kinds, func(k *nemesis.Kind) bool { return k.Family == nemesis.FamilyOutsider }) {
+			outsider[r.Secure] = true
+		}
+	}
+	if !outsider[true] || !outsider[false] {
+		t.Errorf("the outsider attacks secure runs %v, insecure runs %v: want both", outsider[true], outsider[false])
+	}
 	if _, err := Profile("nightly", b, "/self", "/out", 0); err == nil {
 		t.Error("an unknown profile was accepted")
 	}
@@ -112,9 +127,11 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// TestRun is a whole run against real processes: the real build through
-// a leader kill must pass, and the build without fence checks must be
-// caught by I5. It builds both binaries and jepsen-lite itself.
+// TestRun is a whole run against real processes: the real build, secure
+// (peer mutual TLS, API TLS, tokens), through a leader kill and the
+// outsider's attacks must pass, and the build without fence checks,
+// insecure, must be caught by I5. It builds both binaries and jepsen-lite
+// itself.
 func TestRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real clusters")
@@ -125,12 +142,12 @@ func TestRun(t *testing.T) {
 	build(t, bins.Real, "chaos", "./cmd/leasehold")
 	build(t, bins.NoFence, "chaos,chaos_nofence", "./cmd/leasehold")
 
-	run := func(name, bin, nemesis string, expect ...string) *Outcome {
+	run := func(name, bin, nemesis string, secure bool, expect ...string) *Outcome {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		o, err := Run(ctx, Config{Name: name, Bin: bin, Self: filepath.Join(dir, "jepsen-lite"), Out: filepath.Join(dir, name),
-			Nemesis: []string{nemesis}, Duration: 3 * time.Second, Workers: 2, Concurrency: 2, Expect: expect})
+			Nemesis: strings.Split(nemesis, ","), Duration: 3 * time.Second, Workers: 2, Concurrency: 2, Expect: expect, Secure: secure})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -140,12 +157,15 @@ func TestRun(t *testing.T) {
 		return o
 	}
 
-	real := run("real", bins.Real, "kill-leader")
+	real := run("real", bins.Real, "kill-leader,outsider", true)
 	if !real.Passed {
 		t.Fatalf("the real build failed a leader kill: %v", real.Problems)
 	}
-	if real.Report.Faults["kill-leader"] == 0 {
-		t.Errorf("no leader was killed: %v", real.Report.Faults)
+	if real.Report.Faults["kill-leader"] == 0 || real.Report.Faults["outsider"] == 0 {
+		t.Errorf("no leader was killed or no outsider attacked: %v", real.Report.Faults)
+	}
+	if o1, _ := real.Report.Result("O1"); o1.Stats["outsider_attempts"] == 0 || o1.Stats["attempts_raft-timeout-now"] == 0 || len(o1.Notes) > 0 {
+		t.Errorf("the outsider's attacks on a secure run were not all made and checked: %v %v", o1.Stats, o1.Notes)
 	}
 	if real.Report.Ops[history.OpReport].OK == 0 || real.Report.Ops[history.OpAcquire].OK == 0 {
 		t.Errorf("no work was done: %v", real.Report.Ops)
@@ -155,8 +175,29 @@ func TestRun(t *testing.T) {
 			t.Error(err)
 		}
 	}
+	// Secrets stay in their 0600 files: no token in a log, a history or
+	// the report.
+	for _, role := range []string{roleAdmin, roleSubmitter, roleWorker} {
+		tok, err := os.ReadFile(filepath.Join(dir, "real", "pki", "token-"+role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi, _ := os.Stat(filepath.Join(dir, "real", "pki", "token-"+role)); fi.Mode().Perm() != 0o600 {
+			t.Errorf("token file mode %v", fi.Mode())
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "real", "*.*"))
+		logs, _ := filepath.Glob(filepath.Join(dir, "real", "logs", "*"))
+		for _, f := range append(files, logs...) {
+			if strings.HasSuffix(f, ".toml") {
+				continue // the nodes' configurations (0600) hold them
+			}
+			if b, _ := os.ReadFile(f); strings.Contains(string(b), strings.TrimSpace(string(tok))) {
+				t.Errorf("the %s token is in %s", role, f)
+			}
+		}
+	}
 
-	broken := run("nofence", bins.NoFence, "none", "I5")
+	broken := run("nofence", bins.NoFence, "none", false, "I5")
 	if !broken.Passed || !slices.Contains(broken.Caught, "I5") {
 		t.Fatalf("the build without fence checks was not caught: caught %v, problems %v", broken.Caught, broken.Problems)
 	}

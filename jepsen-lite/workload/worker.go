@@ -2,6 +2,7 @@ package workload
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +26,10 @@ type WorkerConfig struct {
 	Endpoints   []string
 	// SourceIP is the address it dials the cluster from.
 	SourceIP string
+	// TLS, when set, makes the worker speak HTTPS to the cluster; Token is
+	// its bearer token ("" for none).
+	TLS   *tls.Config
+	Token string
 	// SinkURL is where the runner serves the sinks.
 	SinkURL string
 	// HistoryPath receives the process's history (appended).
@@ -62,8 +67,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	w := &workerProc{cfg: cfg, rec: history.NewRecorder(f), sinks: NewSinkClient(cfg.SinkURL), log: cfg.Logger}
 	defer w.sinks.CloseIdle()
-	c, err := client.New(client.Config{Endpoints: cfg.Endpoints, HTTPClient: NewHTTPClient(cfg.SourceIP),
-		CallTimeout: cfg.CallTimeout, RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond})
+	c, err := client.New(client.Config{Endpoints: cfg.Endpoints, HTTPClient: NewHTTPClient(cfg.SourceIP, cfg.TLS),
+		TLS: cfg.TLS, Token: cfg.Token, CallTimeout: cfg.CallTimeout, RetryBase: 20 * time.Millisecond, RetryMax: 500 * time.Millisecond})
 	if err != nil {
 		return err
 	}

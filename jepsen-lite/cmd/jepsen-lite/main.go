@@ -1,6 +1,7 @@
 // Command jepsen-lite runs real leasehold processes under partitions,
-// kills, pauses and clock faults, records a history of everything, and
-// checks SPEC's invariants I1 to I12 from it.
+// kills, pauses, clock faults and an outsider's forged peer traffic,
+// records a history of everything, and checks SPEC's invariants I1 to I12,
+// and O1 (nothing outside the cluster changed it), from it.
 //
 //	jepsen-lite run --bin bin/leasehold-chaos --nemesis partition --out /tmp/jl
 //	jepsen-lite profile --bin-dir bin --out /tmp/jl ci
@@ -83,7 +84,15 @@ func runCommand() *cli.Command {
 		Usage:     "one run: a cluster, a workload, faults, a heal, a drain, and the checkers",
 		ArgsUsage: " ",
 		Description: "Families: " + strings.Join(nemesis.Families(), ", ") + ", or mixed; or fault kinds by name:\n" +
-			kindNames() + "\nExit status 0: passed; 2: violations (or, with --expect, none of the expected).",
+			kindNames() + "\n" +
+			"outsider: a process on an address of its own, no member, forges joins (a stranger; the leader's id and\n" +
+			"address with its capture server as the API address; a live member's id, answering peer.info as it) and\n" +
+			"Raft messages with term 2^64-1 at every node's peer port. With --secure it also tries all of it over TLS\n" +
+			"with an API client certificate of the cluster's CA, plus in-range Raft messages and TimeoutNow. Without\n" +
+			"--secure it sends no in-range Raft message: an open peer port takes those by design (what --insecure\n" +
+			"gives up). Checker O1 proves nothing changed: no attempt accepted, the membership and the terms intact,\n" +
+			"no connection to the capture server.\n" +
+			"\nExit status 0: passed; 2: violations (or, with --expect, none of the expected).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "bin", Required: true, Usage: "leasehold binary built with -tags chaos"},
 			&cli.StringFlag{Name: "out", Required: true, Usage: "directory for the history, logs, data and report"},
@@ -96,7 +105,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "net", Value: runner.NetAuto, Usage: "auto (netns as root, else proxy), netns or proxy"},
 			&cli.StringFlag{Name: "timings", Value: "ci", Usage: "ci (renew 0.3s, grace 1.5s, toleration 4s) or production (10s, 50s, 300s)"},
 			&cli.BoolFlag{Name: "kill-worker-at-end", Usage: "kill a busy worker for good before the heal (orphans, I12)"},
-			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, or any) find violations"},
+			&cli.BoolFlag{Name: "secure", Usage: "peer mutual TLS, API TLS and tokens (a CA made under --out/pki); otherwise nodes run --insecure"},
+			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, O1, or any) find violations"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "copy the runner's log to stderr"},
 		},
 		Action: func(c *cli.Context) error {
@@ -111,7 +121,7 @@ func runCommand() *cli.Command {
 			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
 				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
-				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"),
+				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"),
 				Expect: splitAll(c.StringSlice("expect")), Verbose: c.Bool("verbose")}
 			ctx, cancel := interruptible()
 			defer cancel()
@@ -259,12 +269,19 @@ func workerCommand() *cli.Command {
 			&cli.DurationFlag{Name: "poll-wait", Value: time.Second},
 			&cli.DurationFlag{Name: "call-timeout", Value: time.Second},
 			&cli.DurationFlag{Name: "drain-timeout", Value: time.Second},
+			&cli.StringFlag{Name: "ca-file", Usage: "speak HTTPS to the cluster, trusting this CA"},
+			&cli.StringFlag{Name: "token-file", Usage: "a file holding the bearer token"},
 		},
 		Action: func(c *cli.Context) error {
+			conf, token, err := workload.ReadClientSecrets(c.String("ca-file"), c.String("token-file"))
+			if err != nil {
+				return err
+			}
 			ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 			defer cancel()
 			return workload.RunWorker(ctx, workload.WorkerConfig{
 				ID: c.String("id"), Process: c.String("process"), Endpoints: strings.Split(c.String("endpoints"), ","),
+				TLS: conf, Token: token,
 				SourceIP: c.String("source"), SinkURL: c.String("sink"), HistoryPath: c.String("history"),
 				Concurrency: c.Int("concurrency"), PollWait: c.Duration("poll-wait"), CallTimeout: c.Duration("call-timeout"),
 				DrainTimeout: c.Duration("drain-timeout"),
