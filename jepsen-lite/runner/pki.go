@@ -124,8 +124,12 @@ func (s *secrets) nodeTOML(i int) string {
 		fmt.Fprintf(&b, "\n[%s]\ncert_file = %q\nkey_file = %q\nca_file = %q\n", section, f.cert, f.key, s.caFile)
 	}
 	names := map[string]string{roleAdmin: "runner-admin", roleSubmitter: "runner", roleWorker: "workers"}
+	// The scopes are wide on purpose: the stale writer and the reporter act
+	// in the real workers' names, and the submitter submits for two
+	// executors (exec-a, exec-b).
+	scopes := map[string]string{roleSubmitter: "submitter = \"*\"\n", roleWorker: "workers = [\"*\"]\n"}
 	for _, role := range []string{roleAdmin, roleSubmitter, roleWorker} {
-		fmt.Fprintf(&b, "\n[[auth.tokens]]\nname = %q\ntoken = %q\nrole = %q\n", names[role], s.tokens[role], role)
+		fmt.Fprintf(&b, "\n[[auth.tokens]]\nname = %q\ntoken = %q\nrole = %q\n%s", names[role], s.tokens[role], role, scopes[role])
 	}
 	return b.String()
 }
