@@ -39,7 +39,7 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 		if err == nil {
 			n.auditAsync(by, "cluster.join", target+": added")
 		} else if !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
-			n.auditAsync(by, "cluster.join", target+": refused: "+err.Error())
+			n.auditRefusal(by, "cluster.join", target+": refused: "+err.Error())
 		}
 	}()
 	if err := n.confirmClaim(ctx, a); err != nil {

@@ -5,8 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/time/rate"
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
@@ -136,4 +140,50 @@ func (n *Node) leaderPeer() (id, raftAddr string, err error) {
 		}
 	}
 	return "", "", fmt.Errorf("%w: leader %s is not in the configuration", ErrNoLeader, lid)
+}
+
+// RefusalLimiter limits the audit records refusals produce: one per key
+// (source host, identity, what was refused) per refusalWindow, and
+// refusalRate a second in all, so a flood of refused attempts cannot push
+// real events out of the retained log.
+type RefusalLimiter struct {
+	mu      sync.Mutex
+	last    map[string]time.Time
+	limiter *rate.Limiter
+}
+
+const (
+	refusalWindow  = 10 * time.Second
+	refusalRate    = 5
+	refusalKeysMax = 4096
+)
+
+// NewRefusalLimiter returns an empty limiter.
+func NewRefusalLimiter() *RefusalLimiter {
+	return &RefusalLimiter{last: map[string]time.Time{}, limiter: rate.NewLimiter(refusalRate, 4*refusalRate)}
+}
+
+// Allow reports whether a refusal under key may be recorded now.
+func (f *RefusalLimiter) Allow(key string, now time.Time) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t, ok := f.last[key]; ok && now.Sub(t) < refusalWindow {
+		return false
+	}
+	if !f.limiter.AllowN(now, 1) {
+		return false
+	}
+	if len(f.last) >= refusalKeysMax {
+		clear(f.last)
+	}
+	f.last[key] = now
+	return true
+}
+
+// auditRefusal records a refused peer request, at the refusals' rate.
+func (n *Node) auditRefusal(by Actor, action, detail string) {
+	host, _, _ := net.SplitHostPort(by.Source)
+	if n.refusals.Allow(host+"|"+by.Name+"|"+action+"|"+detail, time.Now()) {
+		n.auditAsync(by, action, detail)
+	}
 }

@@ -47,6 +47,8 @@ type Node struct {
 	book  peerBook
 	// audits waits to be proposed (or sent to the leader): see audit.go.
 	audits auditor
+	// refusals bounds the audit records of refused peer requests.
+	refusals *RefusalLimiter
 
 	notifyCh chan bool
 
@@ -103,6 +105,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
+	n.refusals = NewRefusalLimiter()
 	var closers []func() error
 	defer func() {
 		if err != nil {

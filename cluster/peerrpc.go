@@ -49,8 +49,21 @@ func (n *Node) handlePeerJoin(ctx context.Context, body json.RawMessage) (any, e
 	by := Actor{Name: peer.String(), Source: peer.Addr}
 	if n.mux.PeerTLS() && peer.NodeID() != req.Node.ID {
 		err := fmt.Errorf("%w: %s may not ask for changes to node %s", ErrForbidden, peer, req.Node.ID)
-		n.auditAsync(by, "cluster.join", "refused: "+err.Error())
+		n.auditRefusal(by, "cluster.join", "refused: "+err.Error())
 		return nil, peerError(err)
+	}
+	if !n.mux.PeerTLS() {
+		// Without peer TLS nobody can prove to be a member: a member that
+		// is down or cut off cannot deny a stranger answering as it at
+		// another address. Moving a member is then an admin's act.
+		for _, s := range n.voters() {
+			if string(s.ID) == req.Node.ID && string(s.Address) != req.Node.RaftAddr {
+				err := fmt.Errorf("%w: without peer TLS, member %s's Raft address (%s) changes only through an admin (leasehold cluster join %s %s %s)",
+					ErrForbidden, req.Node.ID, s.Address, req.Node.ID, req.Node.RaftAddr, req.Node.APIAddr)
+				n.auditRefusal(by, "cluster.join", "refused: "+err.Error())
+				return nil, peerError(err)
+			}
+		}
 	}
 	if req.Fresh && n.isVoter(req.Node.ID) {
 		return nil, &rpcError{code: transport.CodeRejoinRefused, err: fmt.Errorf(

@@ -219,17 +219,29 @@ func TestJoinClaimsAreConfirmed(t *testing.T) {
 	}
 
 	// An impostor answers peer.info as the follower, at its own address.
+	// Even an admin cannot give it the id while the follower answers.
 	impostor := transport.NodeAddr{ID: follower.ID(), RaftAddr: o.mux.Addr().String(), APIAddr: "127.0.0.1:9"}
 	o.rpc.Handle(transport.MethodPeerInfo, func(context.Context, json.RawMessage) (any, error) {
 		return transport.PeerInfo{Node: impostor, InCluster: true}, nil
 	})
-	err := o.call(leader.Addr, transport.MethodPeerJoin, transport.PeerJoinRequest{Node: impostor}, nil)
-	var remote *transport.RPCError
-	if !errors.As(err, &remote) || remote.Code != transport.CodeIDInUse {
-		t.Fatalf("second node as %s = %v, want %s", follower.ID(), err, transport.CodeIDInUse)
+	if err := leader.AddNode(ctx(t), impostor, cluster.Actor{Name: "token:ops"}); !errors.Is(err, cluster.ErrIDInUse) {
+		t.Fatalf("admin adding a second %s = %v, want ErrIDInUse", follower.ID(), err)
 	}
-	if after := membersOf(t, c); after != before {
-		t.Fatalf("members changed:\n before %s\n after  %s", before, after)
+	// Over the peer port, without TLS, nobody can prove to be a member, so
+	// no member moves, whether it answers or not: the impostor's join
+	// was once taken while the member was down or cut off.
+	for _, down := range []bool{false, true} {
+		if down {
+			c.Kill(follower.Index)
+		}
+		err := o.call(leader.Addr, transport.MethodPeerJoin, transport.PeerJoinRequest{Node: impostor}, nil)
+		var remote *transport.RPCError
+		if !errors.As(err, &remote) || remote.Code != transport.CodeForbidden {
+			t.Fatalf("second node as %s (member down: %t) = %v, want %s", follower.ID(), down, err, transport.CodeForbidden)
+		}
+		if after := membersOf(t, c); after != before {
+			t.Fatalf("members changed:\n before %s\n after  %s", before, after)
+		}
 	}
 	c.WaitFor(10*time.Second, "both refusals audited", func() bool {
 		var claim, inUse bool

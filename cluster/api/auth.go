@@ -8,10 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
@@ -346,41 +343,6 @@ func (c *credentials) grantOf(kind, name string) (Grant, bool) {
 	return Grant{}, false
 }
 
-// refusals limits the audit records refused calls produce: one per source
-// host, identity and path per refusalWindow, and refusalRate a second in
-// all, so refusals cannot flood the event log.
-type refusals struct {
-	mu      sync.Mutex
-	last    map[string]time.Time
-	limiter *rate.Limiter
-}
-
-const (
-	refusalWindow  = 10 * time.Second
-	refusalRate    = 5
-	refusalKeysMax = 4096
-)
-
-func newRefusals() *refusals {
-	return &refusals{last: map[string]time.Time{}, limiter: rate.NewLimiter(refusalRate, 4*refusalRate)}
-}
-
-func (f *refusals) allow(key string, now time.Time) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if t, ok := f.last[key]; ok && now.Sub(t) < refusalWindow {
-		return false
-	}
-	if !f.limiter.AllowN(now, 1) {
-		return false
-	}
-	if len(f.last) >= refusalKeysMax {
-		clear(f.last)
-	}
-	f.last[key] = now
-	return true
-}
-
 // refused audits a refused call to an admin-only path.
 func (s *Server) refused(r *http.Request, id Identity, err error) {
 	if !adminOnly(r.URL.Path) {
@@ -391,7 +353,7 @@ func (s *Server) refused(r *http.Request, id Identity, err error) {
 	if id.Kind == "" {
 		who = "unauthenticated"
 	}
-	if !s.refusals.allow(host+"|"+who+"|"+r.URL.Path, time.Now()) {
+	if !s.refusals.Allow(host+"|"+who+"|"+r.URL.Path, time.Now()) {
 		return
 	}
 	actor := id.actor()
@@ -477,7 +439,7 @@ func (s *Server) denied(ctx context.Context, err error) error {
 	req := requestOf(ctx)
 	host, _, _ := net.SplitHostPort(req.id.Source)
 	what := req.path + ": " + err.Error()
-	if s.refusals.allow(host+"|"+req.id.Kind+":"+req.id.Name+"|"+what, time.Now()) {
+	if s.refusals.Allow(host+"|"+req.id.Kind+":"+req.id.Name+"|"+what, time.Now()) {
 		s.node.AuditAsync(cluster.AuditOf(req.id.actor(), "auth.denied", what))
 	}
 	return err

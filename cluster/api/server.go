@@ -47,7 +47,7 @@ type Server struct {
 	creds    atomic.Pointer[credentials]
 	cluster  string
 	insecure bool
-	refusals *refusals
+	refusals *cluster.RefusalLimiter
 	limits   Limits
 	rates    *rates
 	bodies   bodyBytes
@@ -65,7 +65,7 @@ func NewServer(o Options) *Server {
 	if limits == (Limits{}) {
 		limits = DefaultLimits()
 	}
-	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: newRefusals(),
+	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: cluster.NewRefusalLimiter(),
 		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
