@@ -39,10 +39,13 @@ type Limits struct {
 	Rate  float64
 	Burst int
 	// BodyTimeout bounds reading a request's body; HeaderTimeout its
-	// headers; IdleTimeout an idle keep-alive connection.
+	// headers; IdleTimeout an idle keep-alive connection. WriteTimeout
+	// bounds a call's whole answer (a long poll waits at most MaxWait
+	// within it); streams and snapshots are not bounded by it.
 	BodyTimeout   time.Duration
 	HeaderTimeout time.Duration
 	IdleTimeout   time.Duration
+	WriteTimeout  time.Duration
 }
 
 // DefaultLimits are generous for real workloads (a worker token shared by
@@ -58,7 +61,15 @@ func DefaultLimits() Limits {
 		BodyTimeout:     30 * time.Second,
 		HeaderTimeout:   10 * time.Second,
 		IdleTimeout:     2 * time.Minute,
+		WriteTimeout:    MaxWait + 30*time.Second,
 	}
+}
+
+// unboundedWrites are the paths whose answers may take as long as they
+// need: an event stream, a snapshot.
+var unboundedWrites = map[string]bool{
+	"/leasehold.v1.EventService/WatchEvents": true,
+	"/v1/snapshot":                           true,
 }
 
 // Validate checks the limits; it names the field.
@@ -72,8 +83,10 @@ func (l Limits) Validate() error {
 		return fmt.Errorf("limits.max_connections_per_host = %d: must not exceed max_connections (%d)", l.MaxConnsPerHost, l.MaxConns)
 	case l.Rate < 0 || l.Burst < 0:
 		return fmt.Errorf("limits.rate_per_credential = %g, burst_per_credential = %d: must not be negative", l.Rate, l.Burst)
-	case l.BodyTimeout < 0 || l.HeaderTimeout < 0 || l.IdleTimeout < 0:
+	case l.BodyTimeout < 0 || l.HeaderTimeout < 0 || l.IdleTimeout < 0 || l.WriteTimeout < 0:
 		return errors.New("limits: timeouts must not be negative")
+	case l.WriteTimeout > 0 && l.WriteTimeout <= MaxWait:
+		return fmt.Errorf("limits.write_timeout = %s: must exceed the longest long poll (%s)", l.WriteTimeout, MaxWait)
 	}
 	return nil
 }
@@ -94,24 +107,31 @@ func (s *Server) BodyBytes() (raw, inflated int64) {
 // OpenConns is the number of API connections open now.
 func (s *Server) OpenConns() int { return s.conns.Open() }
 
-// limitBody bounds and times one request's body: a Content-Length over the
+// limitBody bounds and times one request: a Content-Length over the
 // bound is refused before anything is read, the body is cut at the bound
-// plus a margin for framing, and reading it must finish within
-// BodyTimeout (the deadline is lifted once the body ends, so a long poll
-// or a stream may run on).
+// plus a margin for framing, reading it must finish within BodyTimeout
+// (the deadline is lifted once the body ends, so a long poll or a stream
+// may run on), and the answer must be written within WriteTimeout.
 func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
-	if r.URL.Path == "/v1/snapshot" || s.limits.MaxRequestBytes <= 0 {
-		return nil // bounded by MaxSnapshotBytes, admin only; or no bound
-	}
-	max := int64(s.limits.MaxRequestBytes) + 4<<10 // the envelope's framing
-	if r.ContentLength > max {
-		return tooLarge(r.ContentLength, s.limits.MaxRequestBytes)
-	}
 	rc := http.NewResponseController(w)
+	if s.limits.WriteTimeout > 0 && !unboundedWrites[r.URL.Path] {
+		rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
+	}
+	if r.URL.Path == "/v1/snapshot" {
+		return nil // bounded by MaxSnapshotBytes, admin only
+	}
+	var body io.ReadCloser = r.Body
+	if s.limits.MaxRequestBytes > 0 {
+		max := int64(s.limits.MaxRequestBytes) + 4<<10 // the envelope's framing
+		if r.ContentLength > max {
+			return tooLarge(r.ContentLength, s.limits.MaxRequestBytes)
+		}
+		body = http.MaxBytesReader(w, r.Body, max)
+	}
 	if s.limits.BodyTimeout > 0 {
 		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 	}
-	body := &countedBody{ReadCloser: http.MaxBytesReader(w, r.Body, max), n: &s.bodies.raw, done: func() {
+	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, done: func() {
 		if s.limits.BodyTimeout > 0 {
 			rc.SetReadDeadline(time.Time{})
 		}
@@ -119,9 +139,9 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	if r.ProtoMajor == 1 {
 		// A body cut short leaves the connection without a next request
 		// boundary: close it after the answer instead of keeping it idle.
-		body.failed = func() { w.Header().Set("Connection", "close") }
+		counted.failed = func() { w.Header().Set("Connection", "close") }
 	}
-	r.Body = body
+	r.Body = counted
 	return nil
 }
 

@@ -236,3 +236,37 @@ func TestIdleConnectionsBounded(t *testing.T) {
 	})
 
 }
+
+// A client that asks for a large answer and never reads it holds its
+// handler only until the write deadline: the connection is then closed.
+func TestSlowReaderCutOff(t *testing.T) {
+	c := clustertest.Prepare(t, 1)
+	l := api.DefaultLimits()
+	l.WriteTimeout = 300 * time.Millisecond
+	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
+	c.Start(0)
+	leader := c.Leader()
+	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(opsSecret))
+	for i := range 60 {
+		_, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{
+			Id: fmt.Sprint("big-", i), Queue: "q", Kind: "k", Payload: make([]byte, 200<<10)}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := leader.APIServer.OpenConns()
+	conn, err := net.Dial("tcp", leader.APIAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	body := `{"queue":"q","pageSize":100}`
+	fmt.Fprintf(conn, "POST /leasehold.v1.JobService/ListJobs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+		opsSecret, len(body), body)
+	c.WaitFor(10*time.Second, "the connection accepted", func() bool { return leader.APIServer.OpenConns() > base })
+	// The answer (about 16 MiB of JSON) is never read: the server's write
+	// blocks, its deadline passes, and the connection is let go.
+	c.WaitFor(10*time.Second, "the stalled connection closed by the server", func() bool {
+		return leader.APIServer.OpenConns() <= base
+	})
+}

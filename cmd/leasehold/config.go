@@ -280,7 +280,7 @@ func (c *ServerConfig) apiLimits() api.Limits {
 	return api.Limits{
 		MaxRequestBytes: l.MaxRequestBytes, MaxConns: l.MaxConnections, MaxConnsPerHost: l.MaxConnectionsPerHost,
 		Rate: l.RatePerCredential, Burst: l.BurstPerCredential, BodyTimeout: l.BodyTimeout.Duration,
-		HeaderTimeout: d.HeaderTimeout, IdleTimeout: d.IdleTimeout,
+		HeaderTimeout: d.HeaderTimeout, IdleTimeout: d.IdleTimeout, WriteTimeout: d.WriteTimeout,
 	}
 }
 
