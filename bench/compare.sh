@@ -1,0 +1,137 @@
+#!/bin/sh
+# Judge a performance change in one run on one machine: every case runs on
+# the old and the new binary alternately (old then new, then new then old,
+# ...), each run against a fresh local cluster (`--start`), and one table
+# shows each figure's median per binary and new/old.
+#
+#   bench/compare.sh OLD_BIN NEW_BIN
+#
+# Settings (environment variables):
+#   CASES     the runs, one per line "workload -c N [flags...]"
+#             (default: the issue-13 table below)
+#   ROUNDS    runs of each case per binary        (3)
+#   DURATION  the measured window, -d              (5s)
+#   WARMUP    --warmup                             (1s)
+#   NODES     --start                              (3)
+#   OUTDIR    RESULT lines and logs                (bin/compare)
+#
+# Figures: ops/s, p50 and p99 latency, the servers' CPU per operation
+# (ms of CPU over all nodes), and the workload's own headline (expiry
+# lateness p99, failover's longest write gap); cpu_other_pct is the highest
+# seen in any run (other processes' CPU: a busy machine makes every figure
+# worse). `bench/compare.sh table FILE` prints the table of a RESULT file
+# again.
+set -u
+
+DEFAULT_CASES='job-cycle -c 1
+job-cycle -c 64
+job-cycle -c 64 --submit
+acquire -c 1
+heartbeat -c 64 --leases 1
+expiry -c 1 --abandon 10000
+failover -c 16'
+
+table() {
+	awk '
+	function med(list,   n, a, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 1; i <= n; i++) for (j = i + 1; j <= n; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
+		if (n == 0) return ""
+		return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+	}
+	function add(k, v) { if (v != "" && v != "NA") vals[k] = vals[k] " " v }
+	function ratio(o, n) { return (o == "" || n == "" || o + 0 == 0) ? "-" : sprintf("%.2f", n / o) }
+	$1 == "RESULT" {
+		delete kv
+		for (i = 2; i <= NF; i++) { eq = index($i, "="); kv[substr($i, 1, eq - 1)] = substr($i, eq + 1) }
+		c = kv["case"]; b = kv["bin"]
+		if (!(c in seen)) { seen[c] = 1; order[++ncases] = c }
+		add(c SUBSEP b SUBSEP "ops", kv["ops_s"])
+		add(c SUBSEP b SUBSEP "p50", kv["p50_ms"])
+		add(c SUBSEP b SUBSEP "p99", kv["p99_ms"])
+		if (kv["cpu_srv_pct"] != "NA" && kv["ops_s"] + 0 > 0) add(c SUBSEP b SUBSEP "cpu", sprintf("%.4f", kv["cpu_srv_pct"] * 10 / kv["ops_s"]))
+		if ("late_p99_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["late_p99_ms"])
+		else if ("write_gap_max_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["write_gap_max_ms"])
+		if (kv["cpu_other_pct"] + 0 > other) other = kv["cpu_other_pct"] + 0
+	}
+	END {
+		printf "%-30s %-5s %10s %10s %6s   %-40s\n", "case", "fig", "old", "new", "new/old", ""
+		split("ops p50 p99 cpu own", figs, " ")
+		name["ops"] = "ops/s"; name["p50"] = "p50ms"; name["p99"] = "p99ms"; name["cpu"] = "cpums"; name["own"] = "own"
+		for (i = 1; i <= ncases; i++) {
+			c = order[i]
+			for (f = 1; f <= 5; f++) {
+				o = med(vals[c SUBSEP "old" SUBSEP figs[f]]); n = med(vals[c SUBSEP "new" SUBSEP figs[f]])
+				if (o == "" && n == "") continue
+				printf "%-30s %-5s %10s %10s %6s\n", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n)
+			}
+		}
+		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op\n"
+		printf "highest cpu_other_pct seen: %s\n", other
+	}' "$@"
+}
+
+if [ "${1:-}" = table ]; then
+	shift
+	table "$@"
+	exit
+fi
+if [ $# -ne 2 ] || [ ! -x "$1" ] || [ ! -x "$2" ]; then
+	echo "usage: bench/compare.sh OLD_BIN NEW_BIN (two leasehold executables)" >&2
+	exit 2
+fi
+OLD=$1 NEW=$2
+CASES=${CASES:-$DEFAULT_CASES}
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-5s}
+WARMUP=${WARMUP:-1s}
+NODES=${NODES:-3}
+OUTDIR=${OUTDIR:-bin/compare}
+mkdir -p "$OUTDIR/logs"
+OUT="$OUTDIR/results.txt"
+FAILED="$OUTDIR/failed.txt"
+: >"$OUT"
+: >"$FAILED"
+
+one() { # bin-label bin case-number case...
+	label=$1 bin=$2 n=$3
+	shift 3
+	tag=$(echo "$*" | tr ' ' '_')
+	log="$OUTDIR/logs/$n-$label-$tag.log"
+	echo "compare: $label $*" >&2
+	# shellcheck disable=SC2068 # the case's words are the flags
+	if line=$("$bin" bench "$@" --start "$NODES" -d "$DURATION" --warmup "$WARMUP" -o result 2>>"$log"); then
+		echo "$line case=$tag bin=$label" >>"$OUT"
+	else
+		echo "compare: $label $* FAILED; its log: $log" >&2
+		echo "$label $*" >>"$FAILED"
+	fi
+}
+
+n=0
+echo "$CASES" | while IFS= read -r c; do
+	[ -z "$c" ] && continue
+	n=$((n + 1))
+	r=1
+	while [ $r -le "$ROUNDS" ]; do
+		# Alternate which binary goes first, so drift on the machine
+		# (caches, other load) falls on both alike.
+		# shellcheck disable=SC2086
+		if [ $((r % 2)) -eq 1 ]; then
+			one old "$OLD" $n $c
+			one new "$NEW" $n $c
+		else
+			one new "$NEW" $n $c
+			one old "$OLD" $n $c
+		fi
+		r=$((r + 1))
+	done
+done
+
+echo
+table "$OUT"
+if [ -s "$FAILED" ]; then
+	echo "failed runs:" >&2
+	cat "$FAILED" >&2
+	exit 1
+fi
