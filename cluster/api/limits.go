@@ -70,6 +70,8 @@ func DefaultLimits() Limits {
 var unboundedWrites = map[string]bool{
 	"/leasehold.v1.EventService/WatchEvents": true,
 	"/v1/snapshot":                           true,
+	"/debug/pprof/profile":                   true,
+	"/debug/pprof/trace":                     true,
 }
 
 // Validate checks the limits; it names the field.

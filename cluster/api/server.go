@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,8 @@ type Options struct {
 	// Limits bound requests, connections and rates; the zero value means
 	// DefaultLimits.
 	Limits Limits
+	// Pprof serves Go's profiles at /debug/pprof/, to admins only.
+	Pprof  bool
 	Logger hclog.Logger
 }
 
@@ -47,6 +50,7 @@ type Server struct {
 	creds    atomic.Pointer[credentials]
 	cluster  string
 	insecure bool
+	pprof    bool
 	refusals *cluster.RefusalLimiter
 	limits   Limits
 	rates    *rates
@@ -65,7 +69,7 @@ func NewServer(o Options) *Server {
 	if limits == (Limits{}) {
 		limits = DefaultLimits()
 	}
-	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, refusals: cluster.NewRefusalLimiter(),
+	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, pprof: o.Pprof, refusals: cluster.NewRefusalLimiter(),
 		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
@@ -105,6 +109,15 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /livez", s.livez)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.metrics)
+	if s.pprof {
+		// Admin only: no role but admin may call a path authenticate
+		// does not know.
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	return s.authenticate(mux)
 }
 

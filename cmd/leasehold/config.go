@@ -43,6 +43,7 @@ type ServerConfig struct {
 	TLS       TLSSection       `toml:"tls"`
 	Auth      AuthSection      `toml:"auth"`
 	Limits    LimitsSection    `toml:"limits"`
+	Debug     DebugSection     `toml:"debug"`
 	Plugins   struct {
 		Executor ExecutorSection `toml:"executor"`
 	} `toml:"plugins"`
@@ -133,6 +134,12 @@ type ScopeEntry struct {
 type CertEntry struct {
 	Name string `toml:"name"`
 	ScopeEntry
+}
+
+// DebugSection is [debug]: what a node shows about its own running.
+type DebugSection struct {
+	// Pprof serves Go's profiles at /debug/pprof/ to admin credentials.
+	Pprof bool `toml:"pprof"`
 }
 
 // LimitsSection is [limits]: what one caller can make a node do, and the

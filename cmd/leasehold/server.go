@@ -32,6 +32,7 @@ func serverFlags() []cli.Flag {
 		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster (1, 3 or 5)"},
 		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses (comma separated)"},
 		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error"},
+		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials ([debug] pprof)"},
 		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md)"},
 		&cli.Float64Flag{Name: "renew-seconds", EnvVars: env("RENEW_SECONDS"), Usage: "[plugins.executor] renew_seconds"},
 		&cli.Float64Flag{Name: "grace-seconds", EnvVars: env("GRACE_SECONDS"), Usage: "[plugins.executor] grace_seconds"},
@@ -62,6 +63,9 @@ func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	str("log-level", &cfg.LogLevel)
 	if c.IsSet("insecure") {
 		cfg.Insecure = c.Bool("insecure")
+	}
+	if c.IsSet("pprof") {
+		cfg.Debug.Pprof = c.Bool("pprof")
 	}
 	if c.IsSet("bootstrap-expect") {
 		cfg.BootstrapExpect = c.Int("bootstrap-expect")
@@ -137,7 +141,7 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		return nil, err
 	}
 	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure,
-		Limits: cfg.apiLimits(), Logger: logger})
+		Limits: cfg.apiLimits(), Pprof: cfg.Debug.Pprof, Logger: logger})
 	return &runningNode{node: node, api: srv, http: api.Serve(srv, ln, apiConf), peerTLS: peerTLS, apiTLS: apiTLS}, nil
 }
 
