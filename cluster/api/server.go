@@ -95,10 +95,17 @@ func NewServer(o Options) *Server {
 // flight keep what they were admitted with.
 func (s *Server) SetCredentials(c Credentials) { s.creds.Store(newCredentials(c)) }
 
+// compressMinBytes is the smallest answer worth compressing for a client
+// that accepts it: job lists and event pages, not single calls.
+const compressMinBytes = 16 << 10
+
 // Handler serves every endpoint of the API.
 func (s *Server) Handler() http.Handler {
 	opts := connect.WithHandlerOptions(connect.WithInterceptors(s.leaderHint()), strictDecoding(),
-		connect.WithCompression("gzip", s.newDecompressor, func() connect.Compressor { return gzip.NewWriter(nil) }))
+		connect.WithCompression("gzip", s.newDecompressor, func() connect.Compressor { return gzip.NewWriter(nil) }),
+		// Answers are mostly a few hundred bytes: compressing them costs
+		// more CPU than it saves (a fifth of the leader's under load).
+		connect.WithCompressMinBytes(compressMinBytes))
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
