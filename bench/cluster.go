@@ -37,6 +37,9 @@ type ClusterOptions struct {
 	// ReadyTimeout bounds the wait for a leader every node agrees on.
 	// Default 30s.
 	ReadyTimeout time.Duration
+	// LogStore is [raft] log_store of every node; empty keeps the
+	// server's default.
+	LogStore string
 	// Token, when set, turns on authentication: the nodes accept it as an
 	// admin token, and every call must carry it.
 	Token string
@@ -129,6 +132,9 @@ func (o ClusterOptions) withDefaults() ClusterOptions {
 
 func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	cfg := raftTOML
+	if o.LogStore != "" {
+		cfg += fmt.Sprintf("log_store = %q\n", o.LogStore)
+	}
 	if o.ExpiryRate > 0 {
 		cfg += fmt.Sprintf("\n[plugins.executor]\nexpiry_rate = %g\nexpiry_burst = %d\n", o.ExpiryRate, max(1, int(o.ExpiryRate)))
 	}

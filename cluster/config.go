@@ -88,6 +88,14 @@ type Config struct {
 	EventRetention  time.Duration
 	CompactInterval time.Duration
 
+	// LogStore is where the Raft log and stable store live: LogStoreWAL
+	// (one fsync per append) or LogStoreBoltDB (two). A data dir keeps the
+	// kind it was created with.
+	LogStore string
+	// WALSegmentBytes is the size of the WAL's segment files, each taken
+	// on the disk when created (LogStoreWAL only).
+	WALSegmentBytes int
+
 	// Seams. RaftTLS and RaftClientTLS turn on TLS (mutual when the server
 	// config requires client certificates) on the Raft port. Listener, if
 	// set, is used instead of listening on RaftBind; Dial replaces the
@@ -125,6 +133,8 @@ func DefaultConfig() Config {
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
 		StateQuotaBytes:    2 << 30,
+		LogStore:           LogStoreWAL,
+		WALSegmentBytes:    64 << 20,
 		ApplyTimeout:       10 * time.Second,
 		Retention:          24 * time.Hour,
 		EventRetention:     24 * time.Hour,
@@ -234,6 +244,12 @@ func (c *Config) Validate() error {
 	}
 	if c.ExpiryRate <= 0 || c.ExpiryBurst < 1 {
 		return bad("expiry_rate", c.ExpiryRate, "rate and burst (%d) must be positive", c.ExpiryBurst)
+	}
+	if c.LogStore != LogStoreWAL && c.LogStore != LogStoreBoltDB {
+		return bad("log_store", c.LogStore, "%q or %q", LogStoreWAL, LogStoreBoltDB)
+	}
+	if c.LogStore == LogStoreWAL && (c.WALSegmentBytes < 1<<20 || c.WALSegmentBytes > 1<<30) {
+		return bad("wal_segment_bytes", c.WALSegmentBytes, "between 1 MiB and 1 GiB")
 	}
 	if c.StateQuotaBytes < 0 || c.StateQuotaBytes > 0 && c.StateQuotaBytes < 1<<20 {
 		return bad("state_quota_bytes", c.StateQuotaBytes, "0 (no quota) or at least 1 MiB")

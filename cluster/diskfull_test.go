@@ -92,8 +92,8 @@ func TestDiskFullLeader(t *testing.T) {
 // The same on a real full disk, without a seam: the follower's data dir is
 // a small tmpfs, filled to the last block. Needs root (to mount); skipped
 // otherwise.
-func TestDiskFullFollowerOnTmpfs(t *testing.T) {
-	c := tmpfsCluster(t)
+func diskFullFollowerOnTmpfs(t *testing.T, store string) {
+	c := tmpfsCluster(t, store)
 	leader := c.Leader()
 	f := c.Nodes[(leader.Index+1)%3]
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
@@ -131,8 +131,8 @@ func TestDiskFullFollowerOnTmpfs(t *testing.T) {
 // meanwhile is Raft's affair: small entries may still fit on the full
 // disk, so the full node can be elected again, and steps down again at the
 // next append that does not fit.) Needs root.
-func TestDiskFullLeaderOnTmpfs(t *testing.T) {
-	c := tmpfsCluster(t)
+func diskFullLeaderOnTmpfs(t *testing.T, store string) {
+	c := tmpfsCluster(t, store)
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
 	old := c.Leader()
 	filler := filepath.Join(old.Dir, "filler")
@@ -178,13 +178,15 @@ func TestDiskFullLeaderOnTmpfs(t *testing.T) {
 // of its own, mounted before the cluster exists so that it is unmounted
 // after the cluster stopped. Mounting needs root: the test is skipped
 // otherwise.
-func tmpfsCluster(t *testing.T) *clustertest.Cluster {
+func tmpfsCluster(t *testing.T, store string) *clustertest.Cluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("mounting a tmpfs needs root")
 	}
 	dirs := []string{mountTmpfs(t, "16m"), mountTmpfs(t, "16m"), mountTmpfs(t, "16m")}
-	c := clustertest.Prepare(t, 3)
+	// Small WAL segments: each is taken whole when created, so a full
+	// disk shows at the next segment.
+	c := clustertest.Prepare(t, 3, func(_ int, cfg *cluster.Config) { cfg.LogStore, cfg.WALSegmentBytes = store, 1<<20 })
 	for i, n := range c.Nodes {
 		n.Dir = dirs[i]
 	}
@@ -233,5 +235,15 @@ func fill(t *testing.T, path string) {
 			}
 			return
 		}
+	}
+}
+
+func TestDiskFullFollowerOnTmpfs(t *testing.T) { forEachStore(t, diskFullFollowerOnTmpfs) }
+func TestDiskFullLeaderOnTmpfs(t *testing.T)   { forEachStore(t, diskFullLeaderOnTmpfs) }
+
+// forEachStore runs test once per log store.
+func forEachStore(t *testing.T, test func(t *testing.T, store string)) {
+	for _, store := range []string{cluster.LogStoreWAL, cluster.LogStoreBoltDB} {
+		t.Run(store, func(t *testing.T) { test(t, store) })
 	}
 }

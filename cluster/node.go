@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
-	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
@@ -34,7 +33,7 @@ type Node struct {
 
 	fsm   *fsm.FSM
 	raft  *raft.Raft
-	store *raftboltdb.BoltStore
+	store raftStore // raft-wal or raft-boltdb (Config.LogStore)
 	logs  *logStore
 	disk  *diskState
 	trans *raft.NetworkTransport
@@ -122,7 +121,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
 	start := time.Now()
-	store, dir, err := openStorage(cfg.DataDir)
+	store, dir, err := openStorage(cfg.DataDir, cfg.LogStore, cfg.WALSegmentBytes)
 	if err != nil {
 		return nil, fmt.Errorf("refusing to start: %w", err)
 	}
@@ -150,7 +149,11 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.WrapStores != nil {
 		logs, stable = cfg.WrapStores(logs, stable)
 	}
-	n.logs = &logStore{LogStore: logs, path: dir.file(raftDBFile), disk: n.disk, corrupt: n.halt}
+	storePath := dir.file(raftDBFile)
+	if cfg.LogStore == LogStoreWAL {
+		storePath = dir.file(walDir)
+	}
+	n.logs = &logStore{LogStore: logs, path: storePath, disk: n.disk, corrupt: n.halt}
 	stableStore := &stableStore{StableStore: stable, disk: n.disk, netDown: n.netDown,
 		member: func() error { return markMember(cfg.DataDir, n.id) }}
 	stableStore.marked.Store(dir.hasState)

@@ -279,7 +279,7 @@ func BenchmarkOpenStorage(b *testing.B) {
 	store.Close()
 	b.ResetTimer()
 	for range b.N {
-		s, _, err := openStorage(dir)
+		s, _, err := openStorage(dir, LogStoreBoltDB, 0)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,10 +14,13 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	wal "github.com/hashicorp/raft-wal"
+	"github.com/hashicorp/raft-wal/metadb"
 	"go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 
@@ -27,10 +30,24 @@ import (
 // The files of a data dir (besides node-id): Raft's log and stable store,
 // its snapshot store, and the mark of a node that has been a member.
 const (
-	raftDBFile   = "raft.db"
+	raftDBFile   = "raft.db"   // log_store "boltdb"
+	walDir       = "wal"       // log_store "wal": hashicorp/raft-wal's segments and meta
 	snapshotsDir = "snapshots" // hashicorp/raft's FileSnapshotStore
 	memberFile   = "raft.member"
 )
+
+// Log stores a node can keep its Raft log and stable store in.
+const (
+	LogStoreWAL    = "wal"    // hashicorp/raft-wal: one fsync per append, a CRC per record
+	LogStoreBoltDB = "boltdb" // hashicorp/raft-boltdb/v2: two fsyncs per append
+)
+
+// raftStore is a Raft log and stable store in one, as both kinds are.
+type raftStore interface {
+	raft.LogStore
+	raft.StableStore
+	io.Closer
+}
 
 // Keys of Raft's stable store (hashicorp/raft raft.go).
 var (
@@ -72,7 +89,7 @@ func (d *dataDir) past() string {
 // Every snapshot, every page of raft.db and every entry Raft will read are
 // read before Raft sees any of them; where the libraries panic on a damaged
 // file, the panic is an error here.
-func openStorage(dir string) (*raftboltdb.BoltStore, *dataDir, error) {
+func openStorage(dir, kind string, walSegment int) (raftStore, *dataDir, error) {
 	d := &dataDir{path: dir}
 	var err error
 	if d.snapshots, err = checkSnapshots(d.file(snapshotsDir)); err != nil {
@@ -84,7 +101,25 @@ func openStorage(dir string) (*raftboltdb.BoltStore, *dataDir, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return nil, nil, &StorageError{Path: d.file(memberFile), Problem: err.Error()}
 	}
+	// A data dir keeps the log where it was first kept: a node switched to
+	// the other kind would start with no log, term or vote.
+	other, otherKind := d.file(walDir), LogStoreWAL
+	if kind == LogStoreWAL {
+		other, otherKind = d.file(raftDBFile), LogStoreBoltDB
+	}
+	if _, err := os.Stat(other); err == nil {
+		return nil, nil, &StorageError{Path: other, Problem: fmt.Sprintf(
+			"exists: this node keeps its log in %s (log_store = %q), not in %s: set log_store back, or replace the node (see docs/operations.md)",
+			otherKind, otherKind, kind)}
+	}
+	if kind == LogStoreWAL {
+		return openWAL(d, walSegment)
+	}
+	return openBolt(d)
+}
 
+// openBolt checks and opens raft.db.
+func openBolt(d *dataDir) (raftStore, *dataDir, error) {
 	path := d.file(raftDBFile)
 	bad := func(format string, args ...any) error {
 		return &StorageError{Path: path, Problem: fmt.Sprintf(format, args...)}
@@ -122,6 +157,168 @@ func openStorage(dir string) (*raftboltdb.BoltStore, *dataDir, error) {
 		return nil, nil, err
 	}
 	return store, d, nil
+}
+
+// openWAL checks and opens the WAL directory: present and holding segments
+// wherever the node had a past; opened (raft-wal verifies the last
+// segment's records and truncates a torn tail write); and every entry
+// Raft will read checked as for boltdb.
+func openWAL(d *dataDir, segment int) (raftStore, *dataDir, error) {
+	path := d.file(walDir)
+	bad := func(format string, args ...any) error {
+		return &StorageError{Path: path, Problem: fmt.Sprintf(format, args...)}
+	}
+	entries, err := os.ReadDir(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist) || err == nil && len(entries) == 0:
+		if why := d.past(); why != "" {
+			what := "is missing"
+			if err == nil {
+				what = "is empty"
+			}
+			return nil, nil, bad("%s, but %s: this node's Raft log, term and vote are lost", what, why)
+		}
+		if err := os.MkdirAll(path, 0o700); err != nil {
+			return nil, nil, bad("%v", err)
+		}
+	case err != nil:
+		return nil, nil, bad("%v", err)
+	}
+	// raft-wal opens its meta file without a timeout: a second process on
+	// the same data dir would wait for ever. Ask for the lock first.
+	metaPath := filepath.Join(path, metadb.FileName)
+	if _, err := os.Stat(metaPath); err == nil {
+		db, err := bbolt.Open(metaPath, 0o600, &bbolt.Options{ReadOnly: true, Timeout: time.Second})
+		if err != nil {
+			return nil, nil, boltOpenError(metaPath, err)
+		}
+		db.Close()
+	}
+	store := &walStore{path: path, segment: segment}
+	if err := store.open(); err != nil {
+		return nil, nil, bad("cannot be opened: %v", err)
+	}
+	if err := noPanic(func() error { return checkLog(store, store, d, path) }); err != nil {
+		store.Close()
+		var se *StorageError
+		if !errors.As(err, &se) {
+			err = bad("damaged: %v", err)
+		}
+		return nil, nil, err
+	}
+	return store, d, nil
+}
+
+// walStore is raft-wal with the meta store it was opened with (which the
+// WAL's own Close leaves open, and locked), reopened after a failed write:
+// a WAL whose append failed (a full disk) refuses every later one until it
+// is opened again, when it drops the torn tail by its checksums. Raft
+// retries what it could not store, so a node recovers in place once space
+// is back, as on boltdb.
+type walStore struct {
+	path    string
+	segment int
+
+	mu     sync.RWMutex // writes and reopening hold it; reads share it
+	cur    *wal.WAL
+	meta   *metadb.BoltMetaDB
+	broken bool // the last write failed: reopen before the next
+}
+
+func (s *walStore) open() error {
+	meta := &metadb.BoltMetaDB{}
+	var w *wal.WAL
+	if err := noPanic(func() (err error) {
+		w, err = wal.Open(s.path, wal.WithMetaStore(meta), wal.WithSegmentSize(s.segment))
+		return err
+	}); err != nil {
+		meta.Close()
+		return err
+	}
+	s.cur, s.meta, s.broken = w, meta, false
+	return nil
+}
+
+// writing runs a write, reopening a WAL a failed write left broken first.
+func (s *walStore) writing(f func(w *wal.WAL) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.broken {
+		s.cur.Close()
+		s.meta.Close()
+		if err := s.open(); err != nil {
+			s.broken = true
+			return fmt.Errorf("reopening the WAL after a failed write: %w", err)
+		}
+	}
+	err := f(s.cur)
+	if err != nil {
+		s.broken = true
+	}
+	return err
+}
+
+func (s *walStore) reading() (*wal.WAL, func()) {
+	s.mu.RLock()
+	return s.cur, s.mu.RUnlock
+}
+
+func (s *walStore) FirstIndex() (uint64, error) {
+	w, done := s.reading()
+	defer done()
+	return w.FirstIndex()
+}
+
+func (s *walStore) LastIndex() (uint64, error) {
+	w, done := s.reading()
+	defer done()
+	return w.LastIndex()
+}
+
+func (s *walStore) GetLog(index uint64, l *raft.Log) error {
+	w, done := s.reading()
+	defer done()
+	return w.GetLog(index, l)
+}
+
+func (s *walStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+func (s *walStore) StoreLogs(logs []*raft.Log) error {
+	return s.writing(func(w *wal.WAL) error { return w.StoreLogs(logs) })
+}
+
+func (s *walStore) DeleteRange(lo, hi uint64) error {
+	return s.writing(func(w *wal.WAL) error { return w.DeleteRange(lo, hi) })
+}
+
+func (s *walStore) Set(k, v []byte) error {
+	return s.writing(func(w *wal.WAL) error { return w.Set(k, v) })
+}
+
+func (s *walStore) SetUint64(k []byte, v uint64) error {
+	return s.writing(func(w *wal.WAL) error { return w.SetUint64(k, v) })
+}
+
+func (s *walStore) Get(k []byte) ([]byte, error) {
+	w, done := s.reading()
+	defer done()
+	return w.Get(k)
+}
+
+func (s *walStore) GetUint64(k []byte) (uint64, error) {
+	w, done := s.reading()
+	defer done()
+	return w.GetUint64(k)
+}
+
+// IsMonotonic tells Raft the WAL takes only consecutive indexes
+// (raft.MonotonicLogStore).
+func (s *walStore) IsMonotonic() bool { return true }
+
+func (s *walStore) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return errors.Join(s.cur.Close(), s.meta.Close())
 }
 
 // checkSnapshots reads every snapshot in the snapshot store: a meta.json
@@ -286,7 +483,7 @@ func checkLog(logs raft.LogStore, stable raft.StableStore, d *dataDir, path stri
 	}
 	var term uint64
 	switch v, err := stable.Get(keyCurrentTerm); {
-	case notFound(err):
+	case notFound(err), err == nil && len(v) == 0: // raft-wal answers a missing key so
 	case err != nil:
 		return bad("the current term cannot be read: %v", err)
 	case len(v) != 8:
@@ -294,7 +491,7 @@ func checkLog(logs raft.LogStore, stable raft.StableStore, d *dataDir, path stri
 	default:
 		term = binary.BigEndian.Uint64(v)
 	}
-	if v, err := stable.Get(keyLastVoteTerm); err == nil && len(v) != 8 {
+	if v, err := stable.Get(keyLastVoteTerm); err == nil && len(v) != 0 && len(v) != 8 {
 		return bad("the last vote's term is %d bytes long, not 8: damaged", len(v))
 	}
 	d.hasState = term > 0 || last > 0 || len(d.snapshots) > 0

@@ -25,9 +25,9 @@ const needle = "needle-7b1f04e9c2"
 // restartDamaged runs a one-node cluster, with a Raft snapshot on disk
 // when asked and entries after it, kills it, damages its data dir and
 // returns what starting it again says.
-func restartDamaged(t *testing.T, snapshot bool, damage func(t *testing.T, dir string)) error {
+func restartDamaged(t *testing.T, store string, snapshot bool, damage func(t *testing.T, dir string)) error {
 	t.Helper()
-	c := clustertest.New(t, 1)
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) { cfg.LogStore, cfg.WALSegmentBytes = store, 1<<20 })
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
 	for i := range 5 {
 		do(t, c, &fsm.SubmitJob{Spec: spec(fmt.Sprintf("job-%d", i), fsm.LostRequeue)})
@@ -38,6 +38,16 @@ func restartDamaged(t *testing.T, snapshot bool, damage func(t *testing.T, dir s
 		}
 	}
 	do(t, c, &fsm.SubmitJob{Spec: spec(needle, fsm.LostRequeue)})
+	if store == cluster.LogStoreWAL {
+		// More than a segment after the needle, so its record is in a
+		// sealed segment: the WAL reads a damaged record at the tail as a
+		// write torn by a crash and drops it (docs/operations.md).
+		for i := range 80 {
+			s := spec(fmt.Sprintf("pad-%d", i), fsm.LostRequeue)
+			s.Payload = make([]byte, 16<<10)
+			do(t, c, &fsm.SubmitJob{Spec: s})
+		}
+	}
 	c.Kill(0)
 	damage(t, c.Nodes[0].Dir)
 	return c.TryStart(0)
@@ -53,16 +63,43 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 		snapshot bool
 		damage   func(t *testing.T, dir string)
 		want     []string
+		store    string // default boltdb: these damage its pages
 	}{
+		{"wal deleted beside a snapshot", true, func(t *testing.T, dir string) {
+			remove(t, filepath.Join(dir, "wal"))
+		}, []string{"wal: is missing, but snapshot", "term and vote are lost"}, cluster.LogStoreWAL},
+		{"wal emptied, no snapshot yet", false, func(t *testing.T, dir string) {
+			entries, _ := os.ReadDir(filepath.Join(dir, "wal"))
+			for _, e := range entries {
+				remove(t, filepath.Join(dir, "wal", e.Name()))
+			}
+		}, []string{"wal: is empty", "raft.member says this node has been a cluster member"}, cluster.LogStoreWAL},
+		{"a record in a sealed wal segment damaged", true, func(t *testing.T, dir string) {
+			entries, _ := os.ReadDir(filepath.Join(dir, "wal"))
+			hit := false
+			for _, e := range entries {
+				path := filepath.Join(dir, "wal", e.Name())
+				b := read(t, path)
+				for _, at := range indexAll(b, []byte(needle)) {
+					b[at+3] ^= 0x20
+					hit = true
+				}
+				write(t, path, b)
+			}
+			if !hit {
+				t.Fatal("the newest entry is in no WAL segment")
+			}
+		}, []string{"wal: log entry", "checksum mismatch"}, cluster.LogStoreWAL},
+		{"switched from boltdb to wal", false, func(t *testing.T, dir string) {}, []string{"raft.db: exists: this node keeps its log in boltdb"}, "switch"},
 		{"raft.db deleted beside a snapshot", true, func(t *testing.T, dir string) {
 			remove(t, filepath.Join(dir, "raft.db"))
-		}, []string{"raft.db: is missing, but snapshot", "term and vote are lost"}},
+		}, []string{"raft.db: is missing, but snapshot", "term and vote are lost"}, ""},
 		{"raft.db deleted, no snapshot yet", false, func(t *testing.T, dir string) {
 			remove(t, filepath.Join(dir, "raft.db"))
-		}, []string{"raft.db: is missing", "raft.member says this node has been a cluster member"}},
+		}, []string{"raft.db: is missing", "raft.member says this node has been a cluster member"}, ""},
 		{"raft.db emptied", true, func(t *testing.T, dir string) {
 			truncate(t, filepath.Join(dir, "raft.db"), 0)
-		}, []string{"raft.db: is empty, but snapshot"}},
+		}, []string{"raft.db: is empty, but snapshot"}, ""},
 		{"raft.db truncated to half its pages", true, func(t *testing.T, dir string) {
 			// bbolt's file runs past its pages; cut into the pages.
 			path := filepath.Join(dir, "raft.db")
@@ -74,7 +111,7 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 			db.View(func(tx *bbolt.Tx) error { used = tx.Size(); return nil })
 			db.Close()
 			truncate(t, path, used/2)
-		}, []string{"raft.db: truncated"}},
+		}, []string{"raft.db: truncated"}, ""},
 		{"random bytes over the log's pages", true, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, "raft.db")
 			b := read(t, path)
@@ -87,7 +124,7 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 				}
 			}
 			write(t, path, b)
-		}, []string{"raft.db: "}},
+		}, []string{"raft.db: "}, ""},
 		{"one entry's command damaged", true, func(t *testing.T, dir string) {
 			path := filepath.Join(dir, "raft.db")
 			b := read(t, path)
@@ -95,7 +132,7 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 				b[at+3] ^= 0x20 // "needle" becomes "neeDle": still valid text, not the entry written
 			}
 			write(t, path, b)
-		}, []string{"raft.db: log entry", "checksum mismatch"}},
+		}, []string{"raft.db: log entry", "checksum mismatch"}, ""},
 		{"an entry deleted", false, func(t *testing.T, dir string) {
 			editBolt(t, filepath.Join(dir, "raft.db"), func(tx *bbolt.Tx) error {
 				c := tx.Bucket([]byte("logs")).Cursor()
@@ -103,23 +140,31 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 				c.Prev()
 				return c.Delete()
 			})
-		}, []string{"raft.db: log entry", "is missing"}},
+		}, []string{"raft.db: log entry", "is missing"}, ""},
 		{"current term lost", true, func(t *testing.T, dir string) {
 			editBolt(t, filepath.Join(dir, "raft.db"), func(tx *bbolt.Tx) error {
 				return tx.Bucket([]byte("conf")).Delete([]byte("CurrentTerm"))
 			})
-		}, []string{"raft.db: holds no current term", "term and vote are lost"}},
+		}, []string{"raft.db: holds no current term", "term and vote are lost"}, ""},
 		{"meta.json damaged", true, func(t *testing.T, dir string) {
 			path := filepath.Join(snapshotDir(t, dir), "meta.json")
 			truncate(t, path, size(t, path)/2)
-		}, []string{"meta.json: not a snapshot's metadata"}},
+		}, []string{"meta.json: not a snapshot's metadata"}, ""},
 		{"state.bin truncated", true, func(t *testing.T, dir string) {
 			path := filepath.Join(snapshotDir(t, dir), "state.bin")
 			truncate(t, path, size(t, path)-1)
-		}, []string{"state.bin: ", "truncated or damaged"}},
+		}, []string{"state.bin: ", "truncated or damaged"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := restartDamaged(t, tc.snapshot, tc.damage)
+			var err error
+			switch tc.store {
+			case "":
+				err = restartDamaged(t, cluster.LogStoreBoltDB, tc.snapshot, tc.damage)
+			case "switch":
+				err = restartSwitched(t)
+			default:
+				err = restartDamaged(t, tc.store, tc.snapshot, tc.damage)
+			}
 			if err == nil {
 				t.Fatal("the node started")
 			}
@@ -138,12 +183,25 @@ func TestStartRefusesLostOrDamagedStorage(t *testing.T) {
 	}
 }
 
+// restartSwitched runs a node on boltdb and starts it again on the WAL.
+func restartSwitched(t *testing.T) error {
+	t.Helper()
+	store := cluster.LogStoreBoltDB
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) { cfg.LogStore = store })
+	do(t, c, &fsm.SubmitJob{Spec: spec("switch", fsm.LostRequeue)})
+	c.Kill(0)
+	store = cluster.LogStoreWAL
+	return c.TryStart(0)
+}
+
 // A data dir that was never part of a cluster starts, and one whose stores
-// are whole restarts (the checks refuse only what is damaged).
+// are whole restarts (the checks refuse only what is damaged), on either
+// log store.
 func TestStartAcceptsWholeStorage(t *testing.T) {
-	err := restartDamaged(t, true, func(*testing.T, string) {})
-	if err != nil {
-		t.Fatal(err)
+	for _, store := range []string{cluster.LogStoreWAL, cluster.LogStoreBoltDB} {
+		if err := restartDamaged(t, store, true, func(*testing.T, string) {}); err != nil {
+			t.Fatalf("%s: %v", store, err)
+		}
 	}
 }
 
@@ -170,7 +228,7 @@ func TestLostLogRecovery(t *testing.T) {
 	if _, err := fsm.InspectSnapshot(state); err != nil {
 		t.Fatalf("state.bin is not a backup: %v", err)
 	}
-	remove(t, filepath.Join(c.Nodes[lost].Dir, "raft.db"))
+	remove(t, filepath.Join(c.Nodes[lost].Dir, "wal"))
 	if err := c.TryStart(lost); !errors.Is(err, cluster.ErrStorage) {
 		t.Fatalf("started without its log: %v", err)
 	}
@@ -262,7 +320,7 @@ func TestDiskDamageStopsOnlyThatNode(t *testing.T) {
 	}
 	err := leader.Err()
 	if !errors.Is(err, cluster.ErrStorage) || strings.Contains(err.Error(), "\n") ||
-		!strings.Contains(err.Error(), fmt.Sprintf("raft.db: log entry %d: corrupt encoding: checksum mismatch", rot)) {
+		!strings.Contains(err.Error(), fmt.Sprintf("wal: log entry %d: corrupt encoding: checksum mismatch", rot)) {
 		t.Fatalf("the leader stopped with %v", err)
 	}
 	if st := leader.Status(); st.Ready || !strings.Contains(st.NotReady, "stopped") {
@@ -317,7 +375,7 @@ func editBolt(t *testing.T, path string, fn func(*bbolt.Tx) error) {
 
 func remove(t *testing.T, path string) {
 	t.Helper()
-	if err := os.Remove(path); err != nil {
+	if err := os.RemoveAll(path); err != nil {
 		t.Fatal(err)
 	}
 }

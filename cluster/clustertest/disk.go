@@ -58,6 +58,13 @@ func (f *faultyLog) GetLog(index uint64, l *raft.Log) error {
 
 func (f *faultyLog) StoreLog(l *raft.Log) error { return f.StoreLogs([]*raft.Log{l}) }
 
+// IsMonotonic passes on what the wrapped store says: Raft clears a
+// monotonic store's log after a restore instead of leaving a gap.
+func (f *faultyLog) IsMonotonic() bool {
+	m, ok := f.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
+}
+
 func (f *faultyLog) StoreLogs(logs []*raft.Log) error {
 	if err := f.d.failing(); err != nil {
 		return err

@@ -61,6 +61,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
+		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "expiry: wait this long after the last deadline"},
@@ -113,7 +114,7 @@ func runBench(c *cli.Context, workload string) error {
 		lc, err := bench.StartCluster(ctx, bench.ClusterOptions{
 			Binary: exe, Nodes: n, RenewSeconds: c.Float64("renew-seconds"), GraceSeconds: c.Float64("grace-seconds"),
 			TolerationSeconds: c.Float64("toleration-seconds"), ExpiryRate: c.Float64("expiry-rate"), LogLevel: c.String("node-log-level"),
-			Token: cfg.Token,
+			Token: cfg.Token, LogStore: c.String("log-store"),
 		})
 		if err != nil {
 			return err

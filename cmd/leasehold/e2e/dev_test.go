@@ -78,7 +78,7 @@ func TestDevCluster(t *testing.T) {
 	})
 	sort.Strings(kept)
 	for i := 1; i <= 3; i++ {
-		for _, f := range []string{"raft.db", "node-id"} {
+		for _, f := range []string{"wal", "node-id"} {
 			if _, err := os.Stat(filepath.Join(dir, fmt.Sprintf("node-%d", i), f)); err != nil {
 				t.Errorf("after dev stopped: %v (kept: %v)", err, kept)
 			}

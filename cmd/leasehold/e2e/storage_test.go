@@ -15,9 +15,29 @@ import (
 // recovery procedure is, and a non-zero exit; never a panic.
 func TestServerRefusesLostLog(t *testing.T) {
 	t.Parallel()
+	t.Run("boltdb", func(t *testing.T) {
+		t.Parallel()
+		refusesLostLog(t, "boltdb", []damage{
+			{"raft.db", "truncated", func(path string) error { return os.Truncate(path, 1000) }, "raft.db: cannot be opened"},
+			{"raft.db", "deleted", os.Remove, "raft.db: is missing, but"},
+		})
+	})
+	t.Run("wal", func(t *testing.T) {
+		t.Parallel()
+		refusesLostLog(t, "wal", []damage{{"wal", "deleted", os.RemoveAll, "wal: is missing, but"}})
+	})
+}
+
+type damage struct {
+	file, name string
+	do         func(path string) error
+	want       string
+}
+
+func refusesLostLog(t *testing.T, store string, damages []damage) {
 	dir := t.TempDir()
 	cfg := filepath.Join(t.TempDir(), "leasehold.toml")
-	if err := os.WriteFile(cfg, []byte(raftTimingsTOML), 0o600); err != nil {
+	if err := os.WriteFile(cfg, []byte(raftTimingsTOML+fmt.Sprintf("log_store = %q\n", store)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	api := freeAddr(t)
@@ -37,22 +57,15 @@ func TestServerRefusesLostLog(t *testing.T) {
 	})
 	srv.stop(exitBound)
 
-	for _, damage := range []struct {
-		name string
-		do   func(path string) error
-		want string
-	}{
-		{"truncated", func(path string) error { return os.Truncate(path, 1000) }, "raft.db: cannot be opened"},
-		{"deleted", os.Remove, "raft.db: is missing, but"},
-	} {
-		if err := damage.do(filepath.Join(dir, "raft.db")); err != nil {
+	for _, damage := range damages {
+		if err := damage.do(filepath.Join(dir, damage.file)); err != nil {
 			t.Fatal(err)
 		}
 		r := runCLI(t, baseEnv(), args...)
 		stderr := strings.TrimSpace(r.stderr)
 		if r.code == 0 || strings.Contains(stderr, "\n") || !strings.HasPrefix(stderr, "leasehold: refusing to start: ") ||
 			!strings.Contains(stderr, damage.want) || !strings.Contains(stderr, "docs/operations.md") {
-			t.Fatalf("raft.db %s: exit %d, stderr %q", damage.name, r.code, r.stderr)
+			t.Fatalf("%s %s: exit %d, stderr %q", damage.file, damage.name, r.code, r.stderr)
 		}
 	}
 }
