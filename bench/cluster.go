@@ -29,9 +29,6 @@ type ClusterOptions struct {
 	Dir string
 	// The executor timings, in seconds. Defaults 1, 5 and 15.
 	RenewSeconds, GraceSeconds, TolerationSeconds float64
-	// ExpiryRate is [plugins.executor] expiry_rate (and burst); 0 keeps the
-	// server's default.
-	ExpiryRate float64
 	// LogLevel of the nodes' logs (each in Dir/node-N.log). Default warn.
 	LogLevel string
 	// ReadyTimeout bounds the wait for a leader every node agrees on.
@@ -134,9 +131,6 @@ func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	cfg := raftTOML
 	if o.LogStore != "" {
 		cfg += fmt.Sprintf("log_store = %q\n", o.LogStore)
-	}
-	if o.ExpiryRate > 0 {
-		cfg += fmt.Sprintf("\n[plugins.executor]\nexpiry_rate = %g\nexpiry_burst = %d\n", o.ExpiryRate, max(1, int(o.ExpiryRate)))
 	}
 	if o.Token != "" {
 		cfg += fmt.Sprintf("\n[[auth.tokens]]\nname = \"bench\"\ntoken = %q\nrole = \"admin\"\n", o.Token)

@@ -17,9 +17,16 @@ import (
 // toleration (the server counts from the arrival, never earlier, so an
 // expiry before it is a bug: early). Its lateness is the expiry's time, as
 // the leader stamped the expire command, minus the deadline: the leader's
-// tick, its quorum check, its rate limit (expiry_rate per second) and the
-// commit.
+// tick, its quorum check and the commits.
 func runExpiry(ctx context.Context, e *env) (*Result, error) {
+	// A witness worker keeps heartbeating throughout, as part of a real
+	// fleet would: with every worker silent at once the leader holds the
+	// expiries, taking itself for the one cut off (cluster/expire.go).
+	stopWitness, err := e.witness(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stopWitness()
 	held := newHeldSet(ctx, e)
 	defer held.stop()
 	queue, err := e.hold(ctx, held, "exp", e.cfg.Abandon, e.cfg.Leases)
@@ -186,4 +193,31 @@ func sleepUntil(ctx context.Context, t time.Time) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// witness registers a worker and heartbeats it every half renew until the
+// returned stop is called.
+func (e *env) witness(ctx context.Context) (stop func(), err error) {
+	id := e.run + "-witness"
+	if err := e.register(ctx, []string{id}, 1); err != nil {
+		return nil, err
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(e.timings.renew / 2)
+		defer t.Stop()
+		for {
+			hctx, hcancel := context.WithTimeout(wctx, e.timings.renew)
+			e.f.first().Heartbeat(hctx, id, nil)
+			hcancel()
+			select {
+			case <-t.C:
+			case <-wctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }

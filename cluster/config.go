@@ -44,11 +44,6 @@ type Config struct {
 	Renew      time.Duration // a worker heartbeats this often
 	Grace      time.Duration // silent this long: unreachable, no new lease
 	Toleration time.Duration // silent this long: its leases expire
-	// ExpiryRate bounds the leases expired per second (a mass expiry
-	// drains instead of falling off a cliff); ExpiryBurst is how many may
-	// go at once.
-	ExpiryRate  float64
-	ExpiryBurst int
 	// WorkerGCThreshold: a registered worker the leader has not heard from
 	// for this long, holding no lease, is deregistered by the leader (one
 	// worker.deregistered event). It registers again when it comes back
@@ -120,8 +115,6 @@ func DefaultConfig() Config {
 		Renew:              10 * time.Second,
 		Grace:              50 * time.Second,
 		Toleration:         300 * time.Second,
-		ExpiryRate:         1000,
-		ExpiryBurst:        1000,
 		WorkerGCThreshold:  time.Hour,
 		MaxWorkers:         fsm.MaxWorkers,
 		HeartbeatTimeout:   1000 * time.Millisecond,
@@ -241,9 +234,6 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxWorkers < 1 || c.MaxWorkers > fsm.MaxWorkers {
 		return bad("max_workers", c.MaxWorkers, "must be 1 to %d", fsm.MaxWorkers)
-	}
-	if c.ExpiryRate <= 0 || c.ExpiryBurst < 1 {
-		return bad("expiry_rate", c.ExpiryRate, "rate and burst (%d) must be positive", c.ExpiryBurst)
 	}
 	if c.LogStore != LogStoreWAL && c.LogStore != LogStoreBoltDB {
 		return bad("log_store", c.LogStore, "%q or %q", LogStoreWAL, LogStoreBoltDB)

@@ -204,6 +204,33 @@ func (t *expiryTable) tick(now time.Time) tickResult {
 	return res
 }
 
+// silentPastGrace counts the workers timed for their leases and
+// reachability, and how many of them are silent past grace at now.
+func (t *expiryTable) silentPastGrace(now time.Time) (timed, silent int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.workers {
+		if w.unheard {
+			continue
+		}
+		timed++
+		if now.Sub(w.lastHeard) > t.grace {
+			silent++
+		}
+	}
+	return timed, silent
+}
+
+// shift moves every lastHeard forward by d, never beyond now: the leader
+// does not charge workers for a silence it chose not to act on.
+func (t *expiryTable) shift(d time.Duration, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, w := range t.workers {
+		w.lastHeard = minTime(w.lastHeard.Add(d), now)
+	}
+}
+
 // markExpiring decides the expiry of a worker's tokens if, checked again
 // under the lock, the worker is still silent past toleration. After it
 // returns true, heartbeats answer those tokens lost.

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -194,26 +195,87 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	}
 }
 
-// The expiry rate limit drains a mass expiry instead of ending every lease
-// at once; on the fake timeline the drain is exact.
-func TestExpiryRateLimited(t *testing.T) {
-	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) { cfg.ExpiryRate, cfg.ExpiryBurst = 10, 2 })
+// runWithWitness advances the leader's clock by total in ticks, with a
+// witness worker heartbeating at each: not every worker is silent, so the
+// guard against mass expiry stays out of the way.
+func runWithWitness(t *testing.T, c *clustertest.Cluster, leader *clustertest.Node, total time.Duration) {
+	t.Helper()
+	tick := c.Tick(leader.Index)
+	for d := time.Duration(0); d < total; d += tick {
+		heartbeat(t, leader, "witness")
+		c.Step(leader.Index, tick)
+	}
+}
+
+// Thousands of leases due together end in the first tick past their
+// deadline, in as many commands as it takes: no rate limit spreads them
+// over seconds.
+func TestMassExpiryInOneTick(t *testing.T) {
+	const workers, per = 2, 2500 // more than one Expire command holds
+	c := clustertest.New(t, 3)
 	leader := c.Leader()
-	for i := range 6 {
+	do(t, c, &fsm.RegisterWorker{WorkerID: "witness", Capacity: 1})
+	for w := range workers {
+		id := fmt.Sprintf("w%d", w)
+		do(t, c, &fsm.RegisterWorker{WorkerID: id, Capacity: per})
+		for i := 0; i < per; i += fsm.MaxAcquireBatch {
+			for k := i; k < min(i+fsm.MaxAcquireBatch, per); k++ {
+				do(t, c, &fsm.SubmitJob{Spec: spec(fmt.Sprintf("%s-j%d", id, k), fsm.LostRequeue)})
+			}
+			res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: id, RequestID: fmt.Sprint("r", i), Queues: []string{"default"},
+				Max: uint32(min(fsm.MaxAcquireBatch, per-i))}, time.Second)
+			if err != nil || len(res.Grants) != min(fsm.MaxAcquireBatch, per-i) {
+				t.Fatalf("acquire by %s: %d grants, %v", id, len(res.Grants), err)
+			}
+		}
+	}
+	runWithWitness(t, c, leader, clustertest.Toleration)
+	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
+		t.Fatalf("%d leases expired before their deadline", n)
+	}
+	runWithWitness(t, c, leader, 2*c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "every lease expired", func() bool { return leader.FSM().Stats().LiveLeases == 0 })
+}
+
+// When every worker falls silent at once, the leader holds their expiries
+// (it may be the one cut off) and says so; the first worker heard again
+// lifts the hold, and the others are charged only from then: their leases
+// expire a toleration later, while the one that spoke keeps its own.
+func TestCutOffGuardHoldsExpiries(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	grants := map[string]fsm.Grant{}
+	for i := range 3 {
 		w := fmt.Sprintf("w%d", i)
 		do(t, c, &fsm.RegisterWorker{WorkerID: w, Capacity: 1})
 		do(t, c, &fsm.SubmitJob{Spec: spec(fmt.Sprintf("j%d", i), fsm.LostRequeue)})
-		acquire(t, leader, w, "r")
+		grants[w] = acquire(t, leader, w, "r")
 	}
-	expired := func() int { return countEvents(leader, fsm.EventLeaseExpired) }
-	tick := c.Tick(leader.Index)
-	c.Run(leader.Index, clustertest.Toleration)
-	c.Step(leader.Index, tick) // first tick past toleration: the burst
-	c.WaitFor(5*time.Second, "the burst to expire", func() bool { return expired() == 2 })
-	// 10 per second: one more per 100 ms of the leader's clock.
-	c.Step(leader.Index, tick)
-	c.Step(leader.Index, tick)
-	c.WaitFor(5*time.Second, "one more after 100 ms", func() bool { return expired() == 3 })
-	c.Run(leader.Index, 6*tick)
-	c.WaitFor(5*time.Second, "all six", func() bool { return expired() == 6 })
+	held := func() int {
+		n := 0
+		for _, ev := range leader.FSM().Events(0, fsm.MaxPageSize).Events {
+			if ev.Type == fsm.EventAbsenceRule && strings.Contains(ev.Detail, "expiries held") {
+				n++
+			}
+		}
+		return n
+	}
+	c.Run(leader.Index, 3*clustertest.Toleration)
+	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
+		t.Fatalf("%d leases expired while every worker was silent", n)
+	}
+	c.WaitFor(5*time.Second, "the hold recorded", func() bool { return held() == 1 })
+	heartbeat(t, leader, "w0", grants["w0"])
+	c.Step(leader.Index, c.Tick(leader.Index))
+	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
+		t.Fatalf("%d leases expired the moment the hold lifted", n)
+	}
+	for d := time.Duration(0); d < clustertest.Toleration+2*c.Tick(leader.Index); d += c.Tick(leader.Index) {
+		heartbeat(t, leader, "w0", grants["w0"])
+		c.Step(leader.Index, c.Tick(leader.Index))
+	}
+	c.WaitFor(5*time.Second, "the silent workers' leases expired", func() bool { return countEvents(leader, fsm.EventLeaseExpired) == 2 })
+	if liveToken(leader, "j0") != grants["w0"].Lease.Token {
+		t.Fatal("the worker that spoke lost its lease")
+	}
 }

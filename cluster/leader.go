@@ -3,11 +3,9 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/hashicorp/raft"
-	"golang.org/x/time/rate"
 
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -90,7 +88,6 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	defer func() { <-compacted }()
 
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
-	limiter := rate.NewLimiter(rate.Limit(n.cfg.ExpiryRate), n.cfg.ExpiryBurst)
 	for {
 		timer := n.clock.NewTimer(interval)
 		select {
@@ -100,7 +97,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-timer.C():
 			// The state is read afresh: a restore replaces the table.
 			if ls, err := n.established(); err == nil {
-				n.expiryTick(ctx, ls, limiter)
+				n.expiryTick(ctx, ls)
 				n.quotaTick(ctx, ls)
 			}
 		}
@@ -177,135 +174,6 @@ func (n *Node) established() (*leaderState, error) {
 		return nil, ErrNotReady
 	}
 	return ls, nil
-}
-
-// expiryTick is one pass of the leader's timers: the absence rule,
-// reachability announcements, expiry of the overdue (rate-limited), then
-// removal of idle workers.
-func (n *Node) expiryTick(ctx context.Context, ls *leaderState, limiter *rate.Limiter) {
-	log := n.logger.Named("expiry")
-	table := ls.table.Load()
-	now := n.clock.Now()
-	// The gap is measured from the end of the previous tick's work: a tick
-	// slowed by its own proposals is not the leader being away.
-	defer func() { table.ticked(n.clock.Now()) }()
-	// A live lease whose holder the table does not time would never
-	// expire; adopt any such holder as heard now (the safe direction).
-	table.adopt(n.fsm.LeaseHolders(), now)
-	res := table.tick(now)
-	var events []fsm.RecordEvent
-	if res.gap > 0 {
-		log.Warn("absence_rule_applied", "gap", res.gap)
-		events = append(events, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
-			Detail: fmt.Sprintf("leader absent %s: every deadline shifted by it", res.gap.Round(time.Millisecond))})
-	}
-	// Only registered workers are announced: the table may time a worker
-	// the state no longer knows (deregistered while it was heard), and an
-	// event about it would be one nobody earned.
-	for _, w := range res.unreachable {
-		if !n.registered(w) {
-			continue
-		}
-		log.Info("worker_unreachable", "worker_id", w)
-		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerUnreachable, WorkerID: w,
-			Detail: fmt.Sprintf("silent past grace %s", n.cfg.Grace)})
-	}
-	for _, w := range res.reachable {
-		if !n.registered(w) {
-			continue
-		}
-		log.Info("worker_reachable", "worker_id", w)
-		events = append(events, fsm.RecordEvent{Event: fsm.EventWorkerReachable, WorkerID: w, Detail: "heard again"})
-	}
-	n.recordEvents(ctx, events...)
-	n.expireOverdue(ctx, ls, table, limiter, res.overdue, now)
-	n.removeIdle(ctx, ls, table, res.idle, now)
-}
-
-// expireOverdue proposes one Expire for the leases of workers silent past
-// toleration, and again for expiries decided earlier that did not commit.
-func (n *Node) expireOverdue(ctx context.Context, ls *leaderState, table *expiryTable, limiter *rate.Limiter, overdue []string, now time.Time) {
-	log := n.logger.Named("expiry")
-	// A decided expiry is finished whatever happens after the decision:
-	// its worker was told "lost" and dropped the job, so the lease must
-	// end even if the worker speaks again.
-	due := map[string][]uint64{}
-	count := 0
-	for w, toks := range table.decided() {
-		live := liveTokens(n.fsm.WorkerLeases(w))
-		for _, tok := range toks {
-			if !live[tok] {
-				table.expired(w, []uint64{tok})
-			} else if count < fsm.MaxExpireBatch {
-				due[w] = append(due[w], tok)
-				count++
-			}
-		}
-	}
-	for _, w := range overdue {
-		leases := n.fsm.WorkerLeases(w)
-		if len(leases) == 0 {
-			if !n.registered(w) {
-				table.forget(w, now)
-			}
-			continue
-		}
-		var toks []uint64
-		for _, l := range leases {
-			if count+len(toks) == fsm.MaxExpireBatch || !limiter.AllowN(now, 1) {
-				break
-			}
-			toks = append(toks, l.Token)
-		}
-		if len(toks) == 0 || !table.markExpiring(w, toks, now) {
-			continue
-		}
-		due[w] = append(due[w], toks...)
-		count += len(toks)
-		if count == fsm.MaxExpireBatch {
-			break
-		}
-	}
-	if count == 0 {
-		return
-	}
-	// A deposed leader must not expire anything: confirm with a quorum
-	// first, and that this is still the term that decided.
-	if err := n.check.confirm(ctx); err != nil {
-		log.Warn("expiry_deferred_not_confirmed", "error", err)
-		return
-	}
-	if cur, err := n.established(); err != nil || cur != ls {
-		return
-	}
-	cmd := &fsm.Expire{Reason: fmt.Sprintf("worker silent past toleration %s", n.cfg.Toleration)}
-	workers := make([]string, 0, len(due))
-	for w := range due {
-		workers = append(workers, w)
-	}
-	slices.Sort(workers)
-	jobOf := map[uint64]string{}
-	for _, w := range workers {
-		for _, l := range n.fsm.WorkerLeases(w) {
-			jobOf[l.Token] = l.JobID
-		}
-		for _, tok := range due[w] {
-			if job, ok := jobOf[tok]; ok {
-				cmd.Leases = append(cmd.Leases, fsm.LeaseRef{JobID: job, Token: tok})
-			}
-		}
-	}
-	if len(cmd.Leases) == 0 {
-		return
-	}
-	if _, err := n.raftApply(ctx, cmd); err != nil {
-		log.Warn("expiry_failed_will_retry", "leases", len(cmd.Leases), "error", err)
-		return
-	}
-	for _, w := range workers {
-		table.expired(w, due[w])
-		log.Info("leases_expired", "worker_id", w, "leases", len(due[w]))
-	}
 }
 
 // removeIdle deregisters registered workers silent past WorkerGCThreshold

@@ -80,6 +80,9 @@ type leaderState struct {
 	// refused for the quota since the last tick (quota.go).
 	quotaAlarm   bool
 	quotaRefused atomic.Bool
+	// cutOffSince is when the expiry loop started holding expiries
+	// because every worker fell silent at once (expire.go); zero when not.
+	cutOffSince time.Time
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,

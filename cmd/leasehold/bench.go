@@ -71,7 +71,6 @@ func benchFlags() []cli.Flag {
 		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds"},
 		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds"},
 		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds"},
-		&cli.Float64Flag{Name: "expiry-rate", Usage: "with --start: expiry_rate, leases expired per second (0: the server's)"},
 		&cli.StringFlag{Name: "node-log-level", Value: "warn", Usage: "with --start: the nodes' log level (logs in the data directory)"},
 	}
 }
@@ -113,7 +112,7 @@ func runBench(c *cli.Context, workload string) error {
 		}
 		lc, err := bench.StartCluster(ctx, bench.ClusterOptions{
 			Binary: exe, Nodes: n, RenewSeconds: c.Float64("renew-seconds"), GraceSeconds: c.Float64("grace-seconds"),
-			TolerationSeconds: c.Float64("toleration-seconds"), ExpiryRate: c.Float64("expiry-rate"), LogLevel: c.String("node-log-level"),
+			TolerationSeconds: c.Float64("toleration-seconds"), LogLevel: c.String("node-log-level"),
 			Token: cfg.Token, LogStore: c.String("log-store"),
 		})
 		if err != nil {

@@ -55,8 +55,6 @@ type ExecutorSection struct {
 	RenewSeconds      float64 `toml:"renew_seconds"`
 	GraceSeconds      float64 `toml:"grace_seconds"`
 	TolerationSeconds float64 `toml:"toleration_seconds"`
-	ExpiryRate        float64 `toml:"expiry_rate"`
-	ExpiryBurst       int     `toml:"expiry_burst"`
 	WorkerGCSeconds   float64 `toml:"worker_gc_seconds"`
 	MaxWorkers        int     `toml:"max_workers"`
 }
@@ -193,7 +191,7 @@ func defaultServerConfig() ServerConfig {
 	}
 	c.Plugins.Executor = ExecutorSection{
 		RenewSeconds: d.Renew.Seconds(), GraceSeconds: d.Grace.Seconds(), TolerationSeconds: d.Toleration.Seconds(),
-		ExpiryRate: d.ExpiryRate, ExpiryBurst: d.ExpiryBurst,
+
 		WorkerGCSeconds: d.WorkerGCThreshold.Seconds(), MaxWorkers: d.MaxWorkers,
 	}
 	return c
@@ -238,7 +236,6 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	cfg.BootstrapExpect, cfg.Join = c.BootstrapExpect, c.Join
 	e := c.Plugins.Executor
 	cfg.Renew, cfg.Grace, cfg.Toleration = seconds(e.RenewSeconds), seconds(e.GraceSeconds), seconds(e.TolerationSeconds)
-	cfg.ExpiryRate, cfg.ExpiryBurst = e.ExpiryRate, e.ExpiryBurst
 	cfg.WorkerGCThreshold, cfg.MaxWorkers = seconds(e.WorkerGCSeconds), e.MaxWorkers
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Raft.HeartbeatTimeout.Duration, c.Raft.ElectionTimeout.Duration
 	cfg.LeaderLeaseTimeout = c.Raft.LeaderLeaseTimeout.Duration
