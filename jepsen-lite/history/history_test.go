@@ -159,6 +159,8 @@ func TestEveryKindValidates(t *testing.T) {
 		history.KindOutsiderAttempt: {Attempt: &history.Attempt{Attack: history.AttackJoinStranger, Node: "n1",
 			Via: history.ViaTCP}},
 		history.KindOutsiderCapture: {Capture: &history.Capture{From: "10.0.0.1:1", Count: 1}},
+		history.KindNodeReady:       {Marker: &history.Marker{Node: "n1"}},
+		history.KindFloodCall:       {Flood: &history.FloodCall{Attack: history.FloodGzipBomb, Node: "n1", Cred: history.CredValid}},
 	}
 	for _, k := range history.Kinds() {
 		e, ok := entries[k]
