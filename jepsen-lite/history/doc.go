@@ -181,6 +181,9 @@
 //	                A clock fault with neither is an unknown disturbance
 //	fault.kill      the targets' processes were killed at the start (and,
 //	                if it stops, restarted as new processes at the stop)
+//	fault.disk      the target node's disk was filled at the start and
+//	                freed at the stop (node_ready follows when it is seen
+//	                ready again)
 //	fault.detail    free text
 //
 // The checkers also treat types pause, sigstop, sigstop-leader and

@@ -303,7 +303,10 @@ type Fault struct {
 	ClockRate   float64 `json:"clock_rate,omitempty"`
 	// Kill: the targets' processes were killed when the fault started (and
 	// restarted, as new processes, when it stopped, if it stopped).
-	Kill   bool   `json:"kill,omitempty"`
+	Kill bool `json:"kill,omitempty"`
+	// Disk: the target's disk was filled to the last byte when the fault
+	// started, and freed when it stopped; node_ready follows the stop.
+	Disk   bool   `json:"disk,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 
