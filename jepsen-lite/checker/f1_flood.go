@@ -237,6 +237,7 @@ func checkFloodAudits(v *view, r *Result, source string) {
 	bound := nodes * (int(span.Seconds()*refusalRate) + refusalBurst)
 	r.Stats["audit_events_flood"] = float64(audits)
 	r.Stats["audit_bound"] = float64(bound)
+	r.Stats["audit_per_s"] = float64(audits) / span.Seconds()
 	for a, n := range actions {
 		r.Stats["audit_"+a] = float64(n)
 	}

@@ -200,7 +200,8 @@ func (r *Report) Summary(w io.Writer) error {
 	if f1, ok := r.Result("F1"); ok && r.FloodCalls > 0 {
 		fmt.Fprintf(&b, "%-28s %d, %d served; idle connections %.0f (held up to %.0fms)\n", "flood calls", r.FloodCalls, r.FloodServed,
 			f1.Stats["calls_idle-conn"], f1.Stats["idle_held_max_ms"])
-		fmt.Fprintf(&b, "%-28s %.0f (bound %.0f)\n", "audit events of the flood", f1.Stats["audit_events_flood"], f1.Stats["audit_bound"])
+		fmt.Fprintf(&b, "%-28s %.0f, %.1f/s (bound %.0f)\n", "audit events of the flood", f1.Stats["audit_events_flood"],
+			f1.Stats["audit_per_s"], f1.Stats["audit_bound"])
 	}
 	if f1, ok := r.Result("F1"); ok && f1.Stats["final_events"] > 0 {
 		fmt.Fprintf(&b, "%-28s %.0f events from seq %.0f (the run saw seq %.0f to %.0f)\n", "final event log",

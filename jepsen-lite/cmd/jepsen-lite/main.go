@@ -94,7 +94,7 @@ func runCommand() *cli.Command {
 			"--secure it sends no in-range Raft message: an open peer port takes those by design (what --insecure\n" +
 			"gives up). Checker O1 proves nothing changed: no attempt accepted, the membership and the terms intact,\n" +
 			"no connection to the capture server.\n" +
-			"disk: as root, each node's data dir is on a tmpfs of its own (--disk-size) that a fault fills to the last\n" +
+			"\ndisk: as root, each node's data dir is on a tmpfs of its own (--disk-size) that a fault fills to the last\n" +
 			"byte (a follower's; the leader's) and then frees; the fault's end waits until the node is ready again\n" +
 			"(/readyz) and records when (I12 bounds it). Without root the disk faults are skipped with a note.\n" +
 			"\n--flood runs a hostile client beside the load, from an address of its own: gzip bombs and oversized\n" +
