@@ -236,9 +236,11 @@ func (b *hb) leader(msec int64, node string) {
 }
 
 // finish closes the history: run_end, then one final state per node from
-// the truth, read at msec.
+// the truth, read at msec, with every event the history holds in each
+// node's event log.
 func (b *hb) finish(msec int64, eventsComplete bool) []history.Entry {
 	b.raw(history.Entry{Kind: history.KindRunEnd, Ns: at(msec), RunEnd: &history.RunEnd{EventsComplete: eventsComplete, LastEventSeq: b.seq}})
+	log := b.eventLog()
 	for k, node := range []string{"n1", "n2", "n3"} {
 		var jobs []history.JobSummary
 		for _, id := range b.order {
@@ -249,10 +251,31 @@ func (b *hb) finish(msec int64, eventsComplete bool) []history.Entry {
 		}
 		b.raw(history.Entry{Kind: history.KindFinalState, Ns: at(msec + 1 + int64(k)), Process: "runner", Final: &history.FinalState{
 			Node: node, AppliedIndex: 100 + b.seq, LastToken: b.last, Complete: true, Jobs: jobs,
-			StateHash: history.HashJobs(b.last, jobs), Term: finalTerm, Members: testMembers(),
+			StateHash: history.HashJobs(b.last, jobs), Term: finalTerm, Members: testMembers(), Events: log,
 		}})
 	}
 	return b.e
+}
+
+// eventLog sums up the events recorded so far, as a node that kept them
+// all would.
+func (b *hb) eventLog() *history.EventLog {
+	log := &history.EventLog{ByType: map[string]int{}}
+	for _, e := range b.e {
+		if e.Kind != history.KindClusterEvent {
+			continue
+		}
+		if log.FirstSeq == 0 {
+			log.FirstSeq = e.Event.Seq
+		}
+		log.LastSeq = e.Event.Seq
+		log.Count++
+		log.ByType[e.Event.Type]++
+		if e.Event.Type == history.EventStaleReport {
+			log.StaleReports = append(log.StaleReports, e.Event.Seq)
+		}
+	}
+	return log
 }
 
 func tokStr(t uint64) string { return strconv.FormatUint(t, 10) }

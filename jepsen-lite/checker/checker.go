@@ -21,6 +21,13 @@ type Options struct {
 	// (I12). Default 5 election timeouts, or 10 s when the election
 	// timeout is unknown.
 	LeaderBound time.Duration
+	// DiskReadyBound: a node whose disk was freed must be seen ready
+	// within it (I12). Default raft's longest replication backoff (the
+	// leader retries a follower's failed append after at most 10.24 s,
+	// and the node is ready at the first append that succeeds) plus
+	// LeaderBound (an election, when the full node was the leader) plus
+	// Slack.
+	DiskReadyBound time.Duration
 	// Slack is the allowance for work that takes real time but no
 	// protocol time: a handler returning after its context is cancelled,
 	// an expiry tick, a long-poll handing out a requeued job. It pads the
@@ -63,6 +70,10 @@ const (
 	defaultLeaderBoundFallback    = 10 * time.Second
 	defaultSlackFallback          = time.Second
 	leaderBoundElections          = 5
+	// raftBackoffMax is hashicorp/raft's longest wait before it retries
+	// a failed replication: failureWait (10 ms) doubled up to
+	// maxFailureScale (12) − 2 times.
+	raftBackoffMax = 10240 * time.Millisecond
 )
 
 // Default fault type names, matching the nemeses SPEC and the runner name.
@@ -99,6 +110,9 @@ func (o Options) resolved(run *history.Run) Options {
 		if o.Renew > 0 {
 			o.Slack = 2 * o.Renew
 		}
+	}
+	if o.DiskReadyBound == 0 {
+		o.DiskReadyBound = raftBackoffMax + o.LeaderBound + o.Slack
 	}
 	if o.LeaseHistory == 0 {
 		o.LeaseHistory = DefaultLeaseHistory
@@ -159,6 +173,7 @@ var checkers = []struct {
 	{"no-absence-expiry", "I11", checkAbsence},
 	{"recovery", "I12", checkRecovery},
 	{"outsider", "O1", checkOutsider},
+	{"flood", "F1", checkFlood},
 }
 
 // Check runs every checker over a history and returns the report. The
@@ -178,7 +193,7 @@ func Check(entries []history.Entry, opts Options) Report {
 		c.fn(v, r)
 		results[c.invariant] = r
 	}
-	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "O1"} {
+	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "O1", "F1"} {
 		rep.Results = append(rep.Results, *results[inv])
 	}
 	rep.fillHighlights(v)

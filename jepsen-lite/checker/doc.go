@@ -1,6 +1,7 @@
 // Package checker judges a jepsen-lite history (package history) against
-// the invariants of SPEC section 9, I1 to I12, and O1: nothing outside the
-// cluster changed it (SPEC section 8). Check runs every checker
+// the invariants of SPEC section 9, I1 to I12; O1: nothing outside the
+// cluster changed it; and F1: a flood of bad calls was refused and pushed
+// nothing out of the event log (SPEC section 8). Check runs every checker
 // and returns a Report: per invariant a Result with its violations (each
 // citing the entries that show it), figures (Stats) and notes on what it
 // could not judge; totals of operations and faults; the smallest expiry

@@ -21,7 +21,12 @@ import (
 // free slot among the workers left, which is the workload's doing, not the
 // cluster's: it is required to happen, not bounded. Recovery times (to the
 // re-lease) are measured from the heal and reported.
+//
+// A disk fault's stop is the heal of its node: its disk was freed then.
+// The node must be seen ready again (node_ready) within
+// Options.DiskReadyBound of it, whether or not a heal follows.
 func checkRecovery(v *view, r *Result) {
+	checkDiskRecovery(v, r)
 	heal, healIdx, ok := v.lastHeal()
 	if !ok {
 		r.note("no heal recorded: recovery not checked")
@@ -148,4 +153,48 @@ func (v *view) recovered(k leaseKey) (int64, int) {
 		return obs.ns, obs.idx
 	}
 	return never, -1
+}
+
+// checkDiskRecovery: every node whose disk was freed is seen ready again
+// within DiskReadyBound.
+func checkDiskRecovery(v *view, r *Result) {
+	bound := int64(v.opts.DiskReadyBound)
+	var worst int64
+	freed := 0
+	for i := range v.faults {
+		f := &v.faults[i]
+		if !f.disk || len(f.targets) == 0 {
+			continue
+		}
+		node := f.targets[0]
+		if f.stopIdx < 0 {
+			r.add(fmt.Sprintf("node %s's disk, filled at %s, was never freed", node, v.at(f.start)), "", 0, f.startIdx)
+			continue
+		}
+		freed++
+		ready := -1
+		for _, j := range v.readies {
+			if e := &v.entries[j]; e.Marker.Node == node && e.Ns >= f.end {
+				ready = j
+				break
+			}
+		}
+		if ready < 0 {
+			r.add(fmt.Sprintf("node %s's disk was freed at %s, and the node was never seen ready again", node, v.at(f.end)),
+				"", 0, f.stopIdx)
+			continue
+		}
+		took := v.entries[ready].Ns - f.end
+		worst = max(worst, took)
+		if took > bound {
+			r.add(fmt.Sprintf("node %s was ready %s after its disk was freed, over the bound %s", node, fmtMs(took), fmtMs(bound)),
+				"", 0, f.stopIdx, ready)
+		}
+	}
+	if freed > 0 {
+		r.Stats["disks_freed"] = float64(freed)
+		r.Stats["disk_ready_max_ms"] = ms(worst)
+		r.Stats["disk_ready_bound_ms"] = ms(bound)
+		v.diskReady = &worst
+	}
 }

@@ -2,8 +2,10 @@ package checker
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/leasehold/leasehold/jepsen-lite/history"
+	"github.com/leasehold/leasehold/transport"
 )
 
 // checkDurability (I7): every acknowledged write survives kills and
@@ -18,11 +20,21 @@ import (
 // Options.AllowCompacted (counted). A lease older than the server's lease
 // history is not judged. Without lease details in the final states only
 // job presence and states are checked.
+//
+// A write acknowledged while a node's disk was full is a write like any
+// (counted apart: acked_while_disk_full). A definite refusal is no write:
+// a call answered DISK_FULL (the node could not log it: on the leader the
+// append failed and nothing was applied, a follower never forwarded it),
+// QUOTA_EXCEEDED, TOO_LARGE, RATE_LIMITED or a credential's refusal must
+// leave nothing behind, so a job whose every submit was refused so may not
+// exist in any final state.
 func checkDurability(v *view, r *Result) {
+	countDiskFull(v, r)
 	if len(v.finals) == 0 {
 		r.note("no final states: durability not checked")
 		return
 	}
+	checkRefusedUnwritten(v, r)
 	compacted, checked := 0, 0
 	for _, f := range v.finals {
 		find := func(job string, refs ...int) (*history.JobSummary, bool) {
@@ -129,4 +141,74 @@ func containsU(xs []uint64, x uint64) bool {
 		}
 	}
 	return false
+}
+
+// unwrittenReasons are refusals that say the write was not made: neither
+// logged nor applied.
+var unwrittenReasons = map[string]bool{
+	transport.ReasonDiskFull: true, transport.ReasonQuotaExceeded: true, transport.ReasonTooLarge: true,
+	transport.ReasonRateLimited: true, transport.ReasonUnauthenticated: true, transport.ReasonForbidden: true,
+}
+
+// isWrite names the ops that change the state.
+func isWrite(name string) bool {
+	switch name {
+	case history.OpSubmit, history.OpAcquire, history.OpStart, history.OpReport, history.OpRelease, history.OpCancel,
+		history.OpKill, history.OpCancelSubmitter, history.OpRegister, history.OpDeregister:
+		return true
+	}
+	return false
+}
+
+// countDiskFull counts the writes acknowledged while a disk fault was on
+// and the calls refused DISK_FULL.
+func countDiskFull(v *view, r *Result) {
+	acked, refused := 0, 0
+	for i := range v.ops {
+		op := &v.ops[i]
+		if !isWrite(op.Name) {
+			continue
+		}
+		switch {
+		case op.Status == history.StatusFail && op.Reason == transport.ReasonDiskFull:
+			refused++
+		case op.Status == history.StatusOK && slices.ContainsFunc(v.faults, func(f faultSpn) bool {
+			return f.disk && f.overlaps(op.InvokeNs, op.CompleteNs)
+		}):
+			acked++
+		}
+	}
+	r.Stats["acked_while_disk_full"] = float64(acked)
+	r.Stats["refused_disk_full"] = float64(refused)
+}
+
+// checkRefusedUnwritten: a job none of whose submits was anything but a
+// refusal that says nothing was written does not exist.
+func checkRefusedUnwritten(v *view, r *Result) {
+	for _, job := range v.jobs {
+		var refusals []int
+		reason := ""
+		only := true
+		for _, i := range v.jobOps[job] {
+			op := &v.ops[i]
+			if op.Name != history.OpSubmit {
+				continue
+			}
+			if op.Status != history.StatusFail || !unwrittenReasons[op.Reason] {
+				only = false
+				break
+			}
+			refusals = append(refusals, op.CompleteIndex)
+			reason = op.Reason
+		}
+		if !only || len(refusals) == 0 {
+			continue
+		}
+		for _, f := range v.finals {
+			if _, ok := f.jobs[job]; ok {
+				r.add(fmt.Sprintf("node %s: job %s exists, but every submit of it was refused (%s): a refusal that was written",
+					f.fs.Node, job, reason), job, 0, append(refusals, f.idx)...)
+			}
+		}
+	}
 }

@@ -65,7 +65,7 @@ func violationsMention(t *testing.T, res Result, want string) {
 			return
 		}
 	}
-	t.Fatalf("no O1 violation mentions %q: %+v", want, res.Violations)
+	t.Fatalf("no %s violation mentions %q: %+v", res.Invariant, want, res.Violations)
 }
 
 // Every attempt refused, the membership and the terms as configured: O1

@@ -28,6 +28,13 @@ type Report struct {
 	// OrphanRecoveryMs: from the last heal to each orphaned job's re-lease
 	// (I12).
 	OrphanRecoveryMs []float64 `json:"orphan_recovery_ms,omitempty"`
+	// DiskReadyMs: the longest a node took to be ready again after its
+	// disk was freed (I12); nil without disk faults.
+	DiskReadyMs *float64 `json:"disk_ready_ms,omitempty"`
+	// FloodCalls and FloodServed count the flood's calls and those
+	// answered as if allowed (F1).
+	FloodCalls  int `json:"flood_calls,omitempty"`
+	FloodServed int `json:"flood_served,omitempty"`
 	// Visualizations are the Porcupine HTML files written (I10).
 	Visualizations []string `json:"visualizations,omitempty"`
 }
@@ -63,7 +70,7 @@ func (r *Report) Violations() int {
 	return n
 }
 
-// Result returns the result for an invariant ("I1".."I12", "O1").
+// Result returns the result for an invariant ("I1".."I12", "O1", "F1").
 func (r *Report) Result(invariant string) (Result, bool) {
 	for _, res := range r.Results {
 		if res.Invariant == invariant {
@@ -105,6 +112,15 @@ func (r *Report) fillHighlights(v *view) {
 	}
 	for _, ns := range v.orphanRec {
 		r.OrphanRecoveryMs = append(r.OrphanRecoveryMs, ms(ns))
+	}
+	if v.diskReady != nil {
+		r.DiskReadyMs = msp(*v.diskReady)
+	}
+	r.FloodCalls = len(v.floods)
+	for _, i := range v.floods {
+		if v.entries[i].Flood.Served {
+			r.FloodServed++
+		}
 	}
 	r.Visualizations = v.viz
 }
@@ -176,6 +192,27 @@ func (r *Report) Summary(w io.Writer) error {
 	}
 	if o1, ok := r.Result("O1"); ok && o1.Stats["term_bound"] > 0 {
 		fmt.Fprintf(&b, "%-28s %.0f (bound %.0f)\n", "highest final term", o1.Stats["max_term"], o1.Stats["term_bound"])
+	}
+	if i12, ok := r.Result("I12"); ok && r.DiskReadyMs != nil {
+		fmt.Fprintf(&b, "%-28s %.0f freed, slowest ready after %.1fms (bound %.0fms)\n", "disks", i12.Stats["disks_freed"],
+			*r.DiskReadyMs, i12.Stats["disk_ready_bound_ms"])
+	}
+	if f1, ok := r.Result("F1"); ok && r.FloodCalls > 0 {
+		fmt.Fprintf(&b, "%-28s %d, %d served; idle connections %.0f (held up to %.0fms)\n", "flood calls", r.FloodCalls, r.FloodServed,
+			f1.Stats["calls_idle-conn"], f1.Stats["idle_held_max_ms"])
+		fmt.Fprintf(&b, "%-28s %.0f, %.1f/s (bound %.0f)\n", "audit events of the flood", f1.Stats["audit_events_flood"],
+			f1.Stats["audit_per_s"], f1.Stats["audit_bound"])
+	}
+	if f1, ok := r.Result("F1"); ok && f1.Stats["final_events"] > 0 {
+		fmt.Fprintf(&b, "%-28s %.0f events from seq %.0f (the run saw seq %.0f to %.0f)\n", "final event log",
+			f1.Stats["final_events"], f1.Stats["final_first_seq"], f1.Stats["watch_first_seq"], f1.Stats["watch_last_seq"])
+		var types []string
+		for _, k := range sortedKeys(f1.Stats) {
+			if typ, ok := strings.CutPrefix(k, "final_events_"); ok {
+				types = append(types, fmt.Sprintf("%s %.0f", typ, f1.Stats[k]))
+			}
+		}
+		fmt.Fprintf(&b, "%-28s %s\n", "final events by type", strings.Join(types, ", "))
 	}
 	for _, p := range r.Visualizations {
 		fmt.Fprintf(&b, "%-28s %s\n", "visualization", p)

@@ -36,6 +36,8 @@ type view struct {
 
 	attempts []int // outsider_attempt entry indexes
 	captures []int // outsider_capture entry indexes
+	floods   []int // flood_call entry indexes
+	readies  []int // node_ready entry indexes, in time order
 
 	jobs       []string              // every job id the history names, sorted
 	grants     map[string][]grantRef // ok acquire grants per job
@@ -52,6 +54,7 @@ type view struct {
 	fenceBad  map[string]bool // I5: jobs with a fencing violation
 	minSlack  *int64          // I4
 	leaderRec *int64          // I12
+	diskReady *int64          // I12: the slowest node ready after its disk was freed
 	orphanRec []int64         // I12
 	viz       []string        // I10
 }
@@ -87,7 +90,7 @@ type faultSpn struct {
 	targets           []string
 	start, end        int64
 	pause, clock      bool
-	kill              bool
+	kill, disk        bool
 	jump              int64   // the clock jump at the start (back at the stop)
 	rate              float64 // the clocks' rate while on; 0 unknown
 }
@@ -181,6 +184,10 @@ func newView(entries []history.Entry, opts Options) (*view, error) {
 			v.attempts = append(v.attempts, i)
 		case history.KindOutsiderCapture:
 			v.captures = append(v.captures, i)
+		case history.KindFloodCall:
+			v.floods = append(v.floods, i)
+		case history.KindNodeReady:
+			v.readies = append(v.readies, i)
 		}
 	}
 	v.opts = opts.resolved(v.run)
@@ -193,6 +200,7 @@ func newView(entries []history.Entry, opts Options) (*view, error) {
 	}
 	byNs(v.heals)
 	byNs(v.elects)
+	byNs(v.readies)
 	v.faults = pairFaults(entries, v.opts)
 	v.indexOps(jobs)
 	v.execs = pairExecs(entries, v.faults, v.gone)
@@ -306,6 +314,7 @@ func pairFaults(entries []history.Entry, opts Options) []faultSpn {
 				pause: f.Pause || slices.Contains(opts.PauseFaults, f.Type),
 				clock: f.Clock || slices.Contains(opts.ClockFaults, f.Type),
 				kill:  f.Kill || slices.Contains(opts.KillFaults, f.Type),
+				disk:  f.Disk,
 				jump:  f.ClockJumpNs, rate: f.ClockRate,
 			})
 		case history.KindFaultStop:

@@ -155,6 +155,6 @@ func ClusterEventOf(ev *leaseholdv1.Event, node string) *ClusterEvent {
 	return &ClusterEvent{
 		Seq: ev.GetSeq(), Index: ev.GetIndex(), Type: ev.GetType(), JobID: ev.GetJobId(),
 		Token: ev.GetToken(), WorkerID: ev.GetWorkerId(), Ref: ev.GetRef(), Detail: ev.GetDetail(),
-		TimeUnixNs: ev.GetTime().AsTime().UnixNano(), Node: node,
+		TimeUnixNs: ev.GetTime().AsTime().UnixNano(), Node: node, Actor: ev.GetActor(), Source: ev.GetSource(),
 	}
 }

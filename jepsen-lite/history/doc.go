@@ -42,6 +42,7 @@
 //	cluster_event   event      heal           marker (optional)
 //	leader_elected  marker     worker_gone    marker
 //	outsider_attempt attempt   outsider_capture capture
+//	node_ready      marker     flood_call     flood
 //
 // # run, run_end
 //
@@ -49,7 +50,8 @@
 // nodes, workers and nemeses (names), renew_ns, grace_ns, toleration_ns
 // (the cluster's configured timings), election_timeout_ns and
 // heartbeat_timeout_ns (Raft's), members (the configured nodes: id,
-// raft_addr, api_addr) and secure (peer mutual TLS and API tokens on).
+// raft_addr, api_addr), secure (peer mutual TLS and API tokens on) and
+// flood_source (the address the flood calls from; empty: no flood).
 // Checkers use the timings unless told otherwise. run_end closes it: events_complete is
 // true only if the runner read the cluster's event log from its first
 // event to last_event_seq without a gap (no truncated answer, no reconnect
@@ -179,6 +181,9 @@
 //	                A clock fault with neither is an unknown disturbance
 //	fault.kill      the targets' processes were killed at the start (and,
 //	                if it stops, restarted as new processes at the stop)
+//	fault.disk      the target node's disk was filled at the start and
+//	                freed at the stop (node_ready follows when it is seen
+//	                ready again)
 //	fault.detail    free text
 //
 // The checkers also treat types pause, sigstop, sigstop-leader and
@@ -204,6 +209,11 @@
 //	final.members        the node's Raft configuration, each member with
 //	                     its API address from the node's table: [{id,
 //	                     raft_addr, api_addr, voter}], sorted by id
+//	final.events         the node's event log as it ends, read from seq 0:
+//	                     {first_seq, last_seq, count (events held),
+//	                     truncated (the node said earlier ones were
+//	                     dropped), by_type (counts), stale_reports (the
+//	                     seqs of the lease.stale_report events held)}
 //
 // A JobSummary (also get_job's and release's output) is: id, state, tokens
 // (every lease token the job keeps, oldest first; the server keeps the
@@ -225,6 +235,8 @@
 //	event.detail             as the cluster gave them
 //	event.time_unix_ns       the leader's wall-clock stamp (informational)
 //	event.node               the node read from
+//	event.actor, event.source  (audit events) who acted, from which
+//	                         address (host:port)
 //
 // An event read twice (a reconnect) may be recorded twice; the checkers
 // keep the first of each seq.
@@ -261,4 +273,31 @@
 // whose address the joins offer as an API address: capture.from (required),
 // capture.first (what its first bytes looked like), capture.count (the
 // connections so far, required).
+//
+// # node_ready
+//
+// After a disk fault freed a node's disk, the nemesis waits for the node
+// to say it is ready again (GET /readyz); node_ready (marker.node
+// required) is when it first did, marker.detail how long after the free.
+// A freed node with no node_ready was never seen ready again.
+//
+// # flood_call
+//
+// The flood is a client on an address of its own (run.flood_source) that
+// sends the cluster, beside the real load, what a careless or hostile
+// client would. Every call is recorded when it ended:
+//
+//	flood.attack   required: gzip-bomb, oversized-declared,
+//	               oversized-streamed, idle-conn, ghost-heartbeat,
+//	               ghost-acquire, wrong-token, admin-call, impersonate
+//	flood.node     required: the node called
+//	flood.cred     required: none, valid (the flood's own token, a
+//	               worker's scoped to made-up ids) or wrong (no node's)
+//	flood.status   the HTTP status of the answer, 0 if none came
+//	flood.code, flood.reason  the refusal's code and the API's reason
+//	flood.served   answered 2xx: the call was allowed (never right)
+//	flood.error    how it ended without an answer
+//	flood.held_ns  (idle-conn) how long the connection was held open
+//
+// Ghost worker ids start with flood-ghost- (FloodGhostPrefix).
 package history

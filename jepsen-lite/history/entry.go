@@ -30,6 +30,10 @@ const (
 	// connections its capture server received.
 	KindOutsiderAttempt Kind = "outsider_attempt"
 	KindOutsiderCapture Kind = "outsider_capture"
+	// A node seen ready again after a disk fault freed its disk.
+	KindNodeReady Kind = "node_ready"
+	// One call of the flood, a hostile client beside the real load.
+	KindFloodCall Kind = "flood_call"
 )
 
 // Kinds lists every kind, in the order doc.go describes them.
@@ -38,6 +42,7 @@ func Kinds() []Kind {
 		KindRun, KindRunEnd, KindInvoke, KindComplete, KindExecStart, KindExecStop,
 		KindSinkWrite, KindFaultStart, KindFaultStop, KindFinalState, KindClusterEvent,
 		KindHeal, KindLeaderElected, KindWorkerGone, KindOutsiderAttempt, KindOutsiderCapture,
+		KindNodeReady, KindFloodCall,
 	}
 }
 
@@ -70,6 +75,8 @@ type Entry struct {
 
 	Attempt *Attempt `json:"attempt,omitempty"`
 	Capture *Capture `json:"capture,omitempty"`
+
+	Flood *FloodCall `json:"flood,omitempty"`
 }
 
 // Run opens a history: the cluster's settings as the runner configured
@@ -93,6 +100,9 @@ type Run struct {
 	Members []Member `json:"members,omitempty"`
 	// Secure: the peer port runs mutual TLS and the API wants tokens.
 	Secure bool `json:"secure,omitempty"`
+	// FloodSource is the address the flood calls from; empty: the run
+	// has no flood.
+	FloodSource string `json:"flood_source,omitempty"`
 }
 
 // Member is one node of a cluster's membership: its id and addresses.
@@ -293,7 +303,10 @@ type Fault struct {
 	ClockRate   float64 `json:"clock_rate,omitempty"`
 	// Kill: the targets' processes were killed when the fault started (and
 	// restarted, as new processes, when it stopped, if it stopped).
-	Kill   bool   `json:"kill,omitempty"`
+	Kill bool `json:"kill,omitempty"`
+	// Disk: the target's disk was filled to the last byte when the fault
+	// started, and freed when it stopped; node_ready follows the stop.
+	Disk   bool   `json:"disk,omitempty"`
 	Detail string `json:"detail,omitempty"`
 }
 
@@ -311,6 +324,27 @@ type FinalState struct {
 	// each member's API address from its node table, sorted by id.
 	Term    uint64   `json:"term,omitempty"`
 	Members []Member `json:"members,omitempty"`
+	// Events is the node's event log as it ends, read from its first
+	// retained event.
+	Events *EventLog `json:"events,omitempty"`
+}
+
+// EventLog sums up one node's event log at the end of a run: what it
+// still holds, without holding it all.
+type EventLog struct {
+	// FirstSeq and LastSeq are the first and last events it holds (0:
+	// none); Count how many it holds between them.
+	FirstSeq uint64 `json:"first_seq"`
+	LastSeq  uint64 `json:"last_seq"`
+	Count    int    `json:"count"`
+	// Truncated: asked for everything from seq 0, the node said events
+	// had been dropped from the front.
+	Truncated bool `json:"truncated,omitempty"`
+	// ByType counts the events it holds by type.
+	ByType map[string]int `json:"by_type,omitempty"`
+	// StaleReports are the seqs of the lease.stale_report events it
+	// holds.
+	StaleReports []uint64 `json:"stale_reports,omitempty"`
 }
 
 // JobSummary is a job as one read saw it.
@@ -361,6 +395,9 @@ type ClusterEvent struct {
 	// as it does not compare with Ns.
 	TimeUnixNs int64  `json:"time_unix_ns,omitempty"`
 	Node       string `json:"node,omitempty"`
+	// Actor and Source (audit events): who acted, from which address.
+	Actor  string `json:"actor,omitempty"`
+	Source string `json:"source,omitempty"`
 }
 
 // Event types the checkers read (the cluster records more).
@@ -380,6 +417,7 @@ const (
 	EventJobLost         = "job.lost"
 	EventJobFailed       = "job.failed"
 	EventWorkerReachable = "worker.reachable"
+	EventAudit           = "audit"
 )
 
 // Marker is the payload of heal, leader_elected and worker_gone.
@@ -443,6 +481,64 @@ type Capture struct {
 	// included.
 	Count int `json:"count"`
 }
+
+// FloodCall is one call of the flood: a client on an address of its own
+// that sends the cluster what a careless or hostile client would, beside
+// the real load. Every one must be refused.
+type FloodCall struct {
+	Attack string `json:"attack"` // one of the Flood* attack names
+	Node   string `json:"node"`   // the node called
+	// Cred is the credential it carried: CredNone, CredValid (the flood's
+	// own token, a worker's scoped to made-up ids) or CredWrong (a token
+	// no node knows).
+	Cred string `json:"cred"`
+	// Status is the HTTP status of the answer (0: none came); Code and
+	// Reason the API's refusal code and reason, when it gave them.
+	Status int    `json:"status,omitempty"`
+	Code   string `json:"code,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// Served: answered 2xx, as if the call had been allowed.
+	Served bool `json:"served"`
+	// Error says how the call ended without an answer (a reset, a
+	// timeout, the flood stopping it).
+	Error string `json:"error,omitempty"`
+	// HeldNs (idle connections): how long the connection was held open
+	// from its headers to its end.
+	HeldNs int64 `json:"held_ns,omitempty"`
+}
+
+// Attacks of the flood.
+const (
+	// A gzip message that inflates to tens of MiB.
+	FloodGzipBomb = "gzip-bomb"
+	// A body announcing more than the node takes (Content-Length).
+	FloodOversizedDeclared = "oversized-declared"
+	// A body over the bound with no length announced.
+	FloodOversizedStreamed = "oversized-streamed"
+	// A connection that sends a request's headers and never its body.
+	FloodIdleConn = "idle-conn"
+	// Heartbeats and acquires in the names of workers nobody registered.
+	FloodGhostHeartbeat = "ghost-heartbeat"
+	FloodGhostAcquire   = "ghost-acquire"
+	// A call with a token no node knows.
+	FloodWrongToken = "wrong-token"
+	// An admin-only call with a non-admin (or a wrong) token.
+	FloodAdminCall = "admin-call"
+	// An acquire in a real worker's name with a credential scoped to
+	// other ids.
+	FloodImpersonate = "impersonate"
+)
+
+// Credentials a flood call carries.
+const (
+	CredNone  = "none"
+	CredValid = "valid"
+	CredWrong = "wrong"
+)
+
+// FloodGhostPrefix starts the made-up worker ids of the flood's ghost
+// heartbeats and acquires: no event may ever name one.
+const FloodGhostPrefix = "flood-ghost-"
 
 // JobState is a job's state, the API's JobState without its prefix.
 type JobState string
@@ -514,7 +610,7 @@ func (e *Entry) Validate() error {
 	}
 	set := 0
 	for _, p := range []bool{e.Run != nil, e.RunEnd != nil, e.Op != nil, e.Exec != nil, e.Sink != nil,
-		e.Fault != nil, e.Final != nil, e.Event != nil, e.Marker != nil, e.Attempt != nil, e.Capture != nil} {
+		e.Fault != nil, e.Final != nil, e.Event != nil, e.Marker != nil, e.Attempt != nil, e.Capture != nil, e.Flood != nil} {
 		if p {
 			set++
 		}
@@ -622,6 +718,16 @@ func (e *Entry) checkPayload() (int, error) {
 	case KindOutsiderCapture:
 		if e.Capture == nil || e.Capture.From == "" || e.Capture.Count <= 0 {
 			return bad("capture needs from and a positive count")
+		}
+		return 1, nil
+	case KindNodeReady:
+		if e.Marker == nil || e.Marker.Node == "" {
+			return bad("marker needs node")
+		}
+		return 1, nil
+	case KindFloodCall:
+		if e.Flood == nil || e.Flood.Attack == "" || e.Flood.Node == "" || e.Flood.Cred == "" {
+			return bad("flood needs attack, node and cred")
 		}
 		return 1, nil
 	}

@@ -159,6 +159,8 @@ func TestEveryKindValidates(t *testing.T) {
 		history.KindOutsiderAttempt: {Attempt: &history.Attempt{Attack: history.AttackJoinStranger, Node: "n1",
 			Via: history.ViaTCP}},
 		history.KindOutsiderCapture: {Capture: &history.Capture{From: "10.0.0.1:1", Count: 1}},
+		history.KindNodeReady:       {Marker: &history.Marker{Node: "n1"}},
+		history.KindFloodCall:       {Flood: &history.FloodCall{Attack: history.FloodGzipBomb, Node: "n1", Cred: history.CredValid}},
 	}
 	for _, k := range history.Kinds() {
 		e, ok := entries[k]
@@ -264,6 +266,11 @@ func TestNowIsMonotonic(t *testing.T) {
 
 func TestClassify(t *testing.T) {
 	retryErr := fmt.Errorf("gave up: %w", errors.Join(context.DeadlineExceeded, &client.Error{Reason: transport.ReasonNotLeader}))
+	// The client retries DISK_FULL elsewhere: one that reaches the caller
+	// as the last error of a call whose time ran out says nothing of the
+	// attempts before it.
+	diskFullRetried := fmt.Errorf("gave up: %w", errors.Join(context.DeadlineExceeded,
+		&client.Error{Reason: transport.ReasonDiskFull, Code: connect.CodeResourceExhausted, NodeID: "n2"}))
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -275,6 +282,11 @@ func TestClassify(t *testing.T) {
 		{"conflict wrapped", fmt.Errorf("report: %w", &client.Error{Reason: transport.ReasonConflict}), history.StatusFail, "CONFLICT"},
 		{"outcome unknown", &client.Error{Reason: transport.ReasonOutcomeUnknown}, history.StatusInfo, "OUTCOME_UNKNOWN"},
 		{"server timeout", &client.Error{Reason: transport.ReasonTimeout}, history.StatusInfo, "TIMEOUT"},
+		// A single attempt answered DISK_FULL was never stored (on the
+		// leader its append failed; a follower never forwarded it).
+		{"disk full", &client.Error{Reason: transport.ReasonDiskFull, Code: connect.CodeResourceExhausted, NodeID: "n1"}, history.StatusFail, "DISK_FULL"},
+		{"disk full, then out of time", diskFullRetried, history.StatusInfo, "TIMEOUT"},
+		{"quota", &client.Error{Reason: transport.ReasonQuotaExceeded, Code: connect.CodeResourceExhausted}, history.StatusFail, "QUOTA_EXCEEDED"},
 		{"context ended while retrying", retryErr, history.StatusInfo, "TIMEOUT"},
 		{"cancelled", context.Canceled, history.StatusInfo, "CANCELED"},
 		{"connection lost", &client.Error{Code: connect.CodeUnavailable}, history.StatusInfo, "UNAVAILABLE"},

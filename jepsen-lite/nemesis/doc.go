@@ -6,9 +6,12 @@
 // through the chaos build's clock seam (a leader that slept, a cluster
 // that slept, a follower's jump, a leader running fast or slow, a leader
 // thrown back), proxy delay and loss, leadership transfer, a worker cut
-// off from the cluster, the leader isolated together with one worker, and
-// an outsider (package outsider) forging joins and Raft messages at every
-// node's peer port.
+// off from the cluster, the leader isolated together with one worker, an
+// outsider (package outsider) forging joins and Raft messages at every
+// node's peer port, and a full disk under a follower or the leader (each
+// node's data dir on a small tmpfs of its own, package disk, filled to the
+// last byte and freed; the fault's end waits until the node says it is
+// ready again and records when).
 //
 // Faults come in families; a run takes one family or several, or "mixed"
 // for all. Plan orders them: every kind of the families in turn, in an

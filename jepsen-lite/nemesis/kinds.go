@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 )
 
@@ -20,6 +22,9 @@ type Kind struct {
 	MinNodes int
 	// Shaping: the kind delays or loses traffic (proxy network only).
 	Shaping bool
+	// Disk: the kind fills a node's disk (the nodes' data dirs must be on
+	// disks of their own, which needs root).
+	Disk bool
 	// hold is how long the fault lasts, scaled to the cluster's timings.
 	hold  func(t Timings, rng *rand.Rand) time.Duration
 	start func(ctx context.Context, e *Env) (*Active, error)
@@ -36,6 +41,10 @@ type Env struct {
 	C   Cluster
 	T   Timings
 	Rng *rand.Rand
+	// Rec records what a fault observes besides its start and stop (a
+	// node ready again); Log what it could not do.
+	Rec *history.Recorder
+	Log hclog.Logger
 }
 
 // Active is a fault in progress: what it hit, how, and how to undo it.
@@ -48,6 +57,9 @@ type Active struct {
 	ClockRate float64
 	Detail    string
 	stop      func(ctx context.Context) error
+	// settle, if set, runs after the stop is recorded and waits for the
+	// cluster to recover from the fault (a freed disk's node ready again).
+	settle func(ctx context.Context) error
 }
 
 // Families of faults, in the order --nemesis mixed runs them.
@@ -60,11 +72,12 @@ const (
 	FamilyTransfer  = "transfer"
 	FamilyWorker    = "worker"
 	FamilyOutsider  = "outsider"
+	FamilyDisk      = "disk"
 )
 
 // Families lists every family.
 func Families() []string {
-	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker, FamilyOutsider}
+	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker, FamilyOutsider, FamilyDisk}
 }
 
 // Catalog is every kind of fault.
@@ -117,6 +130,9 @@ func Catalog() []*Kind {
 			hold: func(t Timings, _ *rand.Rand) time.Duration { return t.Toleration + t.Grace + 2*t.Renew }},
 
 		{Name: "outsider", Family: FamilyOutsider, hold: toleration, start: outsiderAttack},
+
+		{Name: "disk-follower", Family: FamilyDisk, Disk: true, hold: toleration, start: fillDisk(pickFollower)},
+		{Name: "disk-leader", Family: FamilyDisk, Disk: true, hold: pastGrace, start: fillDisk(pickLeader)},
 	}
 }
 
@@ -685,3 +701,94 @@ func outsiderAttack(ctx context.Context, e *Env) (*Active, error) {
 			return nil
 		}}, nil
 }
+
+// Disks.
+
+// diskNotice bounds the wait, after a fill, for the node to notice: it
+// does at its next write to the log, which the load makes within a few
+// renews.
+func diskNotice(t Timings) time.Duration { return max(2*time.Second, 4*t.Renew) }
+
+// diskReadyWait bounds the wait, after a free, for the node to say it is
+// ready again; the checkers judge how long it took (I12).
+const diskReadyWait = time.Minute
+
+// fillDisk fills a node's disk to the last byte and watches it stop
+// being ready; at the stop it frees the disk and waits until the node is
+// ready again, recording when it was (node_ready).
+func fillDisk(pick picker) func(ctx context.Context, e *Env) (*Active, error) {
+	return func(ctx context.Context, e *Env) (*Active, error) {
+		disks := e.C.Disks()
+		if disks == nil {
+			return nil, errors.New("nemesis: this run's nodes have no disks of their own")
+		}
+		nodes, err := pick(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		node := nodes[0]
+		n, err := disks.Fill(node)
+		if err != nil {
+			disks.Free(node)
+			return nil, err
+		}
+		at := history.Now()
+		detail := fmt.Sprintf("filled %s's disk (%s): wrote %s", node, mib(disks.Size(node)), mib(n))
+		// What the node says while its disk is full, for the record.
+		noticed, reason := waitReady(ctx, e, node, false, diskNotice(e.T))
+		switch {
+		case noticed:
+			detail += fmt.Sprintf("; not ready after %v: %s", time.Duration(history.Now()-at).Round(time.Millisecond), reason)
+		case reason != "":
+			detail += "; still ready after " + diskNotice(e.T).String() + " (" + reason + ")"
+		default:
+			detail += "; still ready after " + diskNotice(e.T).String()
+		}
+		var freedAt int64
+		return &Active{At: at, Targets: nodes, Detail: detail,
+			stop: func(context.Context) error {
+				err := disks.Free(node)
+				freedAt = history.Now()
+				return err
+			},
+			settle: func(ctx context.Context) error {
+				ready, reason := waitReady(ctx, e, node, true, diskReadyWait)
+				if !ready {
+					return fmt.Errorf("nemesis: %s not ready %v after its disk was freed: %s", node, diskReadyWait, reason)
+				}
+				took := time.Duration(history.Now() - freedAt).Round(time.Millisecond)
+				e.Rec.Append(history.Entry{Kind: history.KindNodeReady, Process: Process,
+					Marker: &history.Marker{Node: node, Detail: fmt.Sprintf("ready %v after its disk was freed", took)}})
+				return nil
+			}}, nil
+	}
+}
+
+// waitReady polls node until its readiness is want, up to bound, and
+// returns whether it got there and the node's last reason for not being
+// ready (or the error asking it).
+func waitReady(ctx context.Context, e *Env, node string, want bool, bound time.Duration) (bool, string) {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	last := ""
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, time.Second)
+		ready, reason, err := e.C.Ready(rctx, node)
+		rcancel()
+		switch {
+		case err != nil:
+			last = err.Error()
+		case ready == want:
+			return true, reason
+		default:
+			last = reason
+		}
+		select {
+		case <-ctx.Done():
+			return false, last
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }

@@ -68,6 +68,22 @@ type Cluster interface {
 	// Outsider is the run's attacker on the nodes' peer ports; nil when
 	// the run has none.
 	Outsider() Outsider
+	// Disks fill and free the nodes' disks; nil when the run has none.
+	Disks() Disks
+	// Ready asks a node whether it is ready (GET /readyz) and, if not,
+	// why.
+	Ready(ctx context.Context, node string) (ready bool, reason string, err error)
+}
+
+// Disks are the nodes' own small file systems, which the disk faults fill
+// up and free.
+type Disks interface {
+	// Fill writes to node's disk until it has no room left and returns
+	// how many bytes it wrote; Size is the disk's size.
+	Fill(node string) (int64, error)
+	Size(node string) int64
+	// Free removes what Fill wrote.
+	Free(node string) error
 }
 
 // Outsider attacks the nodes from an address that is no member's: it
@@ -138,7 +154,7 @@ func (n *Nemesis) Start(ctx context.Context, kind *Kind) (string, error) {
 	n.mu.Lock()
 	rng := rand.New(rand.NewPCG(n.rng.Uint64(), n.rng.Uint64()))
 	n.mu.Unlock()
-	a, err := kind.Start(ctx, &Env{C: n.c, T: n.t, Rng: rng})
+	a, err := kind.Start(ctx, &Env{C: n.c, T: n.t, Rng: rng, Rec: n.rec, Log: n.log})
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +164,7 @@ func (n *Nemesis) Start(ctx context.Context, kind *Kind) (string, error) {
 	n.active[id] = a
 	n.count[kind.Type()]++
 	n.mu.Unlock()
-	f := &history.Fault{ID: id, Type: kind.Type(), Targets: a.Targets, Pause: a.Pause, Kill: a.Kill,
+	f := &history.Fault{ID: id, Type: kind.Type(), Targets: a.Targets, Pause: a.Pause, Kill: a.Kill, Disk: kind.Disk,
 		Clock: a.ClockJump != 0 || a.ClockRate != 0, ClockJumpNs: int64(a.ClockJump), ClockRate: a.ClockRate, Detail: a.Detail}
 	n.rec.Append(history.Entry{Kind: history.KindFaultStart, Ns: a.At, Process: Process, Fault: f})
 	n.log.Info("fault started", "id", id, "type", f.Type, "targets", f.Targets, "detail", f.Detail)
@@ -170,6 +186,13 @@ func (n *Nemesis) Stop(ctx context.Context, id string) error {
 	}
 	n.rec.Append(history.Entry{Kind: history.KindFaultStop, Process: Process, Fault: &history.Fault{ID: id}})
 	n.log.Info("fault stopped", "id", id, "error", err)
+	if a.settle != nil {
+		// After the stop is recorded: the checkers time recovery from it.
+		if serr := a.settle(ctx); serr != nil {
+			n.log.Error("not recovered after the fault", "id", id, "error", serr)
+			err = errors.Join(err, serr)
+		}
+	}
 	return err
 }
 

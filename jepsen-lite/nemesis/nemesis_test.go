@@ -129,11 +129,14 @@ type fakeCluster struct {
 	incarn  map[string]int
 	// attacking: an outsider's Attack is running.
 	attacking int
+	// full: nodes whose disks are full; stuck: nodes never ready again.
+	full, stuck map[string]bool
 }
 
 func newFakeCluster(n int) *fakeCluster {
 	c := &fakeCluster{leader: "n1", blocked: map[[2]string]bool{}, shaped: map[[2]string]bool{}, clocks: map[string]string{}, slept: map[string]time.Duration{},
-		paused: map[string]bool{}, dead: map[string]bool{}, incarn: map[string]int{"w1": 1, "w2": 1}}
+		paused: map[string]bool{}, dead: map[string]bool{}, incarn: map[string]int{"w1": 1, "w2": 1},
+		full: map[string]bool{}, stuck: map[string]bool{}}
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, fmt.Sprintf("n%d", i))
 	}
@@ -217,6 +220,28 @@ func (c *fakeCluster) HealProcesses(context.Context) error {
 	return nil
 }
 func (c *fakeCluster) Outsider() Outsider { return fakeOutsider{c} }
+func (c *fakeCluster) Disks() Disks       { return c }
+func (c *fakeCluster) Fill(node string) (int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.full[node] = true
+	return 64 << 20, nil
+}
+func (c *fakeCluster) Size(string) int64 { return 64 << 20 }
+func (c *fakeCluster) Free(node string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.full, node)
+	return nil
+}
+func (c *fakeCluster) Ready(_ context.Context, node string) (bool, string, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.full[node] || c.stuck[node] {
+		return false, "disk full on node " + node, nil
+	}
+	return true, "", nil
+}
 
 // fakeOutsider attacks until told to stop.
 type fakeOutsider struct{ c *fakeCluster }
@@ -294,7 +319,7 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 				}
 			}
 			c.mu.Lock()
-			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks) + len(c.slept) + c.attacking
+			broke := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + len(c.clocks) + len(c.slept) + c.attacking + len(c.full)
 			c.mu.Unlock()
 			if broke == 0 && k.Name != "transfer" {
 				t.Fatalf("%s broke nothing", k.Name)
@@ -324,7 +349,7 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.mu.Lock()
-			left := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + c.attacking
+			left := len(c.blocked) + len(c.shaped) + len(c.paused) + len(c.dead) + c.attacking + len(c.full)
 			wrong := 0
 			for _, v := range c.clocks {
 				if v != "0s 1" {
@@ -336,6 +361,13 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 				t.Fatalf("%s left %d links, processes or clocks broken", k.Name, left+wrong)
 			}
 			es := rec.Entries()
+			if k.Family == FamilyDisk {
+				// The node is seen ready again after the stop.
+				if len(es) != 3 || es[2].Kind != history.KindNodeReady || es[2].Marker.Node != start.Targets[0] {
+					t.Fatalf("a disk fault's entries %+v", es)
+				}
+				es = es[:2]
+			}
 			if len(es) != 2 || es[0].Kind != history.KindFaultStart || es[1].Kind != history.KindFaultStop || es[1].Fault.ID != id {
 				t.Fatalf("entries %+v", es)
 			}
@@ -454,3 +486,69 @@ func TestRunHealAndKillForGood(t *testing.T) {
 		t.Fatalf("%d starts, %d stops, %d gone", starts, stops, gone)
 	}
 }
+
+// A disk fault fills the leader's or a follower's disk, records that the
+// node stopped being ready, and at its stop frees the disk and waits for
+// the node: node_ready after the stop, or an error (and no node_ready)
+// when it never comes back.
+func TestDiskFault(t *testing.T) {
+	c := newFakeCluster(3)
+	rec := history.NewRecorder(nil)
+	n := New(c, rec, ci, 1, quiet())
+	ks, _ := Select([]string{"disk"}, 3, false)
+	if !slices.Equal(names(ks), []string{"disk-follower", "disk-leader"}) || !ks[0].Disk {
+		t.Fatalf("disk family: %v", names(ks))
+	}
+	id, err := n.Start(context.Background(), ks[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := rec.Entries()[0].Fault
+	if !slices.Equal(start.Targets, []string{"n1"}) || !start.Disk || !strings.Contains(start.Detail, "not ready after") ||
+		!strings.Contains(start.Detail, "disk full on node n1") {
+		t.Fatalf("the leader's disk fault: %+v", start)
+	}
+	if err := n.Stop(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	es := rec.Entries()
+	if len(es) != 3 || es[1].Kind != history.KindFaultStop || es[2].Kind != history.KindNodeReady || es[2].Ns < es[1].Ns {
+		t.Fatalf("entries %+v", es)
+	}
+
+	// A node that never says it is ready again.
+	id, err = n.Start(context.Background(), ks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := rec.Entries()[3].Fault.Targets[0]
+	if target == "n1" {
+		t.Fatalf("a follower's disk fault hit the leader")
+	}
+	c.mu.Lock()
+	c.stuck[target] = true
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if err := n.Stop(ctx, id); err == nil || !strings.Contains(err.Error(), "not ready") {
+		t.Fatalf("stop of a fault whose node never came back: %v", err)
+	}
+	for _, e := range rec.Entries()[4:] {
+		if e.Kind == history.KindNodeReady {
+			t.Fatalf("node_ready recorded for a node that never was: %+v", e)
+		}
+	}
+}
+
+// Without disks of their own the disk faults cannot start.
+func TestDiskFaultNeedsDisks(t *testing.T) {
+	ks, _ := Select([]string{"disk-follower"}, 3, false)
+	e := &Env{C: noDisks{newFakeCluster(3)}, T: ci, Rng: rand.New(rand.NewPCG(1, 1))}
+	if _, err := ks[0].Start(context.Background(), e); err == nil {
+		t.Fatal("a disk fault started without disks")
+	}
+}
+
+type noDisks struct{ *fakeCluster }
+
+func (noDisks) Disks() Disks { return nil }

@@ -35,6 +35,10 @@ type Network interface {
 	// it dials the nodes from it and listens on it (its own peer port and
 	// a capture server), and every node can reach it.
 	OutsiderIP() string
+	// FloodIP is another address no member has, for the flood: it calls
+	// the nodes' APIs from it, so its connections count against a host
+	// of their own, and no fault ever cuts it off.
+	FloodIP() string
 	// NodeCommand returns the command line that runs argv as node i, in
 	// its place on the network.
 	NodeCommand(i int, argv []string) []string

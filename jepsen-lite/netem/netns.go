@@ -37,7 +37,8 @@ func NetnsAvailable() bool {
 // Netns is the privileged network: node i lives in namespace
 // <prefix>n<i> with address 10.231.K.(10+i) on a veth pair whose other
 // end is on bridge <prefix>br, which holds the runner's address
-// 10.231.K.1, worker w's 10.231.K.(100+w) and the outsider's 10.231.K.250.
+// 10.231.K.1, worker w's 10.231.K.(100+w), the outsider's 10.231.K.250 and
+// the flood's 10.231.K.249.
 // Partitions are iptables DROP rules in the nodes' namespaces.
 type Netns struct {
 	prefix  string
@@ -98,7 +99,8 @@ func (n *Netns) build() error {
 	for w := 1; w <= n.workers; w++ {
 		steps = append(steps, []string{"addr", "add", n.WorkerIP(w) + "/24", "dev", br})
 	}
-	steps = append(steps, []string{"addr", "add", n.OutsiderIP() + "/24", "dev", br})
+	steps = append(steps, []string{"addr", "add", n.OutsiderIP() + "/24", "dev", br},
+		[]string{"addr", "add", n.FloodIP() + "/24", "dev", br})
 	steps = append(steps, []string{"link", "set", br, "up"})
 	for i := 1; i <= n.nodes; i++ {
 		ns, host, peer := n.ns(i), n.hostEnd(i), n.nodeEnd(i)
@@ -133,6 +135,7 @@ func (n *Netns) APIAddr(i int) string  { return n.APIBind(i) }
 func (n *Netns) WorkerIP(w int) string { return fmt.Sprintf("%s.%d", n.subnet, 100+w) }
 func (n *Netns) RunnerIP() string      { return n.subnet + ".1" }
 func (n *Netns) OutsiderIP() string    { return n.subnet + ".250" }
+func (n *Netns) FloodIP() string       { return n.subnet + ".249" }
 func (n *Netns) ListenIP() string      { return n.RunnerIP() }
 
 // NodeCommand runs argv in node i's namespace; ip execs it, so the

@@ -20,8 +20,8 @@ const (
 // their own, behind proxies. Within 127.A.0.0/16 (A picked at random):
 // the runner is 127.A.0.1, node i binds 127.A.1.(10+i) and is dialed at
 // its proxies on 127.A.2.(10+i), worker w dials from 127.A.3.(10+w), and
-// the outsider has 127.A.4.1 (the proxies do not know it: its links are
-// never broken).
+// the outsider has 127.A.4.1 and the flood 127.A.5.1 (the proxies know
+// neither: their links are never broken).
 type ProxyNet struct {
 	a       int
 	links   *Links
@@ -88,6 +88,7 @@ func (n *ProxyNet) WorkerIP(w int) string                     { return n.ip(3, 1
 func (n *ProxyNet) RunnerIP() string                          { return n.ip(0, 1) }
 func (n *ProxyNet) ListenIP() string                          { return n.ip(0, 1) }
 func (n *ProxyNet) OutsiderIP() string                        { return n.ip(4, 1) }
+func (n *ProxyNet) FloodIP() string                           { return n.ip(5, 1) }
 func (n *ProxyNet) NodeCommand(_ int, argv []string) []string { return argv }
 
 // identify names a source address.

@@ -48,9 +48,13 @@ type cluster struct {
 	// the leader), with the submitter's token.
 	status []leaseholdv1connect.ClusterServiceClient
 	jobs   []leaseholdv1connect.JobServiceClient
+	events []leaseholdv1connect.EventServiceClient
 	// outsider attacks the nodes in the outsider family's faults; nil
 	// when the run has none.
 	outsider *outsider.Outsider
+	// disks hold the nodes' data dirs in a run with disk faults; nil
+	// otherwise.
+	disks nodeDisks
 
 	mu     sync.Mutex
 	clocks map[string]*clockState // by node
@@ -66,9 +70,10 @@ func (c *cluster) dir(parts ...string) string {
 }
 
 // newCluster writes the nodes' configuration (and, for a secure run, its
-// certificates and tokens) and makes their processes (not started).
-func newCluster(cfg Config, n netem.Network) (*cluster, error) {
-	c := &cluster{cfg: cfg, net: n}
+// certificates and tokens) and makes their processes (not started). With
+// disks, each node's data dir is on its own.
+func newCluster(cfg Config, n netem.Network, disks nodeDisks) (*cluster, error) {
+	c := &cluster{cfg: cfg, net: n, disks: disks}
 	for _, d := range []string{c.dir("logs"), c.dir("data"), c.dir("clock")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
@@ -112,7 +117,11 @@ func newCluster(cfg Config, n netem.Network) (*cluster, error) {
 		if err := writeFile(cfgPath, []byte(nodeTOML), 0o600); err != nil {
 			return nil, err
 		}
-		args := []string{cfg.Bin, "server", "--node-id", name, "--data-dir", c.dir("data", name),
+		dataDir := c.dir("data", name)
+		if d, ok := disks[name]; ok {
+			dataDir = d.Data()
+		}
+		args := []string{cfg.Bin, "server", "--node-id", name, "--data-dir", dataDir,
 			"--raft-bind", n.RaftBind(i), "--raft-advertise", n.RaftAddr(i), "--api-bind", n.APIBind(i),
 			"--api-advertise", n.APIAddr(i), "--bootstrap-expect", strconv.Itoa(cfg.Nodes),
 			"--join", strings.Join(join, ","), "--config", cfgPath, "--log-level", "info"}
@@ -129,6 +138,7 @@ func newCluster(cfg Config, n netem.Network) (*cluster, error) {
 		base := scheme + n.APIAddr(i)
 		c.status = append(c.status, leaseholdv1connect.NewClusterServiceClient(c.http, base, stubAuth))
 		c.jobs = append(c.jobs, leaseholdv1connect.NewJobServiceClient(c.http, base, stubAuth))
+		c.events = append(c.events, leaseholdv1connect.NewEventServiceClient(c.http, base, stubAuth))
 	}
 	var errs []error
 	for _, cl := range []struct {
@@ -265,6 +275,21 @@ func (c *cluster) startOutsider(rec *history.Recorder, log hclog.Logger) error {
 	}
 	c.outsider = o
 	return nil
+}
+
+// startFlood starts the flood beside the load, from its own address, with
+// its own token in a secure run.
+func (c *cluster) startFlood(ctx context.Context, rec *history.Recorder, log hclog.Logger) (*workload.Flood, error) {
+	var conf *tls.Config
+	if c.secrets != nil {
+		conf = c.secrets.clientTLS
+	}
+	var nodes []workload.FloodTarget
+	for i := 1; i <= c.cfg.Nodes; i++ {
+		nodes = append(nodes, workload.FloodTarget{Name: netem.NodeName(i), Addr: c.net.APIAddr(i)})
+	}
+	return workload.StartFlood(ctx, workload.FloodConfig{Rec: rec, SourceIP: c.net.FloodIP(), Nodes: nodes, TLS: conf,
+		Token: c.token(roleFlood), Workers: workerNames(c.cfg.Workers), Logger: log.Named("flood")})
 }
 
 func (c *cluster) proc(name string) (*proc, error) {

@@ -70,12 +70,26 @@ type Config struct {
 	// submitter, worker) that every client uses with least privilege.
 	// Otherwise the nodes run --insecure.
 	Secure bool
+	// Flood runs the flood beside the load (workload.Flood): from an
+	// address of its own, gzip bombs and oversized bodies, connections
+	// that never send their body, heartbeats and acquires from made-up
+	// workers, and, in a secure run, wrong tokens, admin calls with a
+	// non-admin token and calls in other workers' names.
+	Flood bool
+	// DiskSize is the size of each node's tmpfs in a run with the disk
+	// family (default DefaultDiskSize).
+	DiskSize int64
 	// Expect: the build is broken on purpose and the run must find
 	// violations of one of these invariants ("any" for any).
 	Expect []string
 	// Verbose copies the runner's log to stderr.
 	Verbose bool
 }
+
+// DefaultDiskSize is each node's tmpfs in a run with disk faults: a CI
+// run's data dir ends near 2 MiB (mixed, 40 s of faults), so 64 MiB holds
+// thirty times that, and a fill costs 64 MiB of memory for its hold.
+const DefaultDiskSize = 64 << 20
 
 // Validate checks the configuration and fills defaults into a copy.
 func (c Config) withDefaults() (Config, error) {
@@ -108,6 +122,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Name == "" {
 		c.Name = "run"
+	}
+	if c.DiskSize == 0 {
+		c.DiskSize = DefaultDiskSize
+	}
+	if c.DiskSize < 8<<20 {
+		return c, fmt.Errorf("runner: --disk-size %d: at least 8 MiB (a node's data dir must fit with room)", c.DiskSize)
 	}
 	if c.Seed == 0 {
 		c.Seed = time.Now().UnixNano()

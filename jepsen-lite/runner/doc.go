@@ -10,19 +10,27 @@
 // and the tokens under the run's pki/ (pki.go); otherwise the nodes run
 // --insecure. A run with the outsider family puts an outsider (package
 // outsider) on an address of its own for the nemesis to set on the nodes.
+// A run with the disk family puts each node's data dir on a tmpfs of its
+// own (package disk; root only, skipped with a note otherwise), copied to
+// data/ and unmounted at the end. A run with Config.Flood starts the flood
+// (workload.Flood) beside the load, from another address of its own, and
+// stops it with the load; the final states also sum up each node's event
+// log, for F1.
 //
 // A run's phases, in a history's terms:
 //
 //	run                      settings and timings
 //	leader_elected           the first leader
-//	... load, fault_start/fault_stop pairs ...
+//	... load, fault_start/fault_stop pairs (node_ready after a
+//	    disk fault's stop), flood_call beside the load ...
 //	fault_start kill-worker  (optional) a busy worker killed for good
 //	heal, leader_elected     every fault undone, a leader again
 //	... load for toleration + grace: orphans are re-leased ...
 //	cancel_submitter         the early executor gives up its queue
 //	... drain: every job terminal ...
-//	final_state × nodes      each node's jobs, state hash, term and
-//	                         membership, at one applied index
+//	final_state × nodes      each node's jobs, state hash, term,
+//	                         membership and event log, at one applied
+//	                         index
 //	run_end                  whether the event log was read whole
 //
 // Profiles are series of runs: "ci" runs the real build under each fault

@@ -176,8 +176,13 @@ func (c *cluster) readFinals(ctx context.Context) ([]history.FinalState, uint64,
 		if err != nil {
 			return nil, 0, err
 		}
+		events, err := c.eventLogOf(ctx, i)
+		if err != nil {
+			return nil, 0, err
+		}
 		out[i] = history.FinalState{Node: c.nodes[i].name, StateHash: hex.EncodeToString(st.GetStateHash()),
-			AppliedIndex: idx, LastToken: st.GetLastToken(), Complete: true, Jobs: jobs, Term: st.GetTerm(), Members: members}
+			AppliedIndex: idx, LastToken: st.GetLastToken(), Complete: true, Jobs: jobs, Term: st.GetTerm(), Members: members,
+			Events: events}
 	}
 	for i, st := range c.statuses(ctx, 2*time.Second, false) {
 		if st == nil || st.GetAppliedIndex() != idx {
@@ -203,6 +208,39 @@ func (c *cluster) listJobs(ctx context.Context, i int) ([]history.JobSummary, er
 		if page = resp.Msg.GetNextPageToken(); page == 0 {
 			return out, nil
 		}
+	}
+}
+
+// eventLogOf sums up the event log node i holds, read from its first
+// retained event (stale reads from that node alone).
+func (c *cluster) eventLogOf(ctx context.Context, i int) (*history.EventLog, error) {
+	out := &history.EventLog{ByType: map[string]int{}}
+	var after uint64
+	for first := true; ; first = false {
+		resp, err := c.events[i].ListEvents(ctx, connect.NewRequest(&leaseholdv1.ListEventsRequest{
+			AfterSeq: after, Limit: 1000, Consistency: leaseholdv1.Consistency_CONSISTENCY_STALE}))
+		if err != nil {
+			return nil, fmt.Errorf("%s: list events: %w", c.nodes[i].name, err)
+		}
+		m := resp.Msg
+		if first {
+			out.Truncated = m.GetTruncated()
+		}
+		for _, ev := range m.GetEvents() {
+			if out.FirstSeq == 0 {
+				out.FirstSeq = ev.GetSeq()
+			}
+			out.LastSeq = ev.GetSeq()
+			out.Count++
+			out.ByType[ev.GetType()]++
+			if ev.GetType() == history.EventStaleReport {
+				out.StaleReports = append(out.StaleReports, ev.GetSeq())
+			}
+		}
+		if len(m.GetEvents()) == 0 || out.LastSeq >= m.GetLastSeq() {
+			return out, nil
+		}
+		after = out.LastSeq
 	}
 }
 

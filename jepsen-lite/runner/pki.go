@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
 	"github.com/leasehold/leasehold/transport"
 )
@@ -21,12 +22,17 @@ import (
 // ClusterName is the cluster name a secure run's certificates carry.
 const ClusterName = "jepsen"
 
-// Roles of a secure run's tokens, the API's.
+// Roles of a secure run's tokens, the API's; the flood's token is a
+// worker's, scoped to made-up ids.
 const (
 	roleAdmin     = "admin"
 	roleSubmitter = "submitter"
 	roleWorker    = "worker"
+	roleFlood     = "flood"
 )
+
+// tokenRoles are the tokens a secure run makes.
+var tokenRoles = []string{roleAdmin, roleSubmitter, roleWorker, roleFlood}
 
 // certValidity is long enough for any run, soak included.
 const certValidity = 7 * 24 * time.Hour
@@ -98,7 +104,7 @@ func makeSecrets(dir string, n netem.Network, nodes int) (*secrets, error) {
 	if s.outsider, err = issue("outsider", transport.CertRequest{Identity: transport.ClientIdentity(ClusterName, "outsider")}); err != nil {
 		return nil, err
 	}
-	for _, role := range []string{roleAdmin, roleSubmitter, roleWorker} {
+	for _, role := range tokenRoles {
 		b := make([]byte, 24)
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
@@ -123,13 +129,15 @@ func (s *secrets) nodeTOML(i int) string {
 	for _, section := range []string{"tls.peer", "tls.api"} {
 		fmt.Fprintf(&b, "\n[%s]\ncert_file = %q\nkey_file = %q\nca_file = %q\n", section, f.cert, f.key, s.caFile)
 	}
-	names := map[string]string{roleAdmin: "runner-admin", roleSubmitter: "runner", roleWorker: "workers"}
+	names := map[string]string{roleAdmin: "runner-admin", roleSubmitter: "runner", roleWorker: "workers", roleFlood: "flood"}
 	// The scopes are wide on purpose: the stale writer and the reporter act
 	// in the real workers' names, and the submitter submits for two
-	// executors (exec-a, exec-b).
-	scopes := map[string]string{roleSubmitter: "submitter = \"*\"\n", roleWorker: "workers = [\"*\"]\n"}
-	for _, role := range []string{roleAdmin, roleSubmitter, roleWorker} {
-		fmt.Fprintf(&b, "\n[[auth.tokens]]\nname = %q\ntoken = %q\nrole = %q\n%s", names[role], s.tokens[role], role, scopes[role])
+	// executors (exec-a, exec-b). The flood's names only its ghosts.
+	scopes := map[string]string{roleSubmitter: "submitter = \"*\"\n", roleWorker: "workers = [\"*\"]\n",
+		roleFlood: fmt.Sprintf("workers = [%q]\n", history.FloodGhostPrefix+"*")}
+	apiRole := map[string]string{roleAdmin: roleAdmin, roleSubmitter: roleSubmitter, roleWorker: roleWorker, roleFlood: roleWorker}
+	for _, role := range tokenRoles {
+		fmt.Fprintf(&b, "\n[[auth.tokens]]\nname = %q\ntoken = %q\nrole = %q\n%s", names[role], s.tokens[role], apiRole[role], scopes[role])
 	}
 	return b.String()
 }

@@ -44,6 +44,9 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// all mixed; then each broken build under the fault that exposes it.
 		// The kill run is secure (peer mutual TLS, API TLS and tokens) with
 		// the outsider attacking it; mixed, insecure, has the outsider too.
+		// The disk family is in mixed only (its nodes' data dirs on tmpfs);
+		// the flood runs beside the kill run (secure: every attack on
+		// credentials too) and beside mixed (insecure, through every fault).
 		runs := []Config{
 			mk("partition-5", b.Real, 5, "partition", 20*time.Second),
 			mk("kill-secure", b.Real, 3, "kill,outsider", 20*time.Second),
@@ -55,6 +58,8 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		}
 		runs[1].KillWorkerAtEnd = true // an orphan to re-lease (I12)
 		runs[1].Secure = true
+		runs[1].Flood = true
+		runs[6].Flood = true
 		runs[5].Net = NetProxy // delay and loss need the proxies
 		// The fenced sink asks the cluster; with fence checks off it keeps
 		// the stale writer's writes.
@@ -83,12 +88,14 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		noverify.Expect = []string{"I3", "I4", "I5"}
 		return append(runs, nofence, noabs, noverify), nil
 	case "soak":
-		// Five nodes at production timings, every family mixed, for an
-		// hour.
+		// Five nodes at production timings, every family mixed, the flood
+		// beside the load, for an hour; an hour's log on each tmpfs.
 		s := mk("soak", b.Real, 5, "mixed", time.Hour)
 		s.Timings = ProductionTimings
 		s.Workers, s.Concurrency = 5, 4
 		s.KillWorkerAtEnd = true
+		s.Flood = true
+		s.DiskSize = 256 << 20
 		return []Config{s}, nil
 	}
 	return nil, fmt.Errorf("runner: no profile %q (%s)", name, strings.Join(Profiles(), ", "))
@@ -121,7 +128,8 @@ func RunProfile(ctx context.Context, runs []Config, w io.Writer) ([]*Outcome, er
 
 // ProfileTable is one line per run.
 func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
-	fmt.Fprintf(w, "%-18s %-6s %-9s %5s %6s %6s %6s %9s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL", "SLACK_MS", "LEADER_MS", "NOTE")
+	fmt.Fprintf(w, "%-18s %-6s %-9s %5s %6s %6s %6s %9s %9s %7s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL",
+		"SLACK_MS", "LEADER_MS", "DISK_MS", "FLOOD", "NOTE")
 	for _, o := range outs {
 		verdict := "pass"
 		if !o.Passed {
@@ -142,12 +150,19 @@ func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
 		if len(o.Problems) > 0 {
 			note = strings.TrimSpace(note + " problems: " + strings.Join(o.Problems, "; "))
 		}
+		if len(o.Notes) > 0 {
+			note = strings.TrimSpace(note + " " + strings.Join(o.Notes, "; "))
+		}
+		flood := "-"
+		if o.Report.FloodCalls > 0 {
+			flood = fmt.Sprintf("%d/%d", o.Report.FloodServed, o.Report.FloodCalls) // served of sent
+		}
 		net := o.Net
 		if o.Config.Secure {
 			net += "+tls" // peer mutual TLS, API TLS and tokens
 		}
-		fmt.Fprintf(w, "%-18s %-6s %-9s %5d %6d %6d %6d %9s %9s %s\n", o.Config.Name, verdict, net, ops, info, faults,
-			o.Report.Violations(), optMs(o.Report.MinExpirySlackMs), optMs(o.Report.LeaderRecoveryMs), note)
+		fmt.Fprintf(w, "%-18s %-6s %-9s %5d %6d %6d %6d %9s %9s %7s %9s %s\n", o.Config.Name, verdict, net, ops, info, faults,
+			o.Report.Violations(), optMs(o.Report.MinExpirySlackMs), optMs(o.Report.LeaderRecoveryMs), optMs(o.Report.DiskReadyMs), flood, note)
 	}
 	fmt.Fprintf(w, "total %s\n", elapsed.Round(time.Second))
 }

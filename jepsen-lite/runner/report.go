@@ -19,11 +19,13 @@ type runReport struct {
 	Expect    []string `json:"expect,omitempty"`
 	Caught    []string `json:"caught,omitempty"`
 	Problems  []string `json:"problems,omitempty"`
+	Notes     []string `json:"notes,omitempty"`
 	Net       string   `json:"net"`
 	Secure    bool     `json:"secure"`
 	Nodes     int      `json:"nodes"`
 	Workers   int      `json:"workers"`
 	Nemesis   []string `json:"nemesis"`
+	Flood     bool     `json:"flood"`
 	Seed      int64    `json:"seed"`
 	Bin       string   `json:"bin"`
 	ElapsedMs float64  `json:"elapsed_ms"`
@@ -35,8 +37,9 @@ type runReport struct {
 }
 
 func (o *Outcome) jsonReport() runReport {
-	r := runReport{Name: o.Config.Name, Passed: o.Passed, Expect: o.Config.Expect, Caught: o.Caught, Problems: o.Problems,
-		Net: o.Net, Secure: o.Config.Secure, Nodes: o.Config.Nodes, Workers: o.Config.Workers, Nemesis: o.Config.Nemesis, Seed: o.Config.Seed,
+	r := runReport{Name: o.Config.Name, Passed: o.Passed, Expect: o.Config.Expect, Caught: o.Caught, Problems: o.Problems, Notes: o.Notes,
+		Net: o.Net, Secure: o.Config.Secure, Nodes: o.Config.Nodes, Workers: o.Config.Workers, Nemesis: o.Config.Nemesis,
+		Flood: o.Config.Flood, Seed: o.Config.Seed,
 		Bin: o.Config.Bin, ElapsedMs: ms(o.Elapsed), Violations: o.Report.Violations(), Check: &o.Report}
 	t := o.Config.Timings
 	r.Timings.RenewMs, r.Timings.GraceMs, r.Timings.TolerationMs, r.Timings.ElectionMs = ms(t.Renew), ms(t.Grace), ms(t.Toleration), ms(t.Election)
@@ -63,10 +66,13 @@ func (o *Outcome) Summary(w io.Writer) {
 	if len(o.Config.Expect) > 0 {
 		what = fmt.Sprintf("broken build, expected %s, caught [%s]", strings.Join(o.Config.Expect, ","), strings.Join(o.Caught, ","))
 	}
-	fmt.Fprintf(w, "=== %s: %s (%s) net=%s secure=%v nodes=%d nemesis=%s seed=%d in %s\n", o.Config.Name, verdict, what, o.Net,
-		o.Config.Secure, o.Config.Nodes, strings.Join(o.Config.Nemesis, ","), o.Config.Seed, o.Elapsed.Round(time.Second))
+	fmt.Fprintf(w, "=== %s: %s (%s) net=%s secure=%v nodes=%d nemesis=%s flood=%v seed=%d in %s\n", o.Config.Name, verdict, what, o.Net,
+		o.Config.Secure, o.Config.Nodes, strings.Join(o.Config.Nemesis, ","), o.Config.Flood, o.Config.Seed, o.Elapsed.Round(time.Second))
 	for _, p := range o.Problems {
 		fmt.Fprintf(w, "problem: %s\n", p)
+	}
+	for _, n := range o.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
 	}
 	o.Report.Summary(w)
 	fmt.Fprintf(w, "files: %s (history.jsonl, report.json, logs/)\n\n", o.Config.Out)

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/jepsen-lite/checker"
+	"github.com/leasehold/leasehold/jepsen-lite/disk"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
@@ -37,6 +38,9 @@ type Outcome struct {
 	// Problems are failures of the run itself (a node that never came up,
 	// a drain that did not finish); a run with problems does not pass.
 	Problems []string
+	// Notes say what the run left out and why (disk faults where no
+	// tmpfs can be mounted).
+	Notes []string
 }
 
 // Run carries out one run: it starts the cluster and the workers, runs
@@ -53,6 +57,10 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+		return nil, err
+	}
+	// A killed runner's disks are still mounted under its directory.
+	if err := disk.CleanLeftovers(); err != nil {
 		return nil, err
 	}
 	// A directory used before: its histories, data and logs would mix
@@ -83,7 +91,30 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "nemesis", cfg.Nemesis, "seed", cfg.Seed)
+	var disks nodeDisks
+	if slices.ContainsFunc(kinds, isDiskKind) {
+		disks, err = mountDisks(cfg)
+		switch {
+		case errors.Is(err, disk.ErrUnsupported):
+			kinds = slices.DeleteFunc(kinds, isDiskKind)
+			note := fmt.Sprintf("disk faults skipped: %v", err)
+			out.Notes = append(out.Notes, note)
+			log.Warn(note)
+		case err != nil:
+			return nil, err
+		default:
+			// After the nodes have stopped (deferred later, run first):
+			// their data is kept in data/ like any run's.
+			defer func() {
+				if err := disks.release(filepath.Join(cfg.Out, "data")); err != nil {
+					log.Error("disks not released", "error", err)
+				}
+				removeDisks(filepath.Join(cfg.Out, "disk"))
+			}()
+		}
+	}
+	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "nemesis", cfg.Nemesis, "seed", cfg.Seed,
+		"flood", cfg.Flood)
 
 	histFile, err := os.Create(filepath.Join(cfg.Out, "history-runner.jsonl"))
 	if err != nil {
@@ -92,7 +123,7 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	defer histFile.Close()
 	rec := history.NewRecorder(histFile)
 
-	c, err := newCluster(cfg, n)
+	c, err := newCluster(cfg, n, disks)
 	if err != nil {
 		return nil, err
 	}
@@ -169,10 +200,15 @@ func newNetwork(cfg Config, log hclog.Logger) (netem.Network, error) {
 // returns an error only when the run cannot go on at all.
 func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kind, rec *history.Recorder, log hclog.Logger, problem func(string, ...any)) error {
 	t := cfg.Timings
+	floodSource := ""
+	if cfg.Flood {
+		floodSource = c.net.FloodIP()
+	}
 	rec.Append(history.Entry{Kind: history.KindRun, Process: "runner", Run: &history.Run{
 		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: workerNames(cfg.Workers),
 		Nemeses: cfg.Nemesis, RenewNs: int64(t.Renew), GraceNs: int64(t.Grace), TolerationNs: int64(t.Toleration),
-		ElectionTimeoutNs: int64(t.Election), HeartbeatTimeoutNs: int64(t.Heartbeat), Members: c.configured(), Secure: cfg.Secure}})
+		ElectionTimeoutNs: int64(t.Election), HeartbeatTimeoutNs: int64(t.Heartbeat), Members: c.configured(), Secure: cfg.Secure,
+		FloodSource: floodSource}})
 
 	for _, p := range c.nodes {
 		if err := p.start(); err != nil {
@@ -220,6 +256,14 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	load, stopLoad := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer func() { stopLoad(); wg.Wait() }()
+	if cfg.Flood {
+		flood, err := c.startFlood(load, rec, log)
+		if err != nil {
+			return fmt.Errorf("runner: flood: %w", err)
+		}
+		// It ends with the load, before the drain and the final reads.
+		wg.Go(func() { <-load.Done(); flood.Stop() })
+	}
 	sub := workload.NewSubmitter(caller(workload.SubmitterMain), jobs, workload.SubmitterConfig{
 		Interval: t.Renew / 3, MaxQueued: 3 * cfg.Workers * cfg.Concurrency, Renew: t.Renew, Toleration: t.Toleration}, seed)
 	wg.Go(func() { sub.Run(load) })
@@ -328,7 +372,7 @@ func removeRunFiles(dir string) error {
 		}
 		paths = append(paths, m...)
 	}
-	for _, d := range []string{"data", "logs", "clock", "pki"} {
+	for _, d := range []string{"data", "logs", "clock", "pki", "disk"} {
 		paths = append(paths, filepath.Join(dir, d))
 	}
 	for _, p := range paths {
@@ -338,6 +382,8 @@ func removeRunFiles(dir string) error {
 	}
 	return nil
 }
+
+func isDiskKind(k *nemesis.Kind) bool { return k.Disk }
 
 // waitBusy waits until workers hold leases, up to bound.
 func (c *cluster) waitBusy(ctx context.Context, bound time.Duration) bool {

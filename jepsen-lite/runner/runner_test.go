@@ -87,6 +87,19 @@ func TestProfiles(t *testing.T) {
 	if !outsider[true] || !outsider[false] {
 		t.Errorf("the outsider attacks secure runs %v, insecure runs %v: want both", outsider[true], outsider[false])
 	}
+	// The flood runs beside a secure run and an insecure one, and a run
+	// of the real build fills disks.
+	flood, disks := map[bool]bool{}, false
+	for _, r := range runs {
+		if r.Flood {
+			flood[r.Secure] = true
+		}
+		kinds, _ := nemesis.Select(r.Nemesis, r.Nodes, r.Net == NetProxy)
+		disks = disks || r.Bin == b.Real && slices.ContainsFunc(kinds, func(k *nemesis.Kind) bool { return k.Disk })
+	}
+	if !flood[true] || !flood[false] || !disks {
+		t.Errorf("the flood beside secure runs %v, insecure runs %v; disk faults %v: want all", flood[true], flood[false], disks)
+	}
 	if _, err := Profile("nightly", b, "/self", "/out", 0); err == nil {
 		t.Error("an unknown profile was accepted")
 	}
@@ -128,8 +141,9 @@ func TestJudge(t *testing.T) {
 }
 
 // TestRun is a whole run against real processes: the real build, secure
-// (peer mutual TLS, API TLS, tokens), through a leader kill and the
-// outsider's attacks must pass, and the build without fence checks,
+// (peer mutual TLS, API TLS, tokens), through a leader kill, the
+// outsider's attacks and a follower's full disk (as root), with the flood
+// beside the load, must pass, and the build without fence checks,
 // insecure, must be caught by I5. It builds both binaries and jepsen-lite
 // itself.
 func TestRun(t *testing.T) {
@@ -147,7 +161,8 @@ func TestRun(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		o, err := Run(ctx, Config{Name: name, Bin: bin, Self: filepath.Join(dir, "jepsen-lite"), Out: filepath.Join(dir, name),
-			Nemesis: strings.Split(nemesis, ","), Duration: 3 * time.Second, Workers: 2, Concurrency: 2, Expect: expect, Secure: secure})
+			Nemesis: strings.Split(nemesis, ","), Duration: 3 * time.Second, Workers: 2, Concurrency: 2, Expect: expect, Secure: secure,
+			Flood: secure})
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -157,12 +172,31 @@ func TestRun(t *testing.T) {
 		return o
 	}
 
-	real := run("real", bins.Real, "kill-leader,outsider", true)
+	real := run("real", bins.Real, "kill-leader,outsider,disk-follower", true)
 	if !real.Passed {
 		t.Fatalf("the real build failed a leader kill: %v", real.Problems)
 	}
 	if real.Report.Faults["kill-leader"] == 0 || real.Report.Faults["outsider"] == 0 {
 		t.Errorf("no leader was killed or no outsider attacked: %v", real.Report.Faults)
+	}
+	switch {
+	case len(real.Notes) > 0:
+		// Not root: skipped, and said so.
+		if real.Report.Faults["disk-follower"] != 0 || !strings.Contains(real.Notes[0], "disk faults skipped") {
+			t.Errorf("notes %v, faults %v", real.Notes, real.Report.Faults)
+		}
+	case real.Report.Faults["disk-follower"] == 0 || real.Report.DiskReadyMs == nil:
+		t.Errorf("no disk was filled, or its node not seen ready again: %v", real.Report.Faults)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "real", "data", "n1", "raft.db")); err != nil {
+		t.Errorf("the nodes' data is not kept: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "real")); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "disk" }) {
+		t.Error("the disks' mount points are left")
+	}
+	if f1, _ := real.Report.Result("F1"); real.Report.FloodCalls == 0 || real.Report.FloodServed != 0 ||
+		f1.Stats["calls_admin-call"] == 0 || f1.Stats["calls_idle-conn"] == 0 || f1.Stats["final_events"] == 0 {
+		t.Errorf("the flood did not run or was not checked: %d calls, %v", real.Report.FloodCalls, f1.Stats)
 	}
 	if o1, _ := real.Report.Result("O1"); o1.Stats["outsider_attempts"] == 0 || o1.Stats["attempts_raft-timeout-now"] == 0 || len(o1.Notes) > 0 {
 		t.Errorf("the outsider's attacks on a secure run were not all made and checked: %v %v", o1.Stats, o1.Notes)
@@ -177,7 +211,7 @@ func TestRun(t *testing.T) {
 	}
 	// Secrets stay in their 0600 files: no token in a log, a history or
 	// the report.
-	for _, role := range []string{roleAdmin, roleSubmitter, roleWorker} {
+	for _, role := range tokenRoles {
 		tok, err := os.ReadFile(filepath.Join(dir, "real", "pki", "token-"+role))
 		if err != nil {
 			t.Fatal(err)

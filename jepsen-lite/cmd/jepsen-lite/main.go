@@ -1,7 +1,8 @@
 // Command jepsen-lite runs real leasehold processes under partitions,
-// kills, pauses, clock faults and an outsider's forged peer traffic,
-// records a history of everything, and checks SPEC's invariants I1 to I12,
-// and O1 (nothing outside the cluster changed it), from it.
+// kills, pauses, clock faults, full disks, an outsider's forged peer
+// traffic and a flood of hostile calls, records a history of everything,
+// and checks SPEC's invariants I1 to I12, O1 (nothing outside the cluster
+// changed it) and F1 (the flood was refused and evicted nothing) from it.
 //
 //	jepsen-lite run --bin bin/leasehold-chaos --nemesis partition --out /tmp/jl
 //	jepsen-lite profile --bin-dir bin --out /tmp/jl ci
@@ -27,6 +28,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leasehold/leasehold/jepsen-lite/checker"
+	"github.com/leasehold/leasehold/jepsen-lite/disk"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
@@ -92,6 +94,15 @@ func runCommand() *cli.Command {
 			"--secure it sends no in-range Raft message: an open peer port takes those by design (what --insecure\n" +
 			"gives up). Checker O1 proves nothing changed: no attempt accepted, the membership and the terms intact,\n" +
 			"no connection to the capture server.\n" +
+			"\ndisk: as root, each node's data dir is on a tmpfs of its own (--disk-size) that a fault fills to the last\n" +
+			"byte (a follower's; the leader's) and then frees; the fault's end waits until the node is ready again\n" +
+			"(/readyz) and records when (I12 bounds it). Without root the disk faults are skipped with a note.\n" +
+			"\n--flood runs a hostile client beside the load, from an address of its own: gzip bombs and oversized\n" +
+			"bodies (4/s), 150 connections that send headers and never a body, heartbeats (10/s) and acquires (5/s)\n" +
+			"from made-up workers, and with --secure calls with a wrong token (5/s), admin calls with a non-admin\n" +
+			"token (3/s) and acquires in real workers' names (2/s). F1 checks that no flood call was served, that no\n" +
+			"event the run saw was evicted from any node's event log, that no event names a ghost, and that the\n" +
+			"audit records of the refusals stay within their rate (5/s per node).\n" +
 			"\nExit status 0: passed; 2: violations (or, with --expect, none of the expected).",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "bin", Required: true, Usage: "leasehold binary built with -tags chaos"},
@@ -106,7 +117,9 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "timings", Value: "ci", Usage: "ci (renew 0.3s, grace 1.5s, toleration 4s) or production (10s, 50s, 300s)"},
 			&cli.BoolFlag{Name: "kill-worker-at-end", Usage: "kill a busy worker for good before the heal (orphans, I12)"},
 			&cli.BoolFlag{Name: "secure", Usage: "peer mutual TLS, API TLS and tokens (a CA made under --out/pki); otherwise nodes run --insecure"},
-			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, O1, or any) find violations"},
+			&cli.BoolFlag{Name: "flood", Usage: "run the flood beside the load: oversized bodies, idle connections, ghost workers, bad credentials (F1)"},
+			&cli.Int64Flag{Name: "disk-size", Value: runner.DefaultDiskSize, Usage: "bytes of each node's tmpfs in a run with disk faults"},
+			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, O1, F1, or any) find violations"},
 			&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "copy the runner's log to stderr"},
 		},
 		Action: func(c *cli.Context) error {
@@ -122,6 +135,7 @@ func runCommand() *cli.Command {
 				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
 				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"),
+				Flood: c.Bool("flood"), DiskSize: c.Int64("disk-size"),
 				Expect: splitAll(c.StringSlice("expect")), Verbose: c.Bool("verbose")}
 			ctx, cancel := interruptible()
 			defer cancel()
@@ -296,9 +310,9 @@ func workerCommand() *cli.Command {
 func cleanCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "clean",
-		Usage: "remove network namespaces and links left by runs that were killed",
+		Usage: "remove network namespaces, links and tmpfs mounts left by runs that were killed",
 		Action: func(*cli.Context) error {
-			return netem.CleanLeftovers()
+			return errors.Join(netem.CleanLeftovers(), disk.CleanLeftovers())
 		},
 	}
 }
