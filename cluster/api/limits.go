@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,7 +134,7 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	if s.limits.BodyTimeout > 0 {
 		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
 	}
-	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, done: func() {
+	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, timeout: s.limits.BodyTimeout, done: func() {
 		if s.limits.BodyTimeout > 0 {
 			rc.SetReadDeadline(time.Time{})
 		}
@@ -156,10 +157,11 @@ func tooLarge(n int64, max int) error {
 // own draining of the rest would wait for ever).
 type countedBody struct {
 	io.ReadCloser
-	n      *atomic.Int64
-	done   func()
-	failed func() // nil: nothing to do
-	once   sync.Once
+	timeout time.Duration
+	n       *atomic.Int64
+	done    func()
+	failed  func() // nil: nothing to do
+	once    sync.Once
 }
 
 func (b *countedBody) Read(p []byte) (int, error) {
@@ -173,8 +175,13 @@ func (b *countedBody) Read(p []byte) (int, error) {
 			b.failed()
 		}
 		var mb *http.MaxBytesError
-		if errors.As(err, &mb) {
+		switch {
+		case errors.As(err, &mb):
 			err = toWire(fmt.Errorf("%w: request: more than %d bytes", fsm.ErrTooLarge, mb.Limit))
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Nothing was done: a refusal, not an outcome unknown, and no
+			// addresses in the message.
+			err = toWire(fmt.Errorf("%w: request: the body did not arrive within %s (body_timeout)", fsm.ErrInvalidArgument, b.timeout))
 		}
 	}
 	return n, err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -221,13 +222,24 @@ func TestIdleConnectionsBounded(t *testing.T) {
 		t.Fatalf("another host was refused: %v", err)
 	}
 	// Every hanging request ends: the 12 over the bound are closed at
-	// once, the 8 within it when their body does not come.
+	// once, the 8 within it when their body does not come, answered as a
+	// refusal that names the bound (and no address).
+	answered := 0
 	for i, conn := range conns {
 		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
 		b, err := io.ReadAll(conn)
 		if nerr, ok := err.(net.Error); ok && nerr.Timeout() {
 			t.Fatalf("connection %d still open after 10s (read %q, open %d)", i, b, leader.APIServer.OpenConns())
 		}
+		if len(b) > 0 {
+			answered++
+			if !strings.Contains(string(b), "body_timeout") || !strings.Contains(string(b), "invalid_argument") || strings.Contains(string(b), "127.") {
+				t.Fatalf("a hanging request answered %q", b)
+			}
+		}
+	}
+	if answered != 8 {
+		t.Fatalf("%d hanging requests answered, want the 8 within the bound", answered)
 	}
 	c.WaitFor(10*time.Second, "the connections freed", func() bool {
 		_, err := leaseholdv1connect.NewClusterServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(opsSecret)).

@@ -60,8 +60,10 @@ type ExecutorSection struct {
 }
 
 type RaftSection struct {
-	// LogStore is "wal" or "boltdb" (cluster.LogStore*).
+	// LogStore is "wal" or "boltdb" (cluster.LogStore*); WALSegmentBytes
+	// the WAL's segment size.
 	LogStore           string   `toml:"log_store"`
+	WALSegmentBytes    int      `toml:"wal_segment_bytes"`
 	HeartbeatTimeout   duration `toml:"heartbeat_timeout"`
 	ElectionTimeout    duration `toml:"election_timeout"`
 	LeaderLeaseTimeout duration `toml:"leader_lease_timeout"`
@@ -177,7 +179,7 @@ func defaultServerConfig() ServerConfig {
 	c.LogLevel = "info"
 	c.ClusterName = transport.DefaultClusterName
 	c.Raft = RaftSection{
-		LogStore:         d.LogStore,
+		LogStore: d.LogStore, WALSegmentBytes: d.WALSegmentBytes,
 		HeartbeatTimeout: duration{d.HeartbeatTimeout}, ElectionTimeout: duration{d.ElectionTimeout},
 		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, SnapshotInterval: duration{d.SnapshotInterval},
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
@@ -239,7 +241,7 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	cfg.WorkerGCThreshold, cfg.MaxWorkers = seconds(e.WorkerGCSeconds), e.MaxWorkers
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Raft.HeartbeatTimeout.Duration, c.Raft.ElectionTimeout.Duration
 	cfg.LeaderLeaseTimeout = c.Raft.LeaderLeaseTimeout.Duration
-	cfg.LogStore = c.Raft.LogStore
+	cfg.LogStore, cfg.WALSegmentBytes = c.Raft.LogStore, c.Raft.WALSegmentBytes
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
 	cfg.StateQuotaBytes, cfg.MaxQueuedPerSubmitter = c.Limits.StateQuotaBytes, c.Limits.MaxQueuedPerSubmitter

@@ -89,9 +89,16 @@ func newCluster(cfg Config, n netem.Network, disks nodeDisks) (*cluster, error) 
 	}
 	c.http = workload.NewHTTPClient(n.RunnerIP(), clientTLS)
 	t := cfg.Timings
-	toml := fmt.Sprintf("[raft]\nheartbeat_timeout = %q\nelection_timeout = %q\nleader_lease_timeout = %q\n\n"+
+	logStore := cfg.LogStore
+	if logStore == "" {
+		logStore = "wal"
+	}
+	// Small WAL segments: a run's data fits a small tmpfs (the disk
+	// family), and a full disk shows at the next segment, not 64 MiB on.
+	toml := fmt.Sprintf("[raft]\nheartbeat_timeout = %q\nelection_timeout = %q\nleader_lease_timeout = %q\n"+
+		"log_store = %q\nwal_segment_bytes = %d\n\n"+
 		"[plugins.executor]\nrenew_seconds = %g\ngrace_seconds = %g\ntoleration_seconds = %g\n",
-		t.Heartbeat, t.Election, t.LeaderLease, t.Renew.Seconds(), t.Grace.Seconds(), t.Toleration.Seconds())
+		t.Heartbeat, t.Election, t.LeaderLease, logStore, 4<<20, t.Renew.Seconds(), t.Grace.Seconds(), t.Toleration.Seconds())
 	var join []string
 	for i := 1; i <= cfg.Nodes; i++ {
 		join = append(join, n.RaftAddr(i))

@@ -76,6 +76,9 @@ type Config struct {
 	// workers, and, in a secure run, wrong tokens, admin calls with a
 	// non-admin token and calls in other workers' names.
 	Flood bool
+	// LogStore is the nodes' [raft] log_store: "wal" (the default) or
+	// "boltdb". The profile runs both.
+	LogStore string
 	// DiskSize is the size of each node's tmpfs in a run with the disk
 	// family (default DefaultDiskSize).
 	DiskSize int64

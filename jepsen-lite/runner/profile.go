@@ -59,6 +59,9 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		runs[1].KillWorkerAtEnd = true // an orphan to re-lease (I12)
 		runs[1].Secure = true
 		runs[1].Flood = true
+		// The WAL is the default log store; boltdb stays tested too.
+		runs[0].LogStore = "boltdb"
+		runs[2].LogStore = "boltdb"
 		runs[6].Flood = true
 		runs[5].Net = NetProxy // delay and loss need the proxies
 		// The fenced sink asks the cluster; with fence checks off it keeps
@@ -128,7 +131,7 @@ func RunProfile(ctx context.Context, runs []Config, w io.Writer) ([]*Outcome, er
 
 // ProfileTable is one line per run.
 func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
-	fmt.Fprintf(w, "%-18s %-6s %-9s %5s %6s %6s %6s %9s %9s %7s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL",
+	fmt.Fprintf(w, "%-18s %-6s %-10s %5s %6s %6s %6s %9s %9s %7s %9s %s\n", "RUN", "RESULT", "NET", "OPS", "INFO", "FAULTS", "VIOL",
 		"SLACK_MS", "LEADER_MS", "DISK_MS", "FLOOD", "NOTE")
 	for _, o := range outs {
 		verdict := "pass"
@@ -161,7 +164,10 @@ func ProfileTable(w io.Writer, outs []*Outcome, elapsed time.Duration) {
 		if o.Config.Secure {
 			net += "+tls" // peer mutual TLS, API TLS and tokens
 		}
-		fmt.Fprintf(w, "%-18s %-6s %-9s %5d %6d %6d %6d %9s %9s %7s %9s %s\n", o.Config.Name, verdict, net, ops, info, faults,
+		if o.Config.LogStore == "boltdb" {
+			net += "+bolt" // raft-boltdb rather than the WAL
+		}
+		fmt.Fprintf(w, "%-18s %-6s %-10s %5d %6d %6d %6d %9s %9s %7s %9s %s\n", o.Config.Name, verdict, net, ops, info, faults,
 			o.Report.Violations(), optMs(o.Report.MinExpirySlackMs), optMs(o.Report.LeaderRecoveryMs), optMs(o.Report.DiskReadyMs), flood, note)
 	}
 	fmt.Fprintf(w, "total %s\n", elapsed.Round(time.Second))

@@ -117,6 +117,7 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "timings", Value: "ci", Usage: "ci (renew 0.3s, grace 1.5s, toleration 4s) or production (10s, 50s, 300s)"},
 			&cli.BoolFlag{Name: "kill-worker-at-end", Usage: "kill a busy worker for good before the heal (orphans, I12)"},
 			&cli.BoolFlag{Name: "secure", Usage: "peer mutual TLS, API TLS and tokens (a CA made under --out/pki); otherwise nodes run --insecure"},
+			&cli.StringFlag{Name: "log-store", Value: "wal", Usage: "the nodes' [raft] log_store: wal or boltdb"},
 			&cli.BoolFlag{Name: "flood", Usage: "run the flood beside the load: oversized bodies, idle connections, ghost workers, bad credentials (F1)"},
 			&cli.Int64Flag{Name: "disk-size", Value: runner.DefaultDiskSize, Usage: "bytes of each node's tmpfs in a run with disk faults"},
 			&cli.StringSliceFlag{Name: "expect", Usage: "the build is broken: pass only if these invariants (I1..I12, O1, F1, or any) find violations"},
@@ -134,7 +135,7 @@ func runCommand() *cli.Command {
 			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
 				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
-				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"),
+				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"), LogStore: c.String("log-store"),
 				Flood: c.Bool("flood"), DiskSize: c.Int64("disk-size"),
 				Expect: splitAll(c.StringSlice("expect")), Verbose: c.Bool("verbose")}
 			ctx, cancel := interruptible()
