@@ -40,8 +40,13 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState) {
 	// slowed by its own proposals is not the leader being away.
 	defer func() { table.ticked(n.clock.Now()) }()
 	// A live lease whose holder the table does not time would never
-	// expire; adopt any such holder as heard now (the safe direction).
-	table.adopt(n.fsm.LeaseHolders(), now)
+	// expire; adopt any such holder as heard now (the safe direction). It
+	// reads every holder, so it runs every grace/2, not every tick: a lease
+	// adopted that late still expires a toleration after it.
+	if now.Sub(ls.adopted) >= n.cfg.Grace/2 {
+		table.adopt(n.fsm.LeaseHolders(), now)
+		ls.adopted = now
+	}
 	res := table.tick(now)
 	var events []fsm.RecordEvent
 	if res.gap > 0 {
@@ -91,7 +96,7 @@ func (n *Node) reachabilityEvents(res tickResult) []fsm.RecordEvent {
 // that records the guard starting or ending (see the top of this file).
 func (n *Node) cutOffGuard(ls *leaderState, table *expiryTable, now time.Time) (held bool, event *fsm.RecordEvent) {
 	log := n.logger.Named("expiry")
-	timed, silent := table.silentPastGrace(now)
+	timed, silent := table.silentPastGrace()
 	cutOff := timed >= cutOffWorkers && silent == timed
 	switch {
 	case cutOff && ls.cutOffSince.IsZero():

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"container/heap"
 	"slices"
 	"sync"
 	"time"
@@ -21,11 +22,27 @@ import (
 // removeAfter can be removed: the holders of live leases and the workers
 // heard this term fully timed, the others (registered, idle, not heard
 // since takeover) timed only for removal.
+//
+// The work of a tick grows with what is due, not with the workers: each
+// worker has one scheduled check (the next moment its silence could cross
+// a threshold), kept in a heap. Hearing a worker only moves its lastHeard;
+// when its check comes up early, the tick finds it heard and schedules the
+// next one. So a worker costs a heap operation per grace, not per tick,
+// and a heartbeat costs none.
 type expiryTable struct {
 	mu sync.Mutex
 	expiryTimings
 	workers  map[string]*workerClock
 	lastTick time.Time
+	checks   checkHeap
+	// heardAgain are unreachable workers heard since the last tick: the
+	// next tick announces them reachable.
+	heardAgain map[string]bool
+	// pending are the workers with decided expiries not yet seen to commit.
+	pending map[string]bool
+	// timed counts the workers not unheard; unreachable those of them
+	// announced unreachable and not heard since.
+	timed, unreachable int
 }
 
 // expiryTimings are the silences the table acts on.
@@ -36,6 +53,7 @@ type expiryTimings struct {
 }
 
 type workerClock struct {
+	id        string
 	lastHeard time.Time
 	// unheard marks a registered worker holding no lease that this leader
 	// has not heard since it took office. It is timed only for removal:
@@ -50,20 +68,58 @@ type workerClock struct {
 	// worker must never be told to keep going on a lease the leader is
 	// ending.
 	expiring map[uint64]bool
+	// checkAt is the time of the worker's one live entry in the heap;
+	// entries with another time are stale.
+	checkAt time.Time
 }
 
 // newExpiryTable starts every worker afresh at takeover: a new leader never
 // charges a worker for a silence it did not witness. holders hold live
 // leases; idle are the other registered workers.
 func newExpiryTable(timings expiryTimings, takeover time.Time, holders, idle []string) *expiryTable {
-	t := &expiryTable{expiryTimings: timings, workers: map[string]*workerClock{}, lastTick: takeover}
+	t := &expiryTable{expiryTimings: timings, workers: map[string]*workerClock{}, lastTick: takeover,
+		heardAgain: map[string]bool{}, pending: map[string]bool{}}
 	for _, w := range idle {
-		t.workers[w] = &workerClock{lastHeard: takeover, unheard: true}
+		t.add(w, takeover, true)
 	}
 	for _, w := range holders {
-		t.workers[w] = &workerClock{lastHeard: takeover}
+		if c := t.workers[w]; c != nil {
+			t.hear(c, takeover)
+		} else {
+			t.add(w, takeover, false)
+		}
 	}
 	return t
+}
+
+// add starts timing a worker the table does not know (locked).
+func (t *expiryTable) add(id string, heard time.Time, unheard bool) *workerClock {
+	w := &workerClock{id: id, lastHeard: heard, unheard: unheard}
+	t.workers[id] = w
+	if !unheard {
+		t.timed++
+	}
+	t.schedule(w, heard)
+	return w
+}
+
+// hear records a request from a known worker (locked).
+func (t *expiryTable) hear(w *workerClock, at time.Time) {
+	if w.unheard {
+		// Timed for its leases and reachability from now on: its check,
+		// set for removal, is too late.
+		w.unheard = false
+		t.timed++
+		if at.After(w.lastHeard) {
+			w.lastHeard = at
+		}
+		t.schedule(w, at)
+	} else if at.After(w.lastHeard) {
+		w.lastHeard = at
+	}
+	if w.unreachable {
+		t.heardAgain[w.id] = true
+	}
 }
 
 // heard records a request from the worker that arrived at `at`, and returns
@@ -73,12 +129,9 @@ func (t *expiryTable) heard(worker string, at time.Time) map[uint64]bool {
 	defer t.mu.Unlock()
 	w := t.workers[worker]
 	if w == nil {
-		w = &workerClock{lastHeard: at}
-		t.workers[worker] = w
-	}
-	w.unheard = false
-	if at.After(w.lastHeard) {
-		w.lastHeard = at
+		w = t.add(worker, at, false)
+	} else {
+		t.hear(w, at)
 	}
 	if len(w.expiring) == 0 {
 		return nil
@@ -114,10 +167,10 @@ func (t *expiryTable) adopt(holders []string, now time.Time) {
 	for _, id := range holders {
 		switch w := t.workers[id]; {
 		case w == nil:
-			t.workers[id] = &workerClock{lastHeard: now}
+			t.add(id, now, false)
 		case w.unheard:
 			// A holder is timed for its leases from now on.
-			w.unheard, w.lastHeard = false, now
+			t.hear(w, now)
 		}
 	}
 }
@@ -137,14 +190,16 @@ func (t *expiryTable) ticked(end time.Time) {
 func (t *expiryTable) decided() map[string][]uint64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := map[string][]uint64{}
-	for id, w := range t.workers {
+	out := make(map[string][]uint64, len(t.pending))
+	for id := range t.pending {
+		w := t.workers[id]
+		if w == nil {
+			continue
+		}
 		for tok := range w.expiring {
 			out[id] = append(out[id], tok)
 		}
-	}
-	for _, toks := range out {
-		slices.Sort(toks)
+		slices.Sort(out[id])
 	}
 	return out
 }
@@ -156,46 +211,58 @@ type tickResult struct {
 	reachable   []string      // heard again after being unreachable
 	overdue     []string      // silent past toleration
 	idle        []string      // silent past removeAfter (whether they hold a lease is the state's to say)
+	looked      int           // workers the tick looked at (its work)
 }
 
 // tick applies the absence rule and reports the workers whose state
 // changed. A gap longer than grace between two ticks means this leader was
 // not watching (paused, starved, the machine asleep): every lastHeard moves
-// forward by the gap, so nothing comes due because of it.
+// forward by the gap, so nothing comes due because of it. Workers silent
+// past toleration or removeAfter are reported again every recheck while
+// they stay so (what acts on them re-checks and is idempotent).
 func (t *expiryTable) tick(now time.Time) tickResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var res tickResult
 	if gap := now.Sub(t.lastTick); absenceRule && gap > t.grace {
 		res.gap = gap
-		for _, w := range t.workers {
-			// A request handled after the gap already restarted its clock:
-			// never beyond now, which is a full toleration from here.
-			w.lastHeard = minTime(w.lastHeard.Add(gap), now)
-		}
+		t.shiftLocked(gap, now)
 	}
 	if now.After(t.lastTick) {
 		t.lastTick = now
 	}
-	for id, w := range t.workers {
+	for id := range t.heardAgain {
+		if w := t.workers[id]; w != nil && w.unreachable && now.Sub(w.lastHeard) <= t.grace {
+			w.unreachable = false
+			t.unreachable--
+			res.reachable = append(res.reachable, id)
+			t.schedule(w, now)
+		}
+	}
+	clear(t.heardAgain)
+	for len(t.checks) > 0 && !t.checks[0].at.After(now) {
+		c := heap.Pop(&t.checks).(check)
+		res.looked++
+		w := t.workers[c.id]
+		if w == nil || !w.checkAt.Equal(c.at) {
+			continue // stale: rescheduled or gone
+		}
+		w.checkAt = time.Time{}
 		silent := now.Sub(w.lastHeard)
 		if silent > t.removeAfter {
-			res.idle = append(res.idle, id)
+			res.idle = append(res.idle, c.id)
 		}
-		if w.unheard {
-			continue
+		if !w.unheard {
+			if silent > t.grace && !w.unreachable {
+				w.unreachable = true
+				t.unreachable++
+				res.unreachable = append(res.unreachable, c.id)
+			}
+			if silent > t.toleration {
+				res.overdue = append(res.overdue, c.id)
+			}
 		}
-		switch {
-		case silent > t.grace && !w.unreachable:
-			w.unreachable = true
-			res.unreachable = append(res.unreachable, id)
-		case silent <= t.grace && w.unreachable:
-			w.unreachable = false
-			res.reachable = append(res.reachable, id)
-		}
-		if silent > t.toleration {
-			res.overdue = append(res.overdue, id)
-		}
+		t.schedule(w, now)
 	}
 	slices.Sort(res.unreachable)
 	slices.Sort(res.reachable)
@@ -204,21 +271,53 @@ func (t *expiryTable) tick(now time.Time) tickResult {
 	return res
 }
 
-// silentPastGrace counts the workers timed for their leases and
-// reachability, and how many of them are silent past grace at now.
-func (t *expiryTable) silentPastGrace(now time.Time) (timed, silent int) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, w := range t.workers {
-		if w.unheard {
-			continue
-		}
-		timed++
-		if now.Sub(w.lastHeard) > t.grace {
-			silent++
+// recheck is how often a worker past a threshold is reported again while
+// it stays silent.
+func (t *expiryTable) recheck() time.Duration { return max(t.toleration/4, time.Millisecond) }
+
+// schedule sets the worker's next check: the first moment after now its
+// silence crosses a threshold it has not crossed yet, or the next recheck
+// of one it has (locked). A check at a threshold T is due strictly after
+// it (T + 1 ns), as the rules compare silence with ">".
+func (t *expiryTable) schedule(w *workerClock, now time.Time) {
+	var next time.Time
+	at := func(c time.Time) {
+		if c.After(now) && (next.IsZero() || c.Before(next)) {
+			next = c
 		}
 	}
-	return timed, silent
+	past := func(d time.Duration) time.Time { return w.lastHeard.Add(d + time.Nanosecond) }
+	silent := now.Sub(w.lastHeard)
+	if !w.unheard {
+		if !w.unreachable {
+			at(past(t.grace))
+		}
+		at(past(t.toleration))
+		if silent > t.toleration {
+			at(now.Add(t.recheck()))
+		}
+	}
+	at(past(t.removeAfter))
+	if silent > t.removeAfter {
+		at(now.Add(t.recheck()))
+	}
+	if next.IsZero() {
+		next = now.Add(t.recheck())
+	}
+	if w.checkAt.Equal(next) {
+		return
+	}
+	w.checkAt = next
+	heap.Push(&t.checks, check{at: next, id: w.id})
+}
+
+// silentPastGrace counts the workers timed for their leases and
+// reachability, and how many of them are announced unreachable (silent
+// past grace as of the last tick).
+func (t *expiryTable) silentPastGrace() (timed, silent int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.timed, t.unreachable
 }
 
 // shift moves every lastHeard forward by d, never beyond now: the leader
@@ -226,8 +325,13 @@ func (t *expiryTable) silentPastGrace(now time.Time) (timed, silent int) {
 func (t *expiryTable) shift(d time.Duration, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.shiftLocked(d, now)
+}
+
+func (t *expiryTable) shiftLocked(d time.Duration, now time.Time) {
 	for _, w := range t.workers {
 		w.lastHeard = minTime(w.lastHeard.Add(d), now)
+		t.schedule(w, now)
 	}
 }
 
@@ -247,6 +351,7 @@ func (t *expiryTable) markExpiring(worker string, tokens []uint64, now time.Time
 	for _, tok := range tokens {
 		w.expiring[tok] = true
 	}
+	t.pending[worker] = true
 	return true
 }
 
@@ -258,6 +363,9 @@ func (t *expiryTable) expired(worker string, tokens []uint64) {
 	if w := t.workers[worker]; w != nil {
 		for _, tok := range tokens {
 			delete(w.expiring, tok)
+		}
+		if len(w.expiring) == 0 {
+			delete(t.pending, worker)
 		}
 	}
 }
@@ -272,7 +380,20 @@ func (t *expiryTable) forget(worker string, now time.Time) {
 	if w == nil || now.Sub(w.lastHeard) <= t.toleration || len(w.expiring) > 0 {
 		return
 	}
-	delete(t.workers, worker)
+	t.drop(w)
+}
+
+// drop deletes a worker; its heap entry goes stale (locked).
+func (t *expiryTable) drop(w *workerClock) {
+	delete(t.workers, w.id)
+	delete(t.heardAgain, w.id)
+	delete(t.pending, w.id)
+	if !w.unheard {
+		t.timed--
+	}
+	if w.unreachable {
+		t.unreachable--
+	}
 }
 
 // stillIdle re-checks, under the lock, that the worker is silent past
@@ -289,8 +410,10 @@ func (t *expiryTable) stillIdle(worker string, now time.Time) bool {
 func (t *expiryTable) removed(workers []string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, w := range workers {
-		delete(t.workers, w)
+	for _, id := range workers {
+		if w := t.workers[id]; w != nil {
+			t.drop(w)
+		}
 	}
 }
 
@@ -300,13 +423,7 @@ func (t *expiryTable) removed(workers []string) {
 func (t *expiryTable) size() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	n := 0
-	for _, w := range t.workers {
-		if !w.unheard {
-			n++
-		}
-	}
-	return n
+	return t.timed
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -314,4 +431,23 @@ func minTime(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// check is a heap entry: look at worker id at time at.
+type check struct {
+	at time.Time
+	id string
+}
+
+type checkHeap []check
+
+func (h checkHeap) Len() int           { return len(h) }
+func (h checkHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h checkHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *checkHeap) Push(x any)        { *h = append(*h, x.(check)) }
+func (h *checkHeap) Pop() any {
+	old := *h
+	c := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return c
 }

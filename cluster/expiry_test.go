@@ -1,21 +1,38 @@
 package cluster
 
 import (
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 )
 
 // tickUntil ticks every 250 ms (well inside grace, so no absence) up to
-// and including end, and returns the result of the tick at end.
+// and including end, and returns what those ticks reported, together: a
+// worker is reported when it crosses a threshold, and again at rechecks.
 func tickUntil(tab *expiryTable, end time.Time) tickResult {
 	tab.mu.Lock()
 	next := tab.lastTick.Add(250 * time.Millisecond)
 	tab.mu.Unlock()
-	for ; next.Before(end); next = next.Add(250 * time.Millisecond) {
-		tab.tick(next)
+	var all tickResult
+	add := func(r tickResult) {
+		all.gap = max(all.gap, r.gap)
+		all.unreachable = union(all.unreachable, r.unreachable)
+		all.reachable = union(all.reachable, r.reachable)
+		all.overdue = union(all.overdue, r.overdue)
+		all.idle = union(all.idle, r.idle)
 	}
-	return tab.tick(end)
+	for ; next.Before(end); next = next.Add(250 * time.Millisecond) {
+		add(tab.tick(next))
+	}
+	add(tab.tick(end))
+	return all
+}
+
+func union(a, b []string) []string {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func TestExpiryTableRules(t *testing.T) {
@@ -145,5 +162,37 @@ func TestExpiryTableIdleWorkers(t *testing.T) {
 	tab.forget("talker", at(10*time.Second+750*time.Millisecond))
 	if tab.size() != 1 {
 		t.Fatalf("timed %d after forgetting a deregistered worker", tab.size())
+	}
+}
+
+// A tick looks at the workers whose check is due, not at all of them:
+// workers heard on schedule cost a look once per grace, not per tick.
+func TestExpiryTickWorkGrowsWithWhatIsDue(t *testing.T) {
+	const grace, toleration, renew = 5 * time.Second, 15 * time.Second, time.Second
+	const n = 10000
+	t0 := time.Unix(1000, 0)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("w%05d", i)
+	}
+	tab := newExpiryTable(expiryTimings{grace, toleration, time.Hour}, t0, ids, nil)
+	looked := 0
+	// Every worker heard every renew for a minute, a tick every half renew.
+	for now := t0; now.Before(t0.Add(time.Minute)); now = now.Add(renew / 2) {
+		if now.Sub(t0)%renew == 0 {
+			for _, id := range ids {
+				tab.heard(id, now)
+			}
+		}
+		r := tab.tick(now)
+		looked += r.looked
+		if len(r.unreachable)+len(r.overdue) != 0 {
+			t.Fatalf("workers heard on schedule reported: %+v", r)
+		}
+	}
+	// 120 ticks; a full scan per tick would be 1,200,000 looks. A look per
+	// worker per grace is 12 per worker a minute.
+	if per := looked / n; per > 13 {
+		t.Fatalf("%d looks per worker in a minute of ticks, want about one per grace", per)
 	}
 }

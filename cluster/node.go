@@ -80,6 +80,9 @@ type leaderState struct {
 	// refused for the quota since the last tick (quota.go).
 	quotaAlarm   bool
 	quotaRefused atomic.Bool
+	// adopted is when the expiry loop last adopted the state's lease
+	// holders (expire.go).
+	adopted time.Time
 	// cutOffSince is when the expiry loop started holding expiries
 	// because every worker fell silent at once (expire.go); zero when not.
 	cutOffSince time.Time
