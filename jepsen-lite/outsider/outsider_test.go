@@ -185,16 +185,22 @@ func TestCaptureRecords(t *testing.T) {
 		c.Write(first)
 		c.Close()
 	}
+	// Wait on the recorded entries, not on Captured(): the counter moves
+	// before the entry is recorded.
+	captured := func() []string {
+		var got []string
+		for _, e := range rec.Entries() {
+			if e.Kind == history.KindOutsiderCapture {
+				got = append(got, e.Capture.First)
+			}
+		}
+		return got
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for o.Captured() < 2 && time.Now().Before(deadline) {
+	for len(captured()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	var got []string
-	for _, e := range rec.Entries() {
-		if e.Kind == history.KindOutsiderCapture {
-			got = append(got, e.Capture.First)
-		}
-	}
+	got := captured()
 	slices.Sort(got)
 	if !slices.Equal(got, []string{"http/1 POST", "tls"}) {
 		t.Fatalf("captured %v", got)
