@@ -60,6 +60,7 @@ type nodeMetrics struct {
 	logWrites  uint64 // leasehold_raft_log_writes_total: batches fsynced
 	logEntries uint64 // leasehold_raft_log_entries_total
 	leader     bool   // leasehold_leader
+	term       uint64 // leasehold_raft_term
 }
 
 func (p *probe) metrics(ctx context.Context, addr string) (nodeMetrics, error) {
@@ -98,6 +99,8 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 			m.logEntries = v
 		case "leasehold_leader":
 			m.leader = v == 1
+		case "leasehold_raft_term":
+			m.term = v
 		}
 	}
 	if err := sc.Err(); err != nil {

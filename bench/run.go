@@ -215,6 +215,9 @@ type window struct {
 	entries   []float64 // NaN where unknown
 	wireReqs  int64
 	wireFails int64
+	// elections is how far the highest term any node reported moved: each
+	// election a candidate started, won or not (pre-votes do not count).
+	elections int64
 }
 
 func between(a, b mark) window {
@@ -244,6 +247,19 @@ func between(a, b mark) window {
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
 		}
+	}
+	var termA, termB uint64
+	for i := range a.nodes {
+		if a.nodes[i].ok {
+			termA = max(termA, a.nodes[i].metrics.term)
+		}
+		if b.nodes[i].ok {
+			termB = max(termB, b.nodes[i].metrics.term)
+		}
+	}
+	w.elections = -1
+	if termA > 0 && termB >= termA {
+		w.elections = int64(termB - termA)
 	}
 	if w.leader < 0 {
 		for i, n := range a.nodes {
@@ -298,6 +314,11 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	r.add("cpu_host_pct", num(w.hostCPU, 1))
 	r.add("cpu_other_pct", num(w.hostCPU-w.srvCPU-w.genCPU, 1))
 	r.add("leader", leaderName(w.leader))
+	if w.elections >= 0 {
+		r.add("elections", w.elections)
+	} else {
+		r.add("elections", "NA")
+	}
 	r.add("wire_reqs", w.wireReqs)
 	r.add("wire_errs", w.wireFails)
 	if len(p.errKinds) > 0 {

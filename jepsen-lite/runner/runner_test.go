@@ -188,7 +188,8 @@ func TestRun(t *testing.T) {
 	case real.Report.Faults["disk-follower"] == 0 || real.Report.DiskReadyMs == nil:
 		t.Errorf("no disk was filled, or its node not seen ready again: %v", real.Report.Faults)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "real", "data", "n1", "raft.db")); err != nil {
+	// The run's log store is the default, the WAL: its segments live in wal/.
+	if _, err := os.Stat(filepath.Join(dir, "real", "data", "n1", "wal")); err != nil {
 		t.Errorf("the nodes' data is not kept: %v", err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(dir, "real")); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return e.Name() == "disk" }) {
