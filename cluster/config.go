@@ -107,7 +107,9 @@ type Config struct {
 }
 
 // DefaultConfig returns a complete configuration with SPEC's executor
-// timings (10 s / 50 s / 300 s) and hashicorp/raft's Raft timings. Callers
+// timings (10 s / 50 s / 300 s) and Raft timeouts of 300 ms (heartbeat,
+// election) and 150 ms (leader lease), which with pre-vote elect a new
+// leader well inside a second (docs/performance.md, "Failover"). Callers
 // set at least DataDir, RaftBind and APIAddr.
 func DefaultConfig() Config {
 	return Config{
@@ -117,9 +119,9 @@ func DefaultConfig() Config {
 		Toleration:         300 * time.Second,
 		WorkerGCThreshold:  time.Hour,
 		MaxWorkers:         fsm.MaxWorkers,
-		HeartbeatTimeout:   1000 * time.Millisecond,
-		ElectionTimeout:    1000 * time.Millisecond,
-		LeaderLeaseTimeout: 500 * time.Millisecond,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 150 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
 		SnapshotInterval:   120 * time.Second,
 		SnapshotThreshold:  8192,
