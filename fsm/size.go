@@ -35,7 +35,15 @@ func (s *state) touch(seq uint64, before int64) {
 }
 
 // settle accounts for every job the apply changed, added or removed.
+//
+// A map keeps the room it once needed, and iterating it costs that room
+// even when it is empty: after an apply that touched many jobs (a mass
+// expiry, a compaction) the map is replaced, not cleared, so that the
+// applies after it do not pay for it.
 func (s *state) settle() {
+	if len(s.touched) == 0 {
+		return
+	}
 	for seq, before := range s.touched {
 		var now int64
 		if j := s.job(seq); j != nil {
@@ -43,8 +51,16 @@ func (s *state) settle() {
 		}
 		s.bytes += now - before
 	}
+	if len(s.touched) > touchedKeep {
+		s.touched = make(map[uint64]int64, touchedKeep)
+		return
+	}
 	clear(s.touched)
 }
+
+// touchedKeep is the most jobs one apply may touch and still leave the map
+// of touched jobs to be reused.
+const touchedKeep = 64
 
 // dropEvents forgets the n oldest events and their bytes.
 func (s *state) dropEvents(n int) {
