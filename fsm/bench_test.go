@@ -214,6 +214,37 @@ func BenchmarkApplySubmit(b *testing.B) {
 	}
 }
 
+// BenchmarkApplySubmitAfterMassExpiry times submits after an Expire
+// command ended 4,096 leases at once (its most): an apply that touched many jobs
+// must not make every later apply slower (size.go's settle).
+func BenchmarkApplySubmitAfterMassExpiry(b *testing.B) {
+	d := newBenchDriver()
+	const abandoned = MaxExpireBatch
+	d.submitN(b, "held-", abandoned, 16)
+	leases := d.acquireN(b, "bw-", abandoned)
+	refs := make([]LeaseRef, len(leases))
+	for i, l := range leases {
+		refs[i] = LeaseRef{JobID: l.job, Token: l.token}
+	}
+	d.must(b, &Expire{Leases: refs, Reason: "bench"})
+	cmds := make([][]byte, b.N)
+	for i := range cmds {
+		cmds[i] = d.mustEncode(b, &SubmitJob{Spec: benchSpec("job-", i, 16)})
+	}
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i, data := range cmds {
+		if _, err := d.apply(data); err != nil {
+			b.Fatalf("submit %d: %v", i, err)
+		}
+	}
+	b.StopTimer()
+	if got := d.f.Stats().Jobs[JobQueued]; got != b.N+abandoned {
+		b.Fatalf("%d queued jobs, want %d", got, b.N+abandoned)
+	}
+}
+
 // BenchmarkApplyAcquire times acquires of one lease each, out of b.N queued
 // jobs, by workers of capacity MaxCapacity (one per MaxCapacity acquires), so
 // every acquire grants; one that does not fails the benchmark.
