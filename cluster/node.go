@@ -26,7 +26,6 @@ import (
 // the entries one AppendEntries carries (raft allows up to 1024).
 const maxAppendEntries = 512
 
-
 // Node is one leasehold server: a Raft member replicating the lease state
 // machine, and, while it is the leader, the keeper of the expiry table.
 type Node struct {
