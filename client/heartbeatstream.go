@@ -162,18 +162,30 @@ func (s *HeartbeatStream) run() {
 	defer close(s.done)
 	defer close(s.results)
 	fails, redirects := 0, 0
+	pause := false // back off before the next connection
 	var floor time.Duration
+	var tried uint64 // the newest beat when the last connection began
 	for {
 		select {
 		case <-s.wake:
 		case <-s.ctx.Done():
 			return
 		}
-		if !s.hasQueued() {
+		newest, queued := s.newest()
+		if !queued {
 			continue
 		}
-		if fails > 0 && !s.c.sleep(s.ctx, fails-1, floor) {
-			return
+		if newest != tried {
+			// A new beat starts its retries afresh, as a new call would.
+			fails, pause, tried = 0, false, newest
+		}
+		if pause {
+			if !s.backOff(fails-1, floor, tried) {
+				return
+			}
+			if newest, _ = s.newest(); newest != tried {
+				fails, tried = 0, newest
+			}
 		}
 		ep := s.c.target()
 		acked, err := s.connection(ep)
@@ -189,20 +201,42 @@ func (s *HeartbeatStream) run() {
 		case beatVerdict(e, acked) == giveUp:
 			// The answer was about a beat, not the node: the beats failed
 			// with it, and the next one connects at once.
-			fails = 0
+			fails, pause = 0, false
 		case s.c.steer(s.ctx, ep.addr, e, &redirects):
-			fails = 0
+			pause = false // to the leader at once, as call does
 		default:
-			fails++
+			fails, pause = fails+1, true
 		}
 		signal(s.wake) // a beat may have been queued again
 	}
 }
 
-func (s *HeartbeatStream) hasQueued() bool {
+// backOff waits for the n-th backoff, and at least floor, or until a beat
+// newer than tried is sent (it starts its retries afresh, as a new call
+// would); false when the stream ended.
+func (s *HeartbeatStream) backOff(n int, floor time.Duration, tried uint64) bool {
+	t := time.NewTimer(max(s.c.backoff(n), floor))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			return true
+		case <-s.wake:
+			if newest, _ := s.newest(); newest != tried {
+				return true
+			}
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+}
+
+// newest is the stream's newest beat, and whether beats wait for a
+// connection.
+func (s *HeartbeatStream) newest() (uint64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.queued) > 0
+	return s.seq, len(s.queued) > 0
 }
 
 // beatVerdict is classify for a connection's end: a stream cut mid-message
