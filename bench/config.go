@@ -57,6 +57,10 @@ type Config struct {
 	Jobs int
 	// Submit adds the submit to each job-cycle.
 	Submit bool
+	// Unary heartbeats with one call each instead of a heartbeat stream per
+	// worker (heartbeat, and the held leases of acquire, mixed, failover
+	// and expiry): the path before streams, and the fallback.
+	Unary bool
 	// Flood runs a hostile client beside job-cycle (flood.go): gzip bombs,
 	// oversized bodies, hanging connections, ghost heartbeats, bad tokens.
 	Flood bool

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/leasehold/leasehold/client"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 // runHeartbeat measures heartbeats: each caller is a worker holding Leases
-// leases and heartbeats them back to back, as fast as the cluster answers.
-// A heartbeat touches no disk; it waits for the leader's batched quorum
+// leases and heartbeats back to back, as fast as the cluster answers: over
+// a heartbeat stream of its own (c callers, c streams), sending the next
+// beat when the last one is answered, or with one call each (Unary). A
+// heartbeat touches no disk; it waits for the leader's batched quorum
 // check, so its cost is network round trips and CPU.
 func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 	per := e.cfg.Leases
@@ -28,17 +31,32 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 	for i := range ops {
 		id := e.workerIDs("hb", i, 1)[0]
 		refs := held[id]
-		ops[i] = func(ctx context.Context) error {
-			resp, err := e.f.pick().Heartbeat(ctx, id, refs)
-			if err != nil {
-				return err
-			}
+		check := func(resp *pb.HeartbeatResponse) error {
 			for _, st := range resp.GetLeases() {
 				if st.GetVerdict() != pb.Verdict_VERDICT_KEEP {
 					return fmt.Errorf("heartbeat of %s: lease %d: %s: %w", id, st.GetToken(), st.GetVerdict(), errLost)
 				}
 			}
 			return nil
+		}
+		if e.cfg.Unary {
+			ops[i] = func(ctx context.Context) error {
+				resp, err := e.f.pick().Heartbeat(ctx, id, refs)
+				if err != nil {
+					return err
+				}
+				return check(resp)
+			}
+			continue
+		}
+		s := e.f.pick().HeartbeatStream(ctx)
+		defer s.Close()
+		ops[i] = func(ctx context.Context) error {
+			resp, err := beatOnce(ctx, s, id, refs)
+			if err != nil {
+				return err
+			}
+			return check(resp)
 		}
 	}
 	p, w, err := e.measure(ctx, ops, hooks{})
@@ -51,4 +69,35 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 	r.add("leases_renewed_s", num(r.OpsPerSec*float64(per), 1))
 	r.add("lost", p.errKinds["LOST"])
 	return r, nil
+}
+
+// beatOnce sends one beat on s and waits for its result; results of beats
+// whose caller gave up earlier are skipped.
+func beatOnce(ctx context.Context, s *client.HeartbeatStream, id string, refs []*pb.LeaseRef) (*pb.HeartbeatResponse, error) {
+	seq, err := s.Send(id, refs)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		select {
+		case r, ok := <-s.Results():
+			if !ok {
+				return nil, client.ErrClosed
+			}
+			if r.Seq == seq {
+				return r.Response, r.Err
+			}
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// transport names how the workload's heartbeats travel, for the RESULT
+// line.
+func (e *env) transport() string {
+	if e.cfg.Unary {
+		return "unary"
+	}
+	return "stream"
 }

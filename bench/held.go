@@ -11,14 +11,16 @@ import (
 
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/client"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 // heldSet is workers holding leases and heartbeating them on schedule, as
 // the worker runtime does: one heartbeat per renew, on a fixed phase, sent
-// whatever happened to the previous one (an open loop), each abandoned when
-// the next is due. Latency is measured from when a heartbeat was due, so a
-// server that falls behind shows it rather than slowing the load down.
+// whatever happened to the previous one (an open loop), over a heartbeat
+// stream per worker (or one call each, Unary), each given up when the next
+// is due. Latency is measured from when a heartbeat was due, so a server
+// that falls behind shows it rather than slowing the load down.
 type heldSet struct {
 	e     *env
 	renew time.Duration
@@ -68,10 +70,111 @@ func (h *heldSet) add(id string, refs []*pb.LeaseRef) *heldWorker {
 	for _, r := range refs {
 		h.tokens[r.GetToken()] = w
 	}
-	h.wg.Go(func() { h.schedule(w) })
+	if h.e.cfg.Unary {
+		h.wg.Go(func() { h.schedule(w) })
+	} else {
+		h.wg.Go(func() { h.stream(w) })
+	}
 	return w
 }
 
+// stream heartbeats w's leases over a heartbeat stream of its own, one beat
+// per renew from a random phase, as the worker runtime does: a beat still
+// unanswered when the next is due is given up (a failure) and the stream
+// reconnects.
+func (h *heldSet) stream(w *heldWorker) {
+	s := h.e.f.pick().HeartbeatStream(h.base)
+	defer s.Close()
+	var inflight []sentBeat
+	take := func(r client.HeartbeatResult) { // answers the beat r is for
+		i := slices.IndexFunc(inflight, func(b sentBeat) bool { return b.seq == r.Seq })
+		if i < 0 {
+			return // given up already
+		}
+		b := inflight[i]
+		inflight = slices.Delete(inflight, i, i+1)
+		if r.Err == nil {
+			w.acknowledge(b.sent, r.Response)
+		}
+		h.record(b.due, time.Since(b.due), r.Err)
+	}
+	next := time.Now().Add(rand.N(h.renew))
+	t := time.NewTimer(time.Until(next))
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			for drained := false; !drained; { // answers that came with the tick
+				select {
+				case r, ok := <-s.Results():
+					if !ok {
+						return
+					}
+					take(r)
+				default:
+					drained = true
+				}
+			}
+			if len(inflight) > 0 {
+				for _, b := range inflight {
+					h.record(b.due, 0, context.DeadlineExceeded)
+				}
+				inflight = inflight[:0]
+				s.Reset()
+			}
+			h.background.Add(1)
+			sent := time.Now()
+			seq, err := s.Send(w.id, w.refs)
+			if err != nil {
+				return
+			}
+			inflight = append(inflight, sentBeat{seq: seq, due: next, sent: sent})
+			next = next.Add(h.renew)
+			t.Reset(time.Until(next))
+		case r, ok := <-s.Results():
+			if !ok {
+				return
+			}
+			take(r)
+		case <-h.stopc:
+			h.finish(s, &inflight, take)
+			return
+		case <-h.base.Done():
+			return
+		}
+	}
+}
+
+// finish waits for the answers to beats in flight when the set stops, each
+// until the next would have been due, as the unary schedule waits for its
+// calls in flight.
+func (h *heldSet) finish(s *client.HeartbeatStream, inflight *[]sentBeat, take func(client.HeartbeatResult)) {
+	for len(*inflight) > 0 {
+		first := (*inflight)[0]
+		t := time.NewTimer(time.Until(first.due.Add(h.renew)))
+		select {
+		case r, ok := <-s.Results():
+			t.Stop()
+			if !ok {
+				return
+			}
+			take(r)
+		case <-t.C:
+			h.record(first.due, 0, context.DeadlineExceeded)
+			*inflight = (*inflight)[1:]
+		case <-h.base.Done():
+			return
+		}
+	}
+}
+
+// sentBeat is a held worker's beat in flight on its stream.
+type sentBeat struct {
+	seq       uint64
+	due, sent time.Time
+}
+
+// schedule sends each of w's heartbeats as its own call, when due.
 func (h *heldSet) schedule(w *heldWorker) {
 	next := time.Now().Add(rand.N(h.renew))
 	t := time.NewTimer(time.Until(next))
@@ -102,6 +205,12 @@ func (h *heldSet) beat(w *heldWorker, due time.Time) {
 	if err == nil {
 		w.acknowledge(sent, resp)
 	}
+	h.record(due, lat, err)
+}
+
+// record counts a heartbeat due at due that took lat, or failed, if it was
+// due inside the window.
+func (h *heldSet) record(due time.Time, lat time.Duration, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if due.Before(h.winFrom) || !due.Before(h.winTo) {

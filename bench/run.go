@@ -294,6 +294,9 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	r.add("run", e.run)
 	r.add("window_s", num(r.Window.Seconds(), 3))
 	r.add("target", string(e.cfg.Target))
+	if heartbeating[e.cfg.Workload] {
+		r.add("transport", e.transport())
+	}
 	r.add("nodes", len(e.cfg.Endpoints))
 	r.add("started", e.cfg.Cluster != nil)
 	r.add("payload_bytes", e.cfg.PayloadSize)
@@ -329,6 +332,11 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	}
 	return r
 }
+
+// heartbeating are the workloads whose heartbeats go over streams, or
+// with one call each when Unary (job-cycle's single heartbeat per cycle
+// is always a call).
+var heartbeating = map[string]bool{"heartbeat": true, "acquire": true, "mixed": true, "failover": true, "expiry": true}
 
 func leaderName(i int) string {
 	if i < 0 {

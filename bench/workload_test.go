@@ -242,30 +242,47 @@ func TestAcquire(t *testing.T) {
 	}
 }
 
+// Heartbeats over a stream per caller (the default) and with one call each
+// (Unary).
 func TestHeartbeat(t *testing.T) {
-	lc := startCluster(t)
-	kv := run(t, lc, bench.Config{Workload: "heartbeat", Leases: 5})
-	want(t, kv, "errs", 0)
-	want(t, kv, "lost", 0)
-	if n(t, kv, "ops") == 0 {
-		t.Fatal("no heartbeats")
-	}
-	// Heartbeats never touch the Raft log: a handful of writes (leader
-	// bookkeeping) per thousands of heartbeats at most.
-	if w := f(t, kv, "raft_writes_per_op"); w > 0.01 {
-		t.Fatalf("raft_writes_per_op=%v: heartbeats write to the log", w)
-	}
-	if got, want := f(t, kv, "leases_renewed_s"), 5*f(t, kv, "ops_s"); math.Abs(got-want) > 1 {
-		t.Fatalf("leases_renewed_s=%v, want %v", got, want)
-	}
-	if st := leaderStatus(t, newClient(t, lc)); st.GetLiveLeases() != 4*5 {
-		t.Fatalf("%d live leases, want the 20 heartbeated", st.GetLiveLeases())
+	for _, unary := range []bool{false, true} {
+		transport := map[bool]string{false: "stream", true: "unary"}[unary]
+		t.Run(transport, func(t *testing.T) {
+			lc := startCluster(t)
+			kv := run(t, lc, bench.Config{Workload: "heartbeat", Leases: 5, Unary: unary})
+			if kv["transport"] != transport {
+				t.Fatalf("transport=%s, want %s", kv["transport"], transport)
+			}
+			want(t, kv, "errs", 0)
+			want(t, kv, "lost", 0)
+			if n(t, kv, "ops") == 0 {
+				t.Fatal("no heartbeats")
+			}
+			// Heartbeats never touch the Raft log: a handful of writes
+			// (leader bookkeeping) per thousands of heartbeats at most.
+			if w := f(t, kv, "raft_writes_per_op"); w > 0.01 {
+				t.Fatalf("raft_writes_per_op=%v: heartbeats write to the log", w)
+			}
+			if got, want := f(t, kv, "leases_renewed_s"), 5*f(t, kv, "ops_s"); math.Abs(got-want) > 1 {
+				t.Fatalf("leases_renewed_s=%v, want %v", got, want)
+			}
+			// A stream is one HTTP request however many beats it carries.
+			if reqs := n(t, kv, "wire_reqs"); !unary && reqs > 4 || unary && reqs < n(t, kv, "ops") {
+				t.Fatalf("wire_reqs=%d for %s ops", reqs, kv["ops"])
+			}
+			if st := leaderStatus(t, newClient(t, lc)); st.GetLiveLeases() != 4*5 {
+				t.Fatalf("%d live leases, want the 20 heartbeated", st.GetLiveLeases())
+			}
+		})
 	}
 }
 
 func TestMixed(t *testing.T) {
 	lc := startCluster(t)
 	kv := run(t, lc, bench.Config{Workload: "mixed", Held: 300})
+	if kv["transport"] != "stream" {
+		t.Fatalf("transport=%s: held leases heartbeat over streams by default", kv["transport"])
+	}
 	want(t, kv, "errs", 0)
 	want(t, kv, "leases_lost", 0)
 	want(t, kv, "held_expired", 0)

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -42,11 +43,15 @@ type fakeNode struct {
 	srv  *httptest.Server
 	addr string
 
-	mu       sync.Mutex
-	log      []received
-	hooks    map[string]hook
-	leader   string // Leasehold-Leader on every answer when not empty
-	watch    func(ctx context.Context, req *leaseholdv1.WatchEventsRequest, send func(*leaseholdv1.WatchEventsResponse) error) error
+	mu     sync.Mutex
+	log    []received
+	hooks  map[string]hook
+	leader string // Leasehold-Leader on every answer when not empty
+	watch  func(ctx context.Context, req *leaseholdv1.WatchEventsRequest, send func(*leaseholdv1.WatchEventsResponse) error) error
+	// beats, when set, serves each heartbeat stream in place of the
+	// Heartbeat hook; n counts the streams from 1.
+	beats    func(ctx context.Context, n int, s *beatServer) error
+	streams  int
 	snapshot http.HandlerFunc
 }
 
@@ -222,6 +227,70 @@ func (n *fakeNode) StartLease(ctx context.Context, r *connect.Request[leaseholdv
 
 func (n *fakeNode) Heartbeat(ctx context.Context, r *connect.Request[leaseholdv1.HeartbeatRequest]) (*connect.Response[leaseholdv1.HeartbeatResponse], error) {
 	return answer[leaseholdv1.HeartbeatResponse](ctx, n, "Heartbeat", r.Msg, r.Header())
+}
+
+// HeartbeatStream answers each beat by the Heartbeat hook, recording it as
+// a "Heartbeat" request, and ends the stream with the hook's error. A
+// "HeartbeatStream" hook, asked once when a stream opens (with a nil
+// message), may refuse the stream; each stream is recorded as a
+// "HeartbeatStream" request.
+func (n *fakeNode) HeartbeatStream(ctx context.Context, s *connect.BidiStream[leaseholdv1.HeartbeatStreamRequest, leaseholdv1.HeartbeatStreamResponse]) error {
+	n.mu.Lock()
+	n.log = append(n.log, received{method: "HeartbeatStream", header: s.RequestHeader().Clone()})
+	open := n.hooks["HeartbeatStream"]
+	leader := n.leader
+	beats := n.beats
+	n.streams++
+	count := n.streams
+	n.mu.Unlock()
+	if leader != "" {
+		s.ResponseHeader().Set(transport.HeaderLeader, leader)
+	}
+	if open != nil {
+		if _, err := open(ctx, nil, s.RequestHeader()); err != nil {
+			return withLeader(err, leader)
+		}
+	}
+	if beats != nil {
+		return beats(ctx, count, s)
+	}
+	for {
+		req, err := s.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		resp, err := answer[leaseholdv1.HeartbeatResponse](ctx, n, "Heartbeat", req.GetHeartbeat(), s.RequestHeader())
+		if err != nil {
+			return err
+		}
+		if err := s.Send(&leaseholdv1.HeartbeatStreamResponse{Seq: req.GetSeq(), Heartbeat: resp.Msg}); err != nil {
+			return err
+		}
+	}
+}
+
+type beatServer = connect.BidiStream[leaseholdv1.HeartbeatStreamRequest, leaseholdv1.HeartbeatStreamResponse]
+
+func (n *fakeNode) setBeats(b func(ctx context.Context, n int, s *beatServer) error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.beats = b
+}
+
+// withLeader is err as a node answers it: a *connect.Error naming the
+// leader, when one is set.
+func withLeader(err error, leader string) error {
+	var cerr *connect.Error
+	if !errors.As(err, &cerr) {
+		cerr = connect.NewError(connect.CodeUnknown, err)
+	}
+	if leader != "" {
+		cerr.Meta().Set(transport.HeaderLeader, leader)
+	}
+	return cerr
 }
 
 func (n *fakeNode) Report(ctx context.Context, r *connect.Request[leaseholdv1.ReportRequest]) (*connect.Response[leaseholdv1.ReportResponse], error) {

@@ -7,20 +7,141 @@ import (
 	"slices"
 	"time"
 
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 // errBeatDue: a heartbeat was abandoned because the next one was due.
 var errBeatDue = errors.New("next heartbeat due")
 
+// errStreamEnded: a heartbeat sent on a stream had no answer when the
+// worker stopped heartbeating (shutdown, or falling back to unary calls).
+var errStreamEnded = errors.New("heartbeat stream ended")
+
 // heartbeatLoop sends one heartbeat per renew, naming every lease the
-// worker holds. Each is bounded by the next: when the next comes due, the
-// one in flight is abandoned and the new one, with a fresh send time, goes
-// out at once.
+// worker holds, over a heartbeat stream; on a cluster that cannot serve the
+// stream (an older server, a hop that does not speak HTTP/2), with one
+// unary call each for the rest of the run.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
+	if w.streamBeats(ctx) {
+		w.unaryBeats(ctx, true)
+	}
+}
+
+// sentBeat is a heartbeat of the stream awaiting its result.
+type sentBeat struct {
+	seq    uint64
+	sent   time.Time
+	leases int
+	done   func(proto.Message, error) // the Observer's
+}
+
+// streamBeats heartbeats over a HeartbeatStream until ctx ends (false) or
+// the stream is not served (true: fall back to unary calls). A beat is
+// sent every renew whatever became of the previous one; an answer counts
+// from the send time of the beat it answers (the stream matches answers to
+// the beats sent on the same connection). A beat still unanswered when the
+// next is due means the node stopped answering: the stream gives the
+// connection up and reconnects, as a unary call moves on from a node that
+// hangs.
+func (w *Worker) streamBeats(ctx context.Context) (fallback bool) {
+	s := w.c.HeartbeatStream(ctx)
+	var inflight []sentBeat
+	defer func() {
+		s.Close()
+		for _, b := range inflight {
+			b.done(nil, errStreamEnded)
+		}
+	}()
+	// result applies one beat's result; false ends the loop (fallback
+	// tells why).
+	result := func(r HeartbeatResult) bool {
+		i := slices.IndexFunc(inflight, func(b sentBeat) bool { return b.seq == r.Seq })
+		if i < 0 {
+			return true
+		}
+		b := inflight[i]
+		inflight = slices.Delete(inflight, i, i+1)
+		ended(b.done, r.Response, r.Err)
+		switch {
+		case r.Err == nil:
+			w.acknowledge(b.sent, r.Response)
+		case ctx.Err() != nil:
+			return false
+		case streamUnsupported(r.Err):
+			w.log.Warn("the cluster does not serve heartbeat streams; heartbeating with one call each", "error", r.Err)
+			fallback = true
+			return false
+		case errors.Is(r.Err, ErrUnknownWorker):
+			w.reregister(ctx)
+		case errors.Is(r.Err, ErrSuperseded):
+		default:
+			w.log.Warn("heartbeat failed", "error", r.Err, "leases", b.leases)
+		}
+		return true
+	}
 	tick := w.clock.NewTimer(w.renew())
 	defer func() { tick.Stop() }()
-	due := false
+	for {
+		select {
+		case <-tick.C():
+			// Answers that arrived with the tick count first.
+			for drained := false; !drained; {
+				select {
+				case r, ok := <-s.Results():
+					if !ok || !result(r) {
+						return fallback
+					}
+				default:
+					drained = true
+				}
+			}
+			if len(inflight) > 0 {
+				s.Reset() // unanswered for a whole renew
+			}
+			// The send time is read before sending: the server's deadline
+			// for this worker runs from the beat's arrival, never earlier.
+			sent := w.clock.Now()
+			refs := w.heldLeases()
+			tick = w.clock.NewTimer(w.renew())
+			done := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: refs})
+			seq, err := s.Send(w.id, refs)
+			if err != nil {
+				done(nil, err)
+				return false // the stream ends only with ctx or the Client
+			}
+			inflight = append(inflight, sentBeat{seq: seq, sent: sent, leases: len(refs), done: done})
+		case r, ok := <-s.Results():
+			if !ok || !result(r) {
+				return fallback
+			}
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// streamUnsupported: a stream's beat failed with an answer no retry fixes
+// and that carries no reason of leasehold's: the method is unknown
+// (UNIMPLEMENTED: an older server, or an HTTP/1.x connection), or
+// something between client and cluster refused it.
+func streamUnsupported(err error) bool {
+	var e *Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	return e.Code == connect.CodeUnimplemented || e.Reason == "" && classify(e) == giveUp
+}
+
+// unaryBeats sends one heartbeat call per renew, the first at once when due
+// is set. Each is bounded by the next: when the next comes due, the one in
+// flight is abandoned and the new one, with a fresh send time, goes out at
+// once.
+func (w *Worker) unaryBeats(ctx context.Context, due bool) {
+	tick := w.clock.NewTimer(w.renew())
+	defer func() { tick.Stop() }()
 	for {
 		if !due {
 			select {
@@ -33,6 +154,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		// this worker runs from the request's arrival, never earlier.
 		sent := w.clock.Now()
 		refs := w.heldLeases()
+		tick.Stop()
 		tick = w.clock.NewTimer(w.renew())
 		var resp *leaseholdv1.HeartbeatResponse
 		var err error

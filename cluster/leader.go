@@ -110,7 +110,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 func (n *Node) establishLeadership(ctx context.Context) {
 	term := n.raft.CurrentTerm()
 	n.mu.Lock()
-	n.leader = &leaderState{term: term}
+	n.leader = &leaderState{term: term, done: make(chan struct{})}
 	n.mu.Unlock()
 	workers, leases := n.restartClocks(n.leader)
 	n.logger.Named("leader").Info("leadership_established", "term", term, "workers", workers, "leases", leases)
@@ -157,6 +157,7 @@ func (n *Node) revokeLeadership() {
 	n.leader = nil
 	n.mu.Unlock()
 	if was != nil {
+		close(was.done)
 		n.logger.Named("leader").Info("leadership_revoked", "term", was.term)
 	}
 }

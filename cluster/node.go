@@ -80,6 +80,9 @@ type Node struct {
 type leaderState struct {
 	term  uint64
 	table atomic.Pointer[expiryTable]
+	// done is closed when the term's office ends (revokeLeadership):
+	// heartbeat streams of the term end with it.
+	done chan struct{}
 	// quotaAlarm is the leader loop's; quotaRefused is set by any submit
 	// refused for the quota since the last tick (quota.go).
 	quotaAlarm   bool

@@ -28,7 +28,13 @@ func newLeaderCheck(r *raft.Raft) *leaderCheck {
 // confirm returns nil once a quorum confirmed this node's leadership after
 // the call began.
 func (c *leaderCheck) confirm(ctx context.Context) error {
-	ch := make(chan error, 1)
+	return c.confirmOn(ctx, make(chan error, 1))
+}
+
+// confirmOn is confirm answering on ch, which must be empty and have room
+// for one answer. When ctx ends first the answer still arrives on ch later,
+// so ch must not be used again.
+func (c *leaderCheck) confirmOn(ctx context.Context, ch chan error) error {
 	c.mu.Lock()
 	c.waiting = append(c.waiting, ch)
 	if !c.running {

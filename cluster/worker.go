@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -60,7 +59,8 @@ type HeartbeatResult struct {
 // only ever delays an expiry), but the reply, the acknowledgement the
 // worker's self-stop counts from, is sent only after a quorum has confirmed
 // this node's leadership since the heartbeat arrived: a deposed leader
-// cannot acknowledge anything.
+// cannot acknowledge anything. It is one beat of Heartbeats, which a
+// heartbeat stream uses for many.
 //
 // A worker the state does not know (never registered, deregistered, or
 // removed as idle) gets fsm.ErrUnknownWorker and is not timed: made-up ids
@@ -70,69 +70,20 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
 	}
-	if !quorumBeforeAck {
-		return n.heartbeatUnchecked(workerID, held)
-	}
-	ls, err := n.established()
+	h, err := n.Heartbeats()
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	if _, err := n.fsm.Worker(workerID); err != nil {
+	a, err := h.Arrive(workerID, held)
+	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	expiring := ls.table.Load().heard(workerID, n.clock.Now())
-	if err := n.check.confirm(ctx); err != nil {
-		return HeartbeatResult{}, n.raftError(err)
-	}
-	// Leadership may have changed hands (and back) during the check: the
-	// renewal went into this term's table, so only this term may answer.
-	if cur, err := n.established(); err != nil || cur != ls {
-		return HeartbeatResult{}, n.notLeader()
-	}
-	return n.heartbeatReply(workerID, held, expiring), nil
-}
-
-// heartbeatUnchecked is the broken build's heartbeat (chaos_noverify):
-// answered from the last table this node had, leader or not.
-func (n *Node) heartbeatUnchecked(workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
-	n.mu.Lock()
-	table := n.lastTable
-	n.mu.Unlock()
-	if table == nil {
-		return HeartbeatResult{}, n.notLeader()
-	}
-	if _, err := n.fsm.Worker(workerID); err != nil {
+	if err := h.Confirm(ctx); err != nil {
 		return HeartbeatResult{}, err
 	}
-	return n.heartbeatReply(workerID, held, table.heard(workerID, n.clock.Now())), nil
-}
-
-// heartbeatReply answers each lease the worker named from the state.
-func (n *Node) heartbeatReply(workerID string, held []fsm.LeaseRef, expiring map[uint64]bool) HeartbeatResult {
-	live := map[uint64]fsm.Lease{}
-	for _, l := range n.fsm.WorkerLeases(workerID) {
-		live[l.Token] = l
-	}
-	res := HeartbeatResult{Leases: make([]LeaseStatus, 0, len(held))}
-	named := make(map[uint64]bool, len(held))
-	for _, h := range held {
-		named[h.Token] = true
-		st := LeaseStatus{JobID: h.JobID, Token: h.Token, Verdict: VerdictLost}
-		if l, ok := live[h.Token]; ok && l.JobID == h.JobID && !expiring[h.Token] {
-			st.Verdict, st.Revoke = VerdictKeep, l.Revoke
-			if l.Revoke != fsm.RevokeNone {
-				st.Verdict = VerdictStop
-			}
-		}
-		res.Leases = append(res.Leases, st)
-	}
-	for tok, l := range live {
-		if !named[tok] && !expiring[tok] {
-			res.Unnamed = append(res.Unnamed, l)
-		}
-	}
-	slices.SortFunc(res.Unnamed, func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) })
-	return res
+	var res HeartbeatResult
+	h.Answer(&res, workerID, held, a)
+	return res, nil
 }
 
 // Acquire grants leases to a worker, waiting up to wait for a job to be

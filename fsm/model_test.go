@@ -1727,6 +1727,11 @@ func (r *modelRun) compareState() {
 		if g, e := fmt.Sprintf("%+v", f.WorkerLeases(w)), fmt.Sprintf("%+v", want); g != e {
 			r.fail("WorkerLeases(%s)\n  got  %s\n  want %s", w, g, e)
 		}
+		appended := f.AppendWorkerLeases(nil, w)
+		slices.SortFunc(appended, func(a, b Lease) int { return cmp.Compare(a.Token, b.Token) })
+		if g, e := fmt.Sprintf("%+v", appended), fmt.Sprintf("%+v", want); g != e {
+			r.fail("AppendWorkerLeases(%s), sorted\n  got  %s\n  want %s", w, g, e)
+		}
 		if !slices.Equal(liveAll[w], refs) {
 			r.fail("LiveLeases[%s] = %v, want %v", w, liveAll[w], refs)
 		}

@@ -95,6 +95,18 @@ func (f *FSM) WorkerLeases(workerID string) []Lease {
 	return out
 }
 
+// AppendWorkerLeases appends the live leases of one worker to dst, in no
+// particular order: WorkerLeases for the leader's heartbeat path, which
+// answers many heartbeats a second and reuses its buffer.
+func (f *FSM) AppendWorkerLeases(dst []Lease, workerID string) []Lease {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	for _, seq := range f.st.workerLeases[workerID] {
+		dst = append(dst, *f.st.job(seq).lastLease())
+	}
+	return dst
+}
+
 // LeaseHolders returns the workers that hold a live lease, sorted.
 func (f *FSM) LeaseHolders() []string {
 	f.mu.RLock()

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"crypto/x509"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -188,6 +189,9 @@ type request struct {
 	// authorization is the caller's Authorization header, forwarded only
 	// when the peer port is not authenticated (insecure mode).
 	authorization string
+	// body is the request's body: a heartbeat stream closes it to wake its
+	// reader when the stream ends (a stream's body never ends by itself).
+	body io.Closer
 }
 
 func requestOf(ctx context.Context) request {
@@ -228,7 +232,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			s.writeRefusal(w, r, toWire(err))
 			return
 		}
-		req.path = r.URL.Path
+		req.path, req.body = r.URL.Path, r.Body
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	})
 }

@@ -67,12 +67,21 @@ func DefaultLimits() Limits {
 }
 
 // unboundedWrites are the paths whose answers may take as long as they
-// need: an event stream, a snapshot.
+// need: an event stream, a heartbeat stream, a snapshot.
 var unboundedWrites = map[string]bool{
-	"/leasehold.v1.EventService/WatchEvents": true,
-	"/v1/snapshot":                           true,
-	"/debug/pprof/profile":                   true,
-	"/debug/pprof/trace":                     true,
+	"/leasehold.v1.EventService/WatchEvents":      true,
+	"/leasehold.v1.WorkerService/HeartbeatStream": true,
+	"/v1/snapshot":         true,
+	"/debug/pprof/profile": true,
+	"/debug/pprof/trace":   true,
+}
+
+// bodyStreams are the paths whose request body is a stream of messages that
+// never ends: neither body_timeout nor max_request_bytes bounds the body
+// as a whole. Each message is bounded on its own (heartbeatStreamHandler),
+// and a stream with no message for a while is ended (Server.streamIdle).
+var bodyStreams = map[string]bool{
+	"/leasehold.v1.WorkerService/HeartbeatStream": true,
 }
 
 // Validate checks the limits; it names the field.
@@ -122,6 +131,10 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	}
 	if r.URL.Path == "/v1/snapshot" {
 		return nil // bounded by MaxSnapshotBytes, admin only
+	}
+	if bodyStreams[r.URL.Path] {
+		r.Body = &countedBody{ReadCloser: r.Body, n: &s.bodies.raw, done: func() {}}
+		return nil
 	}
 	var body io.ReadCloser = r.Body
 	if s.limits.MaxRequestBytes > 0 {
@@ -257,11 +270,17 @@ func newRates(l Limits) *rates {
 
 // take spends one request of id's budget, or says how long to wait.
 func (r *rates) take(id Identity, now time.Time) (ok bool, retryAfter time.Duration) {
+	return spend(r.bucket(id), now)
+}
+
+// bucket returns id's token bucket; nil when id is not rate limited.
+func (r *rates) bucket(id Identity) *rate.Limiter {
 	if r == nil || id.Kind == "open" || id.Kind == "" {
-		return true, 0
+		return nil
 	}
 	key := id.Kind + ":" + id.Name
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	b := r.buckets[key]
 	if b == nil {
 		// One bucket per configured credential: the map is bounded by the
@@ -269,7 +288,15 @@ func (r *rates) take(id Identity, now time.Time) (ok bool, retryAfter time.Durat
 		b = rate.NewLimiter(r.limit, r.burst)
 		r.buckets[key] = b
 	}
-	r.mu.Unlock()
+	return b
+}
+
+// spend takes one request from b (nil: no limit), or says how long to
+// wait.
+func spend(b *rate.Limiter, now time.Time) (ok bool, retryAfter time.Duration) {
+	if b == nil {
+		return true, 0
+	}
 	res := b.ReserveN(now, 1)
 	if !res.OK() {
 		return false, time.Second

@@ -18,6 +18,7 @@ import (
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
 )
 
@@ -58,6 +59,9 @@ type Server struct {
 	conns    *transport.ConnLimiter // set by Serve
 	errw     *connect.ErrorWriter
 	client   *http.Client // to other members, over the peer port
+	// timingsPB is the node's timings as every heartbeat and registration
+	// answer carries them; shared, never changed.
+	timingsPB *pb.Timings
 
 	mu    sync.Mutex
 	peers map[string]*peerClients // by leader Raft address
@@ -78,6 +82,7 @@ func NewServer(o Options) *Server {
 		s.cluster = transport.DefaultClusterName
 	}
 	s.log = s.log.Named("api")
+	s.timingsPB = timingsToProto(s.node.Timings())
 	s.creds.Store(newCredentials(o.Credentials))
 	// HTTP/2 over the peer port's API connections (TLS, when on, is the
 	// peer port's): every forwarded call shares one connection per leader.
@@ -109,6 +114,7 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
+	mux.Handle(s.heartbeatStreamHandler(opts)) // the more specific pattern wins
 	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)

@@ -13,9 +13,7 @@ import (
 
 type workerService struct{ s *Server }
 
-func (w workerService) timings() *pb.Timings {
-	return timingsToProto(w.s.node.Timings())
-}
+func (w workerService) timings() *pb.Timings { return w.s.timingsPB }
 
 func (w workerService) RegisterWorker(ctx context.Context, req *connect.Request[pb.RegisterWorkerRequest]) (*connect.Response[pb.RegisterWorkerResponse], error) {
 	return leaderCall(w.s, ctx, req, workersOf, workersAPI.RegisterWorker, func(ctx context.Context) (*pb.RegisterWorkerResponse, error) {

@@ -61,6 +61,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
+		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
@@ -89,7 +90,7 @@ func runBench(c *cli.Context, workload string) error {
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
 		Conns: c.Int("conns"), Leases: c.Int("leases"), Held: c.Int("held"), Abandon: c.Int("abandon"),
-		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
+		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
 	if cfg.Workload == "failover" && c.Int("start") == 0 {

@@ -746,6 +746,110 @@ func (x *HeartbeatResponse) GetTimings() *Timings {
 	return nil
 }
 
+type HeartbeatStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"` // chosen by the client; echoed in the answer
+	Heartbeat     *HeartbeatRequest      `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatStreamRequest) Reset() {
+	*x = HeartbeatStreamRequest{}
+	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatStreamRequest) ProtoMessage() {}
+
+func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *HeartbeatStreamRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HeartbeatStreamRequest) GetHeartbeat() *HeartbeatRequest {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
+type HeartbeatStreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"` // the beat this answers
+	Heartbeat     *HeartbeatResponse     `protobuf:"bytes,2,opt,name=heartbeat,proto3" json:"heartbeat,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatStreamResponse) Reset() {
+	*x = HeartbeatStreamResponse{}
+	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatStreamResponse) ProtoMessage() {}
+
+func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *HeartbeatStreamResponse) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *HeartbeatStreamResponse) GetHeartbeat() *HeartbeatResponse {
+	if x != nil {
+		return x.Heartbeat
+	}
+	return nil
+}
+
 type ReportRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
@@ -762,7 +866,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -774,7 +878,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -787,7 +891,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -859,7 +963,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +975,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +988,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportResponse) GetJobId() string {
@@ -934,7 +1038,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1050,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1063,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReleaseRequest) GetWorkerId() string {
@@ -999,7 +1103,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1115,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1128,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseResponse) GetJob() *Job {
@@ -1044,7 +1148,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1160,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1173,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ListLeasesRequest) GetWorkerId() string {
@@ -1095,7 +1199,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1211,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1224,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Grant {
@@ -1139,7 +1243,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1255,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1268,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListWorkersRequest) GetConsistency() Consistency {
@@ -1183,7 +1287,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1195,7 +1299,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1208,7 +1312,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1265,7 +1369,13 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x06leases\x18\x01 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x12-\n" +
 	"\aunnamed\x18\x02 \x03(\v2\x13.leasehold.v1.LeaseR\aunnamed\x12/\n" +
-	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"\xf1\x01\n" +
+	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"h\n" +
+	"\x16HeartbeatStreamRequest\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12<\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1e.leasehold.v1.HeartbeatRequestR\theartbeat\"j\n" +
+	"\x17HeartbeatStreamResponse\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12=\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1f.leasehold.v1.HeartbeatResponseR\theartbeat\"\xf1\x01\n" +
 	"\rReportRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x14\n" +
@@ -1301,14 +1411,15 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fVERDICT_KEEP\x10\x01\x12\x10\n" +
 	"\fVERDICT_STOP\x10\x02\x12\x10\n" +
-	"\fVERDICT_LOST\x10\x032\xe8\x05\n" +
+	"\fVERDICT_LOST\x10\x032\xcc\x06\n" +
 	"\rWorkerService\x12[\n" +
 	"\x0eRegisterWorker\x12#.leasehold.v1.RegisterWorkerRequest\x1a$.leasehold.v1.RegisterWorkerResponse\x12a\n" +
 	"\x10DeregisterWorker\x12%.leasehold.v1.DeregisterWorkerRequest\x1a&.leasehold.v1.DeregisterWorkerResponse\x12F\n" +
 	"\aAcquire\x12\x1c.leasehold.v1.AcquireRequest\x1a\x1d.leasehold.v1.AcquireResponse\x12O\n" +
 	"\n" +
 	"StartLease\x12\x1f.leasehold.v1.StartLeaseRequest\x1a .leasehold.v1.StartLeaseResponse\x12L\n" +
-	"\tHeartbeat\x12\x1e.leasehold.v1.HeartbeatRequest\x1a\x1f.leasehold.v1.HeartbeatResponse\x12C\n" +
+	"\tHeartbeat\x12\x1e.leasehold.v1.HeartbeatRequest\x1a\x1f.leasehold.v1.HeartbeatResponse\x12b\n" +
+	"\x0fHeartbeatStream\x12$.leasehold.v1.HeartbeatStreamRequest\x1a%.leasehold.v1.HeartbeatStreamResponse(\x010\x01\x12C\n" +
 	"\x06Report\x12\x1b.leasehold.v1.ReportRequest\x1a\x1c.leasehold.v1.ReportResponse\x12F\n" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12O\n" +
 	"\n" +
@@ -1328,7 +1439,7 @@ func file_leasehold_v1_workers_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_workers_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_leasehold_v1_workers_proto_goTypes = []any{
 	(Verdict)(0),                     // 0: leasehold.v1.Verdict
 	(*RegisterWorkerRequest)(nil),    // 1: leasehold.v1.RegisterWorkerRequest
@@ -1343,71 +1454,77 @@ var file_leasehold_v1_workers_proto_goTypes = []any{
 	(*HeartbeatRequest)(nil),         // 10: leasehold.v1.HeartbeatRequest
 	(*LeaseStatus)(nil),              // 11: leasehold.v1.LeaseStatus
 	(*HeartbeatResponse)(nil),        // 12: leasehold.v1.HeartbeatResponse
-	(*ReportRequest)(nil),            // 13: leasehold.v1.ReportRequest
-	(*ReportResponse)(nil),           // 14: leasehold.v1.ReportResponse
-	(*ReleaseRequest)(nil),           // 15: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 16: leasehold.v1.ReleaseResponse
-	(*ListLeasesRequest)(nil),        // 17: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),       // 18: leasehold.v1.ListLeasesResponse
-	(*ListWorkersRequest)(nil),       // 19: leasehold.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 20: leasehold.v1.ListWorkersResponse
-	(*Worker)(nil),                   // 21: leasehold.v1.Worker
-	(*Timings)(nil),                  // 22: leasehold.v1.Timings
-	(*LeaseRef)(nil),                 // 23: leasehold.v1.LeaseRef
-	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
-	(*Job)(nil),                      // 25: leasehold.v1.Job
-	(*Lease)(nil),                    // 26: leasehold.v1.Lease
-	(Revoke)(0),                      // 27: leasehold.v1.Revoke
-	(Outcome)(0),                     // 28: leasehold.v1.Outcome
-	(JobState)(0),                    // 29: leasehold.v1.JobState
-	(Consistency)(0),                 // 30: leasehold.v1.Consistency
+	(*HeartbeatStreamRequest)(nil),   // 13: leasehold.v1.HeartbeatStreamRequest
+	(*HeartbeatStreamResponse)(nil),  // 14: leasehold.v1.HeartbeatStreamResponse
+	(*ReportRequest)(nil),            // 15: leasehold.v1.ReportRequest
+	(*ReportResponse)(nil),           // 16: leasehold.v1.ReportResponse
+	(*ReleaseRequest)(nil),           // 17: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 18: leasehold.v1.ReleaseResponse
+	(*ListLeasesRequest)(nil),        // 19: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),       // 20: leasehold.v1.ListLeasesResponse
+	(*ListWorkersRequest)(nil),       // 21: leasehold.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 22: leasehold.v1.ListWorkersResponse
+	(*Worker)(nil),                   // 23: leasehold.v1.Worker
+	(*Timings)(nil),                  // 24: leasehold.v1.Timings
+	(*LeaseRef)(nil),                 // 25: leasehold.v1.LeaseRef
+	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
+	(*Job)(nil),                      // 27: leasehold.v1.Job
+	(*Lease)(nil),                    // 28: leasehold.v1.Lease
+	(Revoke)(0),                      // 29: leasehold.v1.Revoke
+	(Outcome)(0),                     // 30: leasehold.v1.Outcome
+	(JobState)(0),                    // 31: leasehold.v1.JobState
+	(Consistency)(0),                 // 32: leasehold.v1.Consistency
 }
 var file_leasehold_v1_workers_proto_depIdxs = []int32{
-	21, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
-	22, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
-	23, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
-	24, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	25, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
-	26, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	23, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	24, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
+	25, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
+	26, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	27, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
+	28, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
 	6,  // 6: leasehold.v1.AcquireResponse.grants:type_name -> leasehold.v1.Grant
-	26, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	23, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
+	28, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	25, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
 	0,  // 9: leasehold.v1.LeaseStatus.verdict:type_name -> leasehold.v1.Verdict
-	27, // 10: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
+	29, // 10: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
 	11, // 11: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	26, // 12: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
-	22, // 13: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
-	28, // 14: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
-	28, // 15: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
-	29, // 16: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
-	25, // 17: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	30, // 18: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
-	6,  // 19: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
-	30, // 20: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
-	21, // 21: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
-	1,  // 22: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
-	3,  // 23: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
-	5,  // 24: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 25: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
-	10, // 26: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	13, // 27: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
-	15, // 28: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	17, // 29: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	19, // 30: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	2,  // 31: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
-	4,  // 32: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
-	7,  // 33: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 34: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
-	12, // 35: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	14, // 36: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
-	16, // 37: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	18, // 38: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	20, // 39: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	28, // 12: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
+	24, // 13: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
+	10, // 14: leasehold.v1.HeartbeatStreamRequest.heartbeat:type_name -> leasehold.v1.HeartbeatRequest
+	12, // 15: leasehold.v1.HeartbeatStreamResponse.heartbeat:type_name -> leasehold.v1.HeartbeatResponse
+	30, // 16: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
+	30, // 17: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
+	31, // 18: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
+	27, // 19: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	32, // 20: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
+	6,  // 21: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
+	32, // 22: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
+	23, // 23: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
+	1,  // 24: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
+	3,  // 25: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
+	5,  // 26: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 27: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
+	10, // 28: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	13, // 29: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
+	15, // 30: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
+	17, // 31: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	19, // 32: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	21, // 33: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	2,  // 34: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
+	4,  // 35: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
+	7,  // 36: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 37: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
+	12, // 38: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	14, // 39: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
+	16, // 40: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
+	18, // 41: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	20, // 42: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	22, // 43: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	34, // [34:44] is the sub-list for method output_type
+	24, // [24:34] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_workers_proto_init() }
@@ -1422,7 +1539,7 @@ func file_leasehold_v1_workers_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_workers_proto_rawDesc), len(file_leasehold_v1_workers_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   20,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -46,6 +46,9 @@ const (
 	WorkerServiceStartLeaseProcedure = "/leasehold.v1.WorkerService/StartLease"
 	// WorkerServiceHeartbeatProcedure is the fully-qualified name of the WorkerService's Heartbeat RPC.
 	WorkerServiceHeartbeatProcedure = "/leasehold.v1.WorkerService/Heartbeat"
+	// WorkerServiceHeartbeatStreamProcedure is the fully-qualified name of the WorkerService's
+	// HeartbeatStream RPC.
+	WorkerServiceHeartbeatStreamProcedure = "/leasehold.v1.WorkerService/HeartbeatStream"
 	// WorkerServiceReportProcedure is the fully-qualified name of the WorkerService's Report RPC.
 	WorkerServiceReportProcedure = "/leasehold.v1.WorkerService/Report"
 	// WorkerServiceReleaseProcedure is the fully-qualified name of the WorkerService's Release RPC.
@@ -72,6 +75,16 @@ type WorkerServiceClient interface {
 	// One call per worker every renew: renews all its leases and says, per
 	// lease, keep going, stop (revoked) or lost.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// Heartbeats over one long-lived stream, with the promise of Heartbeat:
+	// each beat renews on arrival and is answered only after a quorum
+	// confirmed the leader's office, by the term that recorded it. Each
+	// answer carries the seq of the beat it answers. Only the leader serves
+	// the stream: any other node ends it at once with NOT_LEADER naming the
+	// leader (streams are never forwarded), and a leader ends it with
+	// NOT_LEADER when its term ends. An error for one beat (a refusal, an
+	// unknown worker) ends the stream after the beats before it are
+	// answered.
+	HeartbeatStream(context.Context) *connect.BidiStreamForClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]
 	// The final word on a lease. The same report_id again gets the first
 	// answer; a stale token is FAILED_PRECONDITION (STALE_TOKEN) and recorded.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
@@ -123,6 +136,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
+		heartbeatStream: connect.NewClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse](
+			httpClient,
+			baseURL+WorkerServiceHeartbeatStreamProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("HeartbeatStream")),
+			connect.WithClientOptions(opts...),
+		),
 		report: connect.NewClient[v1.ReportRequest, v1.ReportResponse](
 			httpClient,
 			baseURL+WorkerServiceReportProcedure,
@@ -157,6 +176,7 @@ type workerServiceClient struct {
 	acquire          *connect.Client[v1.AcquireRequest, v1.AcquireResponse]
 	startLease       *connect.Client[v1.StartLeaseRequest, v1.StartLeaseResponse]
 	heartbeat        *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	heartbeatStream  *connect.Client[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]
 	report           *connect.Client[v1.ReportRequest, v1.ReportResponse]
 	release          *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	listLeases       *connect.Client[v1.ListLeasesRequest, v1.ListLeasesResponse]
@@ -186,6 +206,11 @@ func (c *workerServiceClient) StartLease(ctx context.Context, req *connect.Reque
 // Heartbeat calls leasehold.v1.WorkerService.Heartbeat.
 func (c *workerServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// HeartbeatStream calls leasehold.v1.WorkerService.HeartbeatStream.
+func (c *workerServiceClient) HeartbeatStream(ctx context.Context) *connect.BidiStreamForClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse] {
+	return c.heartbeatStream.CallBidiStream(ctx)
 }
 
 // Report calls leasehold.v1.WorkerService.Report.
@@ -222,6 +247,16 @@ type WorkerServiceHandler interface {
 	// One call per worker every renew: renews all its leases and says, per
 	// lease, keep going, stop (revoked) or lost.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// Heartbeats over one long-lived stream, with the promise of Heartbeat:
+	// each beat renews on arrival and is answered only after a quorum
+	// confirmed the leader's office, by the term that recorded it. Each
+	// answer carries the seq of the beat it answers. Only the leader serves
+	// the stream: any other node ends it at once with NOT_LEADER naming the
+	// leader (streams are never forwarded), and a leader ends it with
+	// NOT_LEADER when its term ends. An error for one beat (a refusal, an
+	// unknown worker) ends the stream after the beats before it are
+	// answered.
+	HeartbeatStream(context.Context, *connect.BidiStream[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]) error
 	// The final word on a lease. The same report_id again gets the first
 	// answer; a stale token is FAILED_PRECONDITION (STALE_TOKEN) and recorded.
 	Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error)
@@ -269,6 +304,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceHeartbeatStreamHandler := connect.NewBidiStreamHandler(
+		WorkerServiceHeartbeatStreamProcedure,
+		svc.HeartbeatStream,
+		connect.WithSchema(workerServiceMethods.ByName("HeartbeatStream")),
+		connect.WithHandlerOptions(opts...),
+	)
 	workerServiceReportHandler := connect.NewUnaryHandler(
 		WorkerServiceReportProcedure,
 		svc.Report,
@@ -305,6 +346,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceStartLeaseHandler.ServeHTTP(w, r)
 		case WorkerServiceHeartbeatProcedure:
 			workerServiceHeartbeatHandler.ServeHTTP(w, r)
+		case WorkerServiceHeartbeatStreamProcedure:
+			workerServiceHeartbeatStreamHandler.ServeHTTP(w, r)
 		case WorkerServiceReportProcedure:
 			workerServiceReportHandler.ServeHTTP(w, r)
 		case WorkerServiceReleaseProcedure:
@@ -340,6 +383,10 @@ func (UnimplementedWorkerServiceHandler) StartLease(context.Context, *connect.Re
 
 func (UnimplementedWorkerServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.WorkerService.Heartbeat is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) HeartbeatStream(context.Context, *connect.BidiStream[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.WorkerService.HeartbeatStream is not implemented"))
 }
 
 func (UnimplementedWorkerServiceHandler) Report(context.Context, *connect.Request[v1.ReportRequest]) (*connect.Response[v1.ReportResponse], error) {

@@ -1,0 +1,408 @@
+package api_test
+
+import (
+	"context"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/api"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+type beatStream = connect.BidiStreamForClient[pb.HeartbeatStreamRequest, pb.HeartbeatStreamResponse]
+
+// h2c is an HTTP/2 client without TLS, as bidirectional streams need.
+func h2c(t *testing.T) *http.Client {
+	t.Helper()
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	tr := &http.Transport{Protocols: p}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// workersOf is a WorkerService client of node n, with secret's token.
+func workersOf(t *testing.T, n *clustertest.Node, secret string) leaseholdv1connect.WorkerServiceClient {
+	return leaseholdv1connect.NewWorkerServiceClient(h2c(t), "http://"+n.APIAddr, bearer(secret))
+}
+
+// openBeats opens a heartbeat stream to n; it is closed when the test ends.
+func openBeats(t *testing.T, n *clustertest.Node, secret string) *beatStream {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := workersOf(t, n, secret).HeartbeatStream(ctx)
+	if secret != "" {
+		s.RequestHeader().Set("Authorization", "Bearer "+secret)
+	}
+	t.Cleanup(func() {
+		cancel()
+		s.CloseRequest()
+		s.CloseResponse()
+	})
+	return s
+}
+
+func sendBeat(t *testing.T, s *beatStream, seq uint64, worker string, leases ...*pb.LeaseRef) {
+	t.Helper()
+	err := s.Send(&pb.HeartbeatStreamRequest{Seq: seq, Heartbeat: &pb.HeartbeatRequest{WorkerId: worker, Leases: leases}})
+	if err != nil {
+		t.Fatalf("send beat %d: %v", seq, err)
+	}
+}
+
+// receive takes the next answer, failing the test on a hang.
+func receive(t *testing.T, s *beatStream) (*pb.HeartbeatStreamResponse, error) {
+	t.Helper()
+	type answer struct {
+		msg *pb.HeartbeatStreamResponse
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		m, err := s.Receive()
+		ch <- answer{m, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.msg, a.err
+	case <-time.After(20 * time.Second):
+		t.Fatal("no answer on the heartbeat stream")
+		return nil, nil
+	}
+}
+
+func ack(t *testing.T, s *beatStream, seq uint64) *pb.HeartbeatResponse {
+	t.Helper()
+	m, err := receive(t, s)
+	if err != nil {
+		t.Fatalf("beat %d: %v", seq, err)
+	}
+	if m.GetSeq() != seq {
+		t.Fatalf("answer to beat %d, want %d", m.GetSeq(), seq)
+	}
+	return m.GetHeartbeat()
+}
+
+// holding registers worker with capacity and has it acquire n jobs of a
+// queue of its own; it returns their leases.
+func holding(t *testing.T, n *clustertest.Node, secret, worker string, jobs ...string) []*pb.LeaseRef {
+	t.Helper()
+	ws := workersOf(t, n, secret)
+	if _, err := ws.RegisterWorker(callCtx(t), connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: worker, Capacity: 8})); err != nil {
+		t.Fatal(err)
+	}
+	js := leaseholdv1connect.NewJobServiceClient(h2c(t), "http://"+n.APIAddr, bearer(opsSecretIf(secret)))
+	for _, id := range jobs {
+		if _, err := js.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: id, Queue: "q-" + worker, Kind: "k"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res, err := ws.Acquire(callCtx(t), connect.NewRequest(&pb.AcquireRequest{WorkerId: worker, RequestId: "r-" + worker,
+		Queues: []string{"q-" + worker}, Max: uint32(len(jobs)), Start: true}))
+	if err != nil || len(res.Msg.GetGrants()) != len(jobs) {
+		t.Fatalf("acquire for %s: %v", worker, err)
+	}
+	var refs []*pb.LeaseRef
+	for _, g := range res.Msg.GetGrants() {
+		refs = append(refs, &pb.LeaseRef{JobId: g.GetJob().GetSpec().GetId(), Token: g.GetLease().GetToken()})
+	}
+	return refs
+}
+
+// opsSecretIf is the admin token on a cluster with tokens ("" without).
+func opsSecretIf(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	return opsSecret
+}
+
+func reasonOf(err error) string { return transport.DetailOf(err).GetReason() }
+
+// streamGoroutines counts the goroutines serving heartbeat streams.
+func streamGoroutines() int {
+	buf := make([]byte, 1<<22)
+	buf = buf[:runtime.Stack(buf, true)]
+	n := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "api.(*Server).serveHeartbeats") || strings.Contains(g, "api.(*Server).readBeats") {
+			n++
+		}
+	}
+	return n
+}
+
+// A follower does not serve the stream, nor forward it: it ends it at once
+// with NOT_LEADER naming the leader, before any beat is answered.
+func TestHeartbeatStreamFollowerSendsToLeader(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	refs := holding(t, leader, "", "w1", "j1")
+	f := c.Nodes[(leader.Index+1)%3]
+	c.WaitFor(10*time.Second, "the follower to know the leader's API address", func() bool {
+		_, addr := f.Leader()
+		return addr == leader.APIAddr
+	})
+	s := openBeats(t, f, "")
+	sendBeat(t, s, 1, "w1", refs...)
+	m, err := receive(t, s)
+	if err == nil {
+		t.Fatalf("a follower answered a beat: %v", m)
+	}
+	d := transport.DetailOf(err)
+	if connect.CodeOf(err) != connect.CodeUnavailable || d.GetReason() != transport.ReasonNotLeader || d.GetLeaderApi() != leader.APIAddr {
+		t.Fatalf("follower's answer %v (detail %v), want NOT_LEADER naming %s", err, d, leader.APIAddr)
+	}
+}
+
+// The leader answers each beat with its seq, renews the worker's leases
+// (its fake clock runs twice past toleration while the stream beats, and
+// nothing expires), carries revokes and lost verdicts, and lists the
+// leases a beat did not name.
+func TestHeartbeatStreamAnswersEachBeat(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	refs := holding(t, leader, "", "w1", "a", "b")
+	s := openBeats(t, leader, "")
+
+	hb := func(seq uint64, leases ...*pb.LeaseRef) *pb.HeartbeatResponse {
+		t.Helper()
+		sendBeat(t, s, seq, "w1", leases...)
+		return ack(t, s, seq)
+	}
+	r := hb(7, refs...)
+	if len(r.GetLeases()) != 2 || r.GetTimings().GetRenew().AsDuration() != clustertest.Renew {
+		t.Fatalf("first answer %v", r)
+	}
+	for _, st := range r.GetLeases() {
+		if st.GetVerdict() != pb.Verdict_VERDICT_KEEP {
+			t.Fatalf("lease %d: %v, want keep", st.GetToken(), st.GetVerdict())
+		}
+	}
+
+	// Renewed on arrival: beat every tick while the leader's clock runs
+	// twice past toleration.
+	tick := c.Tick(leader.Index)
+	seq := uint64(8)
+	for d := time.Duration(0); d < 2*clustertest.Toleration; d += tick {
+		hb(seq, refs...)
+		seq++
+		c.Step(leader.Index, tick)
+	}
+	for _, ref := range refs {
+		j, err := leader.FSM().Job(ref.GetJobId())
+		if l, ok := j.CurrentLease(); err != nil || !ok || l.Token != ref.GetToken() {
+			t.Fatalf("lease %d of %s did not survive beats on the stream: %v", ref.GetToken(), ref.GetJobId(), err)
+		}
+	}
+
+	// Beats sent back to back are answered in order, each with its seq.
+	for i := uint64(100); i < 105; i++ {
+		sendBeat(t, s, i, "w1", refs...)
+	}
+	for i := uint64(100); i < 105; i++ {
+		ack(t, s, i)
+	}
+
+	// A cancelled job: the next answer says stop (cancel); its job still
+	// reports.
+	js := leaseholdv1connect.NewJobServiceClient(h2c(t), "http://"+leader.APIAddr)
+	if _, err := js.CancelJob(callCtx(t), connect.NewRequest(&pb.CancelJobRequest{Id: "a"})); err != nil {
+		t.Fatal(err)
+	}
+	r = hb(200, refs...)
+	if st := r.GetLeases()[0]; st.GetVerdict() != pb.Verdict_VERDICT_STOP || st.GetRevoke() != pb.Revoke_REVOKE_CANCEL {
+		t.Fatalf("revoked lease answered %v", st)
+	}
+	if st := r.GetLeases()[1]; st.GetVerdict() != pb.Verdict_VERDICT_KEEP {
+		t.Fatalf("the other lease answered %v", st)
+	}
+
+	// A released lease, and a token that was never granted: lost. A live
+	// lease not named: listed as unnamed.
+	ws := workersOf(t, leader, "")
+	if _, err := ws.Release(callCtx(t), connect.NewRequest(&pb.ReleaseRequest{WorkerId: "w1", JobId: "b", Token: refs[1].GetToken()})); err != nil {
+		t.Fatal(err)
+	}
+	r = hb(201, refs[1], &pb.LeaseRef{JobId: "a", Token: refs[0].GetToken() + 1000})
+	for _, st := range r.GetLeases() {
+		if st.GetVerdict() != pb.Verdict_VERDICT_LOST {
+			t.Fatalf("lease %d of %s answered %v, want lost", st.GetToken(), st.GetJobId(), st.GetVerdict())
+		}
+	}
+	if u := r.GetUnnamed(); len(u) != 1 || u[0].GetToken() != refs[0].GetToken() {
+		t.Fatalf("unnamed %v, want the live lease of a", u)
+	}
+
+	// The client closing its side ends the stream cleanly.
+	if err := s.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := receive(t, s); err == nil || !strings.Contains(err.Error(), "EOF") {
+		t.Fatalf("after the client closed its side: %v, %v", m, err)
+	}
+	c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+}
+
+// A worker credential acts only as the workers it names, beat by beat: a
+// beat in another worker's name ends the stream with PERMISSION_DENIED
+// after the beats before it are answered.
+func TestHeartbeatStreamActsOnlyAsItsWorkers(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	mine := holding(t, leader, workerASecret, "wA", "a1")
+	theirs := holding(t, leader, opsSecret, "wB", "b1")
+	s := openBeats(t, leader, workerASecret)
+	sendBeat(t, s, 1, "wA", mine...)
+	sendBeat(t, s, 2, "wB", theirs...)
+	ack(t, s, 1)
+	m, err := receive(t, s)
+	if err == nil || connect.CodeOf(err) != connect.CodePermissionDenied || reasonOf(err) != transport.ReasonForbidden {
+		t.Fatalf("a beat as another worker: %v, %v; want PERMISSION_DENIED", m, err)
+	}
+	c.WaitFor(10*time.Second, "the refusal audited", func() bool {
+		for _, ev := range audits(leader, "auth.denied") {
+			if strings.Contains(ev.Detail, "HeartbeatStream") && strings.Contains(ev.Detail, `"wB"`) {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// Each beat spends a request of its credential's rate, as a call would:
+// past the burst the stream ends RATE_LIMITED with a retry hint.
+func TestHeartbeatStreamBeatsAreRateLimited(t *testing.T) {
+	l := api.DefaultLimits()
+	l.Rate, l.Burst = 0.001, 4
+	c := limitsCluster(t, l)
+	leader := c.Leader()
+	// Register, submit, acquire: three requests of the burst; the stream
+	// is the fourth, its first beat the fifth.
+	refs := holding(t, leader, opsSecret, "w1", "j1")
+	s := openBeats(t, leader, opsSecret)
+	sendBeat(t, s, 1, "w1", refs...)
+	m, err := receive(t, s)
+	if err == nil || reasonOf(err) != transport.ReasonRateLimited || transport.DetailOf(err).GetRetryAfter().AsDuration() <= 0 {
+		t.Fatalf("a beat past the burst: %v, %v; want RATE_LIMITED with retry_after", m, err)
+	}
+}
+
+// A leader that lost its quorum never acknowledges a beat recorded after
+// it was cut off: the beat waits for a quorum check that fails, and the
+// stream ends NOT_LEADER (or NO_LEADER while no leader is known). Raft is
+// slow here so the cut-off leader goes on believing it leads for a while.
+func TestHeartbeatStreamDeposedLeaderNeverAcks(t *testing.T) {
+	c := clustertest.New(t, 3, clustertest.SlowRaft())
+	old := c.Leader()
+	refs := holding(t, old, "", "w1", "j1")
+	s := openBeats(t, old, "")
+	sendBeat(t, s, 1, "w1", refs...)
+	ack(t, s, 1)
+
+	var others []int
+	for _, n := range c.Nodes {
+		if n != old {
+			others = append(others, n.Index)
+		}
+	}
+	c.Partition([]int{old.Index}, others)
+	if st := old.Status(); st.State != "Leader" || !st.Ready {
+		t.Fatalf("the cut-off leader stepped down at once (%+v): the test proves nothing", st)
+	}
+	sendBeat(t, s, 2, "w1", refs...)
+	m, err := receive(t, s)
+	if err == nil {
+		t.Fatalf("a leader cut off from its quorum acknowledged beat %d", m.GetSeq())
+	}
+	if r := reasonOf(err); r != transport.ReasonNotLeader && r != transport.ReasonNoLeader {
+		t.Fatalf("the cut-off leader ended the stream with %v, want NOT_LEADER or NO_LEADER", err)
+	}
+	c.Heal()
+}
+
+// A stream ends when its leader's term ends, without waiting for a beat:
+// NOT_LEADER, naming the new leader once one is known.
+func TestHeartbeatStreamEndsWithTheTerm(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	refs := holding(t, old, "", "w1", "j1")
+	s := openBeats(t, old, "")
+	sendBeat(t, s, 1, "w1", refs...)
+	ack(t, s, 1)
+	next := c.Nodes[(old.Index+1)%3]
+	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := receive(t, s)
+	if err == nil || (reasonOf(err) != transport.ReasonNotLeader && reasonOf(err) != transport.ReasonNoLeader) {
+		t.Fatalf("after the term ended: %v, %v; want NOT_LEADER", m, err)
+	}
+	c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+}
+
+// A stream ends, and its goroutines with it, when its client goes away,
+// when no beat comes for the idle bound, and when the server shuts down.
+func TestHeartbeatStreamEnds(t *testing.T) {
+	l := api.DefaultLimits()
+	l.BodyTimeout = time.Second
+	c := clustertest.Prepare(t, 3)
+	c.API = func(_ int, o *api.Options) { o.Limits = l }
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	leader := c.Leader()
+	refs := holding(t, leader, "", "w1", "j1")
+
+	t.Run("client gone", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := workersOf(t, leader, "").HeartbeatStream(ctx)
+		sendBeat(t, s, 1, "w1", refs...)
+		ack(t, s, 1)
+		cancel()
+		s.CloseRequest()
+		s.CloseResponse()
+		c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+	})
+	t.Run("idle", func(t *testing.T) {
+		s := openBeats(t, leader, "")
+		sendBeat(t, s, 1, "w1", refs...)
+		ack(t, s, 1)
+		start := time.Now()
+		m, err := receive(t, s)
+		if err == nil || reasonOf(err) != transport.ReasonTimeout {
+			t.Fatalf("an idle stream: %v, %v; want TIMEOUT", m, err)
+		}
+		if waited := time.Since(start); waited < l.BodyTimeout {
+			t.Fatalf("ended after %s of silence, before the bound %s", waited, l.BodyTimeout)
+		}
+		c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+	})
+	t.Run("shutdown", func(t *testing.T) {
+		s := openBeats(t, leader, "")
+		sendBeat(t, s, 1, "w1", refs...)
+		ack(t, s, 1)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err := leader.API.Shutdown(ctx)
+		leader.API = nil // shut down once
+		if err != nil {
+			t.Fatalf("shutdown with a stream open: %v", err)
+		}
+		if m, err := receive(t, s); err == nil {
+			t.Fatalf("a stream outlived its server: %v", m)
+		}
+		if n := streamGoroutines(); n != 0 {
+			t.Fatalf("%d stream goroutines outlived the server's shutdown", n)
+		}
+	})
+}
