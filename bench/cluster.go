@@ -43,6 +43,10 @@ type ClusterOptions struct {
 	// Pprof serves the nodes' Go profiles at /debug/pprof/ (to admins:
 	// anyone when Token is empty), which scale reads the heap from.
 	Pprof bool
+	// ServerRaftTimeouts keeps the server's own Raft timeouts instead of
+	// the bench's short ones (raftTOML), as scale does: it measures the
+	// service as deployed, not a failover.
+	ServerRaftTimeouts bool
 }
 
 // raftTOML is every node's config file: Raft timeouts can only be set in
@@ -134,6 +138,9 @@ func (o ClusterOptions) withDefaults() ClusterOptions {
 
 func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	cfg := raftTOML
+	if o.ServerRaftTimeouts {
+		cfg = "# written by leasehold bench\n[raft]\n"
+	}
 	if o.LogStore != "" {
 		cfg += fmt.Sprintf("log_store = %q\n", o.LogStore)
 	}

@@ -52,6 +52,9 @@ type Config struct {
 	// Workers is the number of workers scale simulates, each holding
 	// Leases leases. Default 100,000 (the server's bound).
 	Workers int
+	// HeapProfile, when set, is where scale writes the leader's heap
+	// profile (after a forced GC) once the window is over.
+	HeapProfile string
 	// Held is the number of leases heartbeated on schedule during mixed and
 	// failover. Default 10,000.
 	Held int

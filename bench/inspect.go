@@ -150,18 +150,18 @@ func parseRSS(r io.Reader) (uint64, error) {
 	return 0, fmt.Errorf("no VmRSS line")
 }
 
-// saveSnapshot downloads the node's snapshot (GET /v1/snapshot) into a
-// file at path, synced to disk, and returns its size.
-func (p *probe) saveSnapshot(ctx context.Context, addr, path string) (int64, error) {
-	resp, err := p.get(ctx, addr, "/v1/snapshot")
+// download saves what GET path answers at the node into a file, synced to
+// disk, and returns its size: the snapshot (/v1/snapshot), or a profile.
+func (p *probe) download(ctx context.Context, addr, path, file string) (int64, error) {
+	resp, err := p.get(ctx, addr, path)
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("GET /v1/snapshot at %s: %s", addr, resp.Status)
+		return 0, fmt.Errorf("GET %s at %s: %s", path, addr, resp.Status)
 	}
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
 		return 0, err
 	}

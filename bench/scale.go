@@ -63,9 +63,11 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	if leader, err = lc.Leader(ctx); err != nil {
 		return nil, err
 	}
-	// The window opens after the warmup, and at least one renew after the
-	// last worker started heartbeating, so every worker is on schedule.
-	from := time.Now().Add(max(e.cfg.Warmup, e.timings.renew))
+	// The window opens a grace after the last worker started heartbeating
+	// (or after the warmup, if longer): every worker is on schedule, and
+	// the leader's first check of every worker, a grace after it was first
+	// heard, has come and gone, so the expiry work seen is the steady one.
+	from := time.Now().Add(max(e.cfg.Warmup, e.timings.grace))
 	win, err := loop.setWindow(from, from.Add(e.cfg.Duration))
 	if err != nil {
 		return nil, err
@@ -124,6 +126,7 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	r.add("setup_hold_s", num(held.Seconds(), 1))
 	r.add("setup_workers_per_s", num(float64(workers)/held.Seconds(), 0))
 	r.add("setup_leases_per_s", num(float64(leases)/held.Seconds(), 0))
+	r.add("setup_retries", fl.setupRetries.Load())
 
 	r.add("hb_due", st.due)
 	r.add("hb_missed", st.missed)
@@ -246,10 +249,16 @@ func (e *env) afterWindow(ctx context.Context, leader int, base nodeMemory) (sca
 	}
 	e.logf("scale: leader heap %.1f MB in use (empty: %.1f MB), RSS %.1f MB, %0.f live leases",
 		mib(out.mem.heap.inuse), mib(base.heap.inuse), mib(out.mem.rss), out.liveAtMem)
+	if f := e.cfg.HeapProfile; f != "" {
+		if _, err := e.probe.download(ctx, e.cfg.Endpoints[leader], "/debug/pprof/heap?gc=1", f); err != nil {
+			return out, fmt.Errorf("the leader's heap profile: %w", err)
+		}
+		e.logf("scale: the leader's heap profile is in %s", f)
+	}
 
 	path := filepath.Join(e.cfg.Cluster.Dir(), "scale-snapshot.bin")
 	t := time.Now()
-	out.snapshotBytes, err = e.probe.saveSnapshot(ctx, e.cfg.Endpoints[leader], path)
+	out.snapshotBytes, err = e.probe.download(ctx, e.cfg.Endpoints[leader], "/v1/snapshot", path)
 	out.snapshot = time.Since(t)
 	os.Remove(path)
 	if err != nil {

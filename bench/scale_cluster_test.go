@@ -45,7 +45,7 @@ func TestScale(t *testing.T) {
 	want(t, kv, "hb_due", 400)
 	want(t, kv, "ops", 400)
 	for _, k := range []string{"setup_s", "setup_submit_s", "setup_submits_per_s", "setup_hold_s", "setup_workers_per_s",
-		"setup_leases_per_s", "hb_late", "hb_send_lag_p99_ms", "hb_send_lag_max_ms", "hb_gap_max_ms", "leases_renewed_s",
+		"setup_leases_per_s", "setup_retries", "hb_late", "hb_send_lag_p99_ms", "hb_send_lag_max_ms", "hb_gap_max_ms", "leases_renewed_s",
 		"workers_per_renew_s", "expiry_looks_s", "expiry_looks_per_worker_grace", "expiry_full_scan_looks_s",
 		"heap_base_bytes", "heap_inuse_bytes", "heap_alloc_bytes", "mem_per_lease_bytes", "rss_base_bytes", "rss_bytes",
 		"rss_per_lease_bytes", "snapshot_s", "snapshot_bytes", "restart_ready_s", "restart_applied_behind",

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -33,6 +35,9 @@ type scaleFleet struct {
 	lastAck []atomic.Int64
 	gapMax  atomic.Int64
 	window  atomic.Pointer[beatWindow]
+
+	// setupRetries counts setup calls tried again after failing.
+	setupRetries atomic.Int64
 
 	mu  sync.Mutex
 	win beatStats // heartbeats due in the window
@@ -99,8 +104,11 @@ func (s *scaleFleet) submitAll(ctx context.Context, n, concurrency int) error {
 	defer s.e.progress("submitted", n, &done)()
 	payload := make([]byte, s.e.cfg.PayloadSize)
 	return parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
-		_, _, err := s.e.f.pick().Submit(ctx, &pb.JobSpec{Id: s.jobID(i), Queue: s.queue, Kind: jobKind, Payload: payload,
-			Submitter: s.e.run})
+		spec := &pb.JobSpec{Id: s.jobID(i), Queue: s.queue, Kind: jobKind, Payload: payload, Submitter: s.e.run}
+		err := s.retry(ctx, func(ctx context.Context) error {
+			_, _, err := s.e.f.pick().Submit(ctx, spec)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("%w: submitting job %d: %w", ErrSetup, i, err)
 		}
@@ -117,13 +125,24 @@ func (s *scaleFleet) holdAll(ctx context.Context, workers, concurrency int, read
 	defer s.e.progress("workers holding their leases", workers, &done)()
 	return parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
 		cl, id := s.e.f.pick(), s.workerID(i)
-		if _, err := cl.RegisterWorker(ctx, id, uint32(s.per)); err != nil {
+		err := s.retry(ctx, func(ctx context.Context) error {
+			_, err := cl.RegisterWorker(ctx, id, uint32(s.per))
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("%w: registering %s: %w", ErrSetup, id, err)
 		}
 		got := 0
 		for got < s.per {
-			res, err := cl.Acquire(ctx, &pb.AcquireRequest{WorkerId: id, Queues: []string{s.queue}, Max: uint32(s.per - got),
-				Start: true, Wait: durationpb.New(time.Second)})
+			// Tried again with its request id, an acquire that did grant
+			// answers with those grants, never with more.
+			req := &pb.AcquireRequest{WorkerId: id, RequestId: newRequestID(), Queues: []string{s.queue},
+				Max: uint32(s.per - got), Start: true, Wait: durationpb.New(time.Second)}
+			var res *pb.AcquireResponse
+			err := s.retry(ctx, func(ctx context.Context) (err error) {
+				res, err = cl.Acquire(ctx, req)
+				return err
+			})
 			if err != nil {
 				return fmt.Errorf("%w: acquiring for %s: %w", ErrSetup, id, err)
 			}
@@ -145,6 +164,33 @@ func (s *scaleFleet) holdAll(ctx context.Context, workers, concurrency int, read
 		done.Add(1)
 		return nil
 	})
+}
+
+// setupAttempts bounds the tries of one setup call. The client already
+// retries within its call timeout; setup, which runs for minutes against a
+// cluster its own heartbeats keep busy, gives a call a few more before it
+// gives up the run. Every setup call is safe to repeat: a submit of the
+// same spec, a registration, an acquire with the same request id.
+const setupAttempts = 5
+
+func (s *scaleFleet) retry(ctx context.Context, call func(ctx context.Context) error) error {
+	var err error
+	for try := range setupAttempts {
+		if try > 0 {
+			s.setupRetries.Add(1)
+		}
+		if err = call(ctx); err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// newRequestID is a random acquire idempotency key.
+func newRequestID() string {
+	var b [16]byte
+	_, _ = crand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // beat sends worker i's heartbeat that was due at due, abandoned when the

@@ -60,6 +60,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "conns", Usage: "clients (HTTP/2 connections per node) the callers share (0: 1, scale 8)"},
 		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
 		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
+		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
@@ -91,7 +92,7 @@ func runBench(c *cli.Context, workload string) error {
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
-		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), Held: c.Int("held"), Abandon: c.Int("abandon"),
+		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
 		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
@@ -121,8 +122,9 @@ func runBench(c *cli.Context, workload string) error {
 			Binary: exe, Nodes: n, RenewSeconds: renew, GraceSeconds: grace,
 			TolerationSeconds: toleration, LogLevel: c.String("node-log-level"),
 			Token: cfg.Token, LogStore: c.String("log-store"),
-			// scale reads the leader's heap from its profile.
-			Pprof: workload == "scale",
+			// scale reads the leader's heap from its profile, and runs the
+			// servers as deployed.
+			Pprof: workload == "scale", ServerRaftTimeouts: workload == "scale",
 		})
 		if err != nil {
 			return err
