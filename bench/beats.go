@@ -26,12 +26,23 @@ type beatLoop struct {
 	ready   []atomic.Bool
 	beat    func(ctx context.Context, i int, due time.Time, inWindow bool)
 
-	ctx    context.Context // heartbeats in flight run on it; stop cancels it
-	cancel context.CancelFunc
-	stopc  chan struct{}
-	done   chan struct{} // closed when the dispatcher returns
-	wg     sync.WaitGroup
-	once   sync.Once
+	unsent func(i int, due time.Time, inWindow bool)
+	// maxInFlight bounds the heartbeats in flight. Past it a heartbeat is
+	// not sent but counted (unsent): a server far behind would otherwise
+	// have the loop hold a goroutine and a request for every heartbeat due
+	// meanwhile, gigabytes at a hundred thousand workers.
+	maxInFlight int64
+	inFlight    atomic.Int64
+
+	// Heartbeats in flight run on these contexts, which stop cancels. Each
+	// registers with its parent, under the parent's lock: spread over many
+	// parents, tens of thousands in flight do not queue on one lock.
+	parents []context.Context
+	cancels []context.CancelFunc
+	stopc   chan struct{}
+	done    chan struct{} // closed when the dispatcher returns
+	wg      sync.WaitGroup
+	once    sync.Once
 
 	cursor atomic.Int64 // unix ns of the next slot the dispatcher will start
 	win    atomic.Pointer[beatWindow]
@@ -50,12 +61,19 @@ func slotTime(origin time.Time, renew time.Duration, workers, k, i int) time.Tim
 	return origin.Add(time.Duration(k)*renew + time.Duration(int64(renew)*int64(i)/int64(workers)))
 }
 
-// startBeatLoop starts the dispatcher; no worker is ready yet.
-func startBeatLoop(ctx context.Context, workers int, renew time.Duration,
-	beat func(ctx context.Context, i int, due time.Time, inWindow bool)) *beatLoop {
+// beatParents is how many parent contexts the heartbeats in flight share.
+const beatParents = 64
+
+// startBeatLoop starts the dispatcher; no worker is ready yet. beat sends a
+// heartbeat; unsent counts one the bound on heartbeats in flight held back.
+func startBeatLoop(ctx context.Context, workers int, renew time.Duration, maxInFlight int,
+	beat func(ctx context.Context, i int, due time.Time, inWindow bool), unsent func(i int, due time.Time, inWindow bool)) *beatLoop {
 	l := &beatLoop{workers: workers, renew: renew, origin: time.Now(), ready: make([]atomic.Bool, workers), beat: beat,
-		stopc: make(chan struct{}), done: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancel(ctx)
+		unsent: unsent, maxInFlight: int64(maxInFlight), stopc: make(chan struct{}), done: make(chan struct{})}
+	for range beatParents {
+		p, cancel := context.WithCancel(ctx)
+		l.parents, l.cancels = append(l.parents, p), append(l.cancels, cancel)
+	}
 	l.cursor.Store(l.origin.UnixNano())
 	go l.run()
 	return l
@@ -77,7 +95,7 @@ func (l *beatLoop) run() {
 			case <-t.C:
 			case <-l.stopc:
 				return
-			case <-l.ctx.Done():
+			case <-l.parents[0].Done(): // the caller's context ended
 				return
 			}
 		}
@@ -102,16 +120,22 @@ func (l *beatLoop) run() {
 func (l *beatLoop) start(i int, due time.Time) {
 	w := l.win.Load()
 	in := w != nil && !due.Before(w.from) && due.Before(w.to)
+	if l.inFlight.Load() >= l.maxInFlight {
+		l.unsent(i, due, in)
+		return
+	}
+	l.inFlight.Add(1)
 	if in {
 		w.pending.Add(1)
 	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		defer l.inFlight.Add(-1)
 		if in {
 			defer w.pending.Done()
 		}
-		l.beat(l.ctx, i, due, in)
+		l.beat(l.parents[i%beatParents], i, due, in)
 	}()
 }
 
@@ -149,6 +173,8 @@ func (w *beatWindow) overlaps(a, b time.Time) bool {
 func (l *beatLoop) stop() {
 	l.once.Do(func() { close(l.stopc) })
 	<-l.done
-	l.cancel()
+	for _, cancel := range l.cancels {
+		cancel()
+	}
 	l.wg.Wait()
 }

@@ -15,6 +15,16 @@ import (
 // log write.
 const scaleSetupConcurrency = 256
 
+// scaleSetupConns are the connections (per node) of setup's calls, apart
+// from the heartbeats'.
+const scaleSetupConns = 2
+
+// scaleMaxInFlight bounds the heartbeats in flight: a second of the default
+// rate (100,000 workers every 10 s). A healthy cluster answers in
+// milliseconds and keeps a few hundred in flight; one far behind gets the
+// rest counted as unsent rather than the bench's memory.
+const scaleMaxInFlight = 10_000
+
 // runScale proves the service at scale on one local cluster. Setup
 // (untimed, reported with its own durations and rates): Workers workers
 // registered, Workers×Leases jobs submitted, each worker acquiring Leases
@@ -39,8 +49,15 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	e.logf("scale: %d workers x %d leases = %d; renew %s, so %.0f heartbeats/s; empty leader heap %.1f MB",
 		workers, per, leases, e.timings.renew, float64(workers)/e.timings.renew.Seconds(), mib(base.heap.inuse))
 
-	fl := newScaleFleet(e, workers, per)
-	loop := startBeatLoop(ctx, workers, e.timings.renew, fl.beat)
+	setupCfg := *e.cfg
+	setupCfg.Conns = scaleSetupConns
+	setupFleet, err := newFleet(&setupCfg)
+	if err != nil {
+		return nil, err
+	}
+	defer setupFleet.close()
+	fl := newScaleFleet(e, setupFleet, workers, per)
+	loop := startBeatLoop(ctx, workers, e.timings.renew, scaleMaxInFlight, fl.beat, fl.unsent)
 	defer loop.stop()
 
 	t0 := time.Now()
@@ -130,6 +147,7 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 
 	r.add("hb_due", st.due)
 	r.add("hb_missed", st.missed)
+	r.add("hb_unsent", st.unsent)
 	r.add("hb_late", st.late)
 	r.add("hb_send_lag_p99_ms", st.lag.quantile(0.99))
 	r.add("hb_send_lag_max_ms", st.lag.max)

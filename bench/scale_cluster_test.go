@@ -33,7 +33,7 @@ func TestScale(t *testing.T) {
 		}
 	})
 	kv := run(t, lc, bench.Config{Workload: "scale", Workers: 200, Leases: 10, Conns: 2})
-	for _, k := range []string{"errs", "hb_missed", "not_keep", "not_keep_total", "hb_errs_total", "leases_lost"} {
+	for _, k := range []string{"errs", "hb_missed", "hb_unsent", "not_keep", "not_keep_total", "hb_errs_total", "leases_lost"} {
 		want(t, kv, k, 0)
 	}
 	want(t, kv, "workers", 200)

@@ -34,13 +34,13 @@ func TestBeatLoopCountsTheWindowsSlots(t *testing.T) {
 	const workers, renew = 10, 40 * time.Millisecond
 	var mu sync.Mutex
 	inWindow := map[int]int{}
-	loop := startBeatLoop(context.Background(), workers, renew, func(_ context.Context, i int, due time.Time, in bool) {
+	loop := startBeatLoop(context.Background(), workers, renew, 1000, func(_ context.Context, i int, due time.Time, in bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		if in {
 			inWindow[i]++
 		}
-	})
+	}, func(int, time.Time, bool) { t.Error("a heartbeat held back below the bound") })
 	defer loop.stop()
 	for i := range workers {
 		if i != 3 { // never ready: never heartbeats
@@ -91,7 +91,7 @@ func TestBeatWindowOverlaps(t *testing.T) {
 
 func TestScaleFleetIDsAndGaps(t *testing.T) {
 	e := &env{run: "bench-00ff", timings: timings{renew: time.Second}, cfg: &Config{}}
-	s := newScaleFleet(e, 3, 4)
+	s := newScaleFleet(e, nil, 3, 4)
 	if got := s.workerID(2); got != "bench-00ff-w2" {
 		t.Fatalf("workerID %q", got)
 	}
@@ -194,5 +194,33 @@ func TestPerLease(t *testing.T) {
 	}
 	if got := perLease(3000, 1000, 0); got == got { // NaN
 		t.Fatalf("no leases: %v, want NaN", got)
+	}
+}
+
+// Past the bound on heartbeats in flight, a due heartbeat is not sent but
+// counted: here the first two never return, so every one due in the window
+// is held back.
+func TestBeatLoopBoundsHeartbeatsInFlight(t *testing.T) {
+	const workers, renew = 5, 40 * time.Millisecond
+	unsent := make(chan bool, 100)
+	loop := startBeatLoop(context.Background(), workers, renew, 2, func(ctx context.Context, _ int, _ time.Time, _ bool) {
+		<-ctx.Done() // answered only when the loop stops
+	}, func(_ int, _ time.Time, in bool) { unsent <- in })
+	defer loop.stop()
+	for i := range workers {
+		loop.setReady(i)
+	}
+	from := time.Now().Add(100 * time.Millisecond)
+	if _, err := loop.setWindow(from, from.Add(renew)); err != nil {
+		t.Fatal(err)
+	}
+	for in := 0; in < workers; {
+		if <-unsent {
+			in++
+		}
+	}
+	loop.stop()
+	if n := loop.inFlight.Load(); n != 0 {
+		t.Fatalf("%d heartbeats in flight after stop", n)
 	}
 }

@@ -22,7 +22,11 @@ import (
 // garbage collector has to scan: a million leases cost 12 MB here. Job and
 // worker ids are derived from their numbers when a heartbeat is sent.
 type scaleFleet struct {
-	e     *env
+	e *env
+	// setup carries setup's calls on connections of its own: it runs while
+	// the first workers already heartbeat, and must not queue behind their
+	// heartbeats for a stream.
+	setup *fleet
 	per   int
 	renew time.Duration
 	queue string
@@ -41,16 +45,18 @@ type scaleFleet struct {
 
 	mu  sync.Mutex
 	win beatStats // heartbeats due in the window
-	// Over the whole run, setup and restart included: failed heartbeats
-	// (the loop's stop aside) and leases answered anything but KEEP.
+	// Over the whole run, setup and restart included: failed or unsent
+	// heartbeats (the loop's stop aside) and leases answered anything but
+	// KEEP.
 	errsTotal, notKeepTotal int64
 }
 
 // beatStats are the figures of the heartbeats due in the window.
 type beatStats struct {
-	due     int64 // started
+	due     int64 // due, sent or not
 	ok      int64 // answered
-	errs    int64 // failed or abandoned at the next slot
+	errs    int64 // failed, abandoned at the next slot, or unsent
+	unsent  int64 // held back by the bound on heartbeats in flight
 	notKeep int64 // leases answered STOP, LOST or not at all
 	missed  int64 // heartbeats that did not renew every lease: errs, and answers with a lease not kept
 	late    int64 // sent more than lateSend after the slot
@@ -63,8 +69,8 @@ type beatStats struct {
 // counts as late: the generator, not the server, fell behind.
 const lateSend = 10 * time.Millisecond
 
-func newScaleFleet(e *env, workers, per int) *scaleFleet {
-	return &scaleFleet{e: e, per: per, renew: e.timings.renew, queue: e.run + "-scale",
+func newScaleFleet(e *env, setup *fleet, workers, per int) *scaleFleet {
+	return &scaleFleet{e: e, setup: setup, per: per, renew: e.timings.renew, queue: e.run + "-scale",
 		jobs: make([]uint32, workers*per), tokens: make([]uint64, workers*per), lastAck: make([]atomic.Int64, workers),
 		win: beatStats{hist: newHist(), lag: newHist(), kinds: map[string]int64{}}}
 }
@@ -106,7 +112,7 @@ func (s *scaleFleet) submitAll(ctx context.Context, n, concurrency int) error {
 	return parallel(ctx, n, concurrency, func(ctx context.Context, i int) error {
 		spec := &pb.JobSpec{Id: s.jobID(i), Queue: s.queue, Kind: jobKind, Payload: payload, Submitter: s.e.run}
 		err := s.retry(ctx, func(ctx context.Context) error {
-			_, _, err := s.e.f.pick().Submit(ctx, spec)
+			_, _, err := s.setup.pick().Submit(ctx, spec)
 			return err
 		})
 		if err != nil {
@@ -124,7 +130,7 @@ func (s *scaleFleet) holdAll(ctx context.Context, workers, concurrency int, read
 	var done atomic.Int64
 	defer s.e.progress("workers holding their leases", workers, &done)()
 	return parallel(ctx, workers, concurrency, func(ctx context.Context, i int) error {
-		cl, id := s.e.f.pick(), s.workerID(i)
+		cl, id := s.setup.pick(), s.workerID(i)
 		err := s.retry(ctx, func(ctx context.Context) error {
 			_, err := cl.RegisterWorker(ctx, id, uint32(s.per))
 			return err
@@ -242,6 +248,23 @@ func (s *scaleFleet) beat(ctx context.Context, i int, due time.Time, inWindow bo
 	w.ok++
 	w.notKeep += int64(notKeep)
 	w.hist.add(lat)
+}
+
+// unsent records a heartbeat the loop held back: too many were in flight.
+// It failed as surely as one the server refused.
+func (s *scaleFleet) unsent(i int, due time.Time, inWindow bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.errsTotal++
+	if !inWindow {
+		return
+	}
+	w := &s.win
+	w.due++
+	w.errs++
+	w.unsent++
+	w.missed++
+	w.kinds["UNSENT"]++
 }
 
 // acked records a heartbeat of worker i, sent at sent, that renewed every
