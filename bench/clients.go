@@ -32,6 +32,13 @@ func newFleet(cfg *Config) (*fleet, error) {
 	for range cfg.Conns {
 		for _, eps := range groups {
 			tr := client.NewTransport(cfg.TLS)
+			if cfg.Workload == "scale" {
+				// Thousands of heartbeats in flight share the Conns
+				// connections: past a connection's stream limit a call
+				// waits for a stream instead of the transport dialing
+				// another connection, then another.
+				tr.HTTP2 = &http.HTTP2Config{StrictMaxConcurrentRequests: true}
+			}
 			f.transports = append(f.transports, tr)
 			hc := &http.Client{Transport: &wireTransport{
 				next:      tr,

@@ -40,6 +40,13 @@ type ClusterOptions struct {
 	// Token, when set, turns on authentication: the nodes accept it as an
 	// admin token, and every call must carry it.
 	Token string
+	// Pprof serves the nodes' Go profiles at /debug/pprof/ (to admins:
+	// anyone when Token is empty), which scale reads the heap from.
+	Pprof bool
+	// ServerRaftTimeouts keeps the server's own Raft timeouts instead of
+	// the bench's short ones (raftTOML), as scale does: it measures the
+	// service as deployed, not a failover.
+	ServerRaftTimeouts bool
 }
 
 // raftTOML is every node's config file. The Raft timeouts are the
@@ -62,6 +69,8 @@ type serverProc struct {
 	apiAddr  string
 	raftAddr string
 	logPath  string
+	binary   string
+	args     []string // what Restart starts it with again
 	cmd      *exec.Cmd
 	done     chan struct{} // closed once the process has been waited for
 	killed   atomic.Bool   // killed by Kill: its exit is not a failure
@@ -125,6 +134,9 @@ func (o ClusterOptions) withDefaults() ClusterOptions {
 
 func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	cfg := raftTOML
+	if o.ServerRaftTimeouts {
+		cfg = "# written by leasehold bench\n[raft]\n"
+	}
 	if o.LogStore != "" {
 		cfg += fmt.Sprintf("log_store = %q\n", o.LogStore)
 	}
@@ -156,7 +168,11 @@ func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 		if o.Nodes > 1 {
 			args = append(args, "--join", strings.Join(joins, ","))
 		}
-		if err := c.spawn(n, o.Binary, args); err != nil {
+		if o.Pprof {
+			args = append(args, "--pprof")
+		}
+		n.binary, n.args = o.Binary, args
+		if err := c.spawn(n); err != nil {
 			return err
 		}
 	}
@@ -166,12 +182,14 @@ func (c *LocalCluster) start(ctx context.Context, o ClusterOptions) error {
 	return err
 }
 
-func (c *LocalCluster) spawn(n *serverProc, binary string, args []string) error {
+func (c *LocalCluster) spawn(n *serverProc) error {
 	logf, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
-	n.cmd = exec.Command(binary, args...)
+	n.done = make(chan struct{})
+	n.killed.Store(false)
+	n.cmd = exec.Command(n.binary, n.args...)
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	n.cmd.Env = serverEnv()
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{
@@ -347,6 +365,18 @@ func (c *LocalCluster) Kill(i int) error {
 	}
 	<-n.done
 	return nil
+}
+
+// Restart starts node i again, after Kill, with its data directory and
+// flags as before; its log goes on in the same file. It returns once the
+// process runs: WaitReady, or the node's /readyz, says when it serves.
+// It must not run concurrently with other calls about node i.
+func (c *LocalCluster) Restart(i int) error {
+	n := c.nodes[i]
+	if !n.exited() {
+		return fmt.Errorf("%s is running", n.id)
+	}
+	return c.spawn(n)
 }
 
 // Stop stops every server (SIGTERM, then SIGKILL after 10s), waits for

@@ -21,7 +21,10 @@ const (
 )
 
 // Workloads are the workloads Run knows, in the order the docs explain them.
-var Workloads = []string{"acquire", "heartbeat", "job-cycle", "mixed", "expiry", "failover", "fencing"}
+var Workloads = []string{"acquire", "heartbeat", "job-cycle", "mixed", "expiry", "failover", "fencing", "scale"}
+
+// maxWorkers is the server's bound on registered workers (fsm.MaxWorkers).
+const maxWorkers = 100_000
 
 // Config is one run. Zero fields take the defaults in withDefaults, except
 // Warmup and PayloadSize, whose zero means none.
@@ -40,12 +43,18 @@ type Config struct {
 	// PayloadSize is the size of each job's payload in bytes.
 	PayloadSize int
 	// Conns is the number of clients (HTTP/2 connections per node) the
-	// callers share, per endpoint with target any. Default 1.
+	// callers share, per endpoint with target any. Default 1; scale 8.
 	Conns int
 	// Leases each worker holds: heartbeat's callers, acquire's workers
-	// (their capacity), and the held leases of mixed, failover and expiry.
-	// Default 10.
+	// (their capacity), the held leases of mixed, failover and expiry, and
+	// each of scale's workers. Default 10.
 	Leases int
+	// Workers is the number of workers scale simulates, each holding
+	// Leases leases. Default 100,000 (the server's bound).
+	Workers int
+	// HeapProfile, when set, is where scale writes the leader's heap
+	// profile (after a forced GC) once the window is over.
+	HeapProfile string
 	// Held is the number of leases heartbeated on schedule during mixed and
 	// failover. Default 10,000.
 	Held int
@@ -103,6 +112,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Conns == 0 {
 		c.Conns = 1
+		if c.Workload == "scale" {
+			c.Conns = 8
+		}
+	}
+	if c.Workers == 0 {
+		c.Workers = maxWorkers
 	}
 	if c.Leases == 0 {
 		c.Leases = 10
@@ -153,6 +168,8 @@ func (c *Config) validate() error {
 		return bad("Conns", c.Conns, "1..256")
 	case c.Leases < 1 || c.Leases > 256:
 		return bad("Leases", c.Leases, "1..256 (one acquire grants at most 256)")
+	case c.Workers < 1 || c.Workers > maxWorkers:
+		return bad("Workers", c.Workers, fmt.Sprintf("1..%d (the server's bound on workers)", maxWorkers))
 	case c.Held < 1 || c.Abandon < 1:
 		return bad("Held/Abandon", fmt.Sprint(c.Held, "/", c.Abandon), "at least 1")
 	case c.Jobs < 0:
@@ -166,6 +183,9 @@ func (c *Config) validate() error {
 	}
 	if c.Workload == "failover" && c.Cluster == nil {
 		return fmt.Errorf("%w: failover kills the leader process with SIGKILL, so the bench must own the servers: run it with --start 3", ErrNeedsLocalCluster)
+	}
+	if c.Workload == "scale" && c.Cluster == nil {
+		return fmt.Errorf("%w: scale reads the leader's memory from /proc and restarts a follower, so the bench must own the servers: run it with --start 3", ErrNeedsLocalCluster)
 	}
 	return nil
 }

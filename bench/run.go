@@ -48,6 +48,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res, err = runFailover(ctx, e)
 	case "fencing":
 		res, err = runFencing(ctx, e)
+	case "scale":
+		res, err = runScale(ctx, e)
 	}
 	if cfg.Cluster == nil && ctx.Err() == nil {
 		e.cleanup()

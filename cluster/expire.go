@@ -48,6 +48,7 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState) {
 		ls.adopted = now
 	}
 	res := table.tick(now)
+	n.expiryLooked.Add(uint64(res.looked))
 	var events []fsm.RecordEvent
 	if res.gap > 0 {
 		log.Warn("absence_rule_applied", "gap", res.gap)

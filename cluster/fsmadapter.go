@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"sync/atomic"
+	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -22,6 +24,17 @@ type raftFSM struct {
 	// can; restoreErr is a snapshot it could not restore then.
 	starting   atomic.Bool
 	restoreErr atomic.Pointer[error]
+	// log says when a snapshot is on disk; persisted is the last one.
+	log       hclog.Logger
+	persisted atomic.Pointer[persistedSnapshot]
+}
+
+// persistedSnapshot is what writing one Raft snapshot cost: its size, and
+// the time from the first byte written to the file closed (synced and
+// renamed into place by Raft's snapshot store).
+type persistedSnapshot struct {
+	bytes int64
+	took  time.Duration
 }
 
 // applyResult carries a command's result and its refusal back to the
@@ -60,7 +73,7 @@ func (a *raftFSM) Snapshot() (raft.FSMSnapshot, error) {
 	if a.stopped.Load() {
 		return nil, ErrShutdown
 	}
-	return &raftSnapshot{s: a.f.Snapshot()}, nil
+	return &raftSnapshot{s: a.f.Snapshot(), a: a}, nil
 }
 
 // Restore replaces the state with a snapshot; fsm keeps the old state if
@@ -77,14 +90,37 @@ func (a *raftFSM) Restore(rc io.ReadCloser) error {
 	return err
 }
 
-type raftSnapshot struct{ s *fsm.Snapshot }
+type raftSnapshot struct {
+	s *fsm.Snapshot
+	a *raftFSM
+}
 
+// Persist writes the frozen state while applies go on. Its duration is a
+// measurement, not a decision, so it reads the real clock, not the node's.
 func (r *raftSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, err := r.s.WriteTo(sink); err != nil {
+	start := time.Now()
+	n, err := r.s.WriteTo(sink)
+	if err != nil {
 		sink.Cancel()
 		return err
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	r.a.persisted.Store(&persistedSnapshot{bytes: n, took: took})
+	if r.a.log != nil {
+		r.a.log.Info("snapshot_persisted", "id", sink.ID(), "bytes", n, "duration", took)
+	}
+	return nil
+}
+
+// lastPersisted is the last snapshot this node wrote; zero before the first.
+func (a *raftFSM) lastPersisted() persistedSnapshot {
+	if p := a.persisted.Load(); p != nil {
+		return *p
+	}
+	return persistedSnapshot{}
 }
 
 func (r *raftSnapshot) Release() {}

@@ -52,6 +52,13 @@ type Node struct {
 	audits auditor
 	// refusals bounds the audit records of refused peer requests.
 	refusals *RefusalLimiter
+	// snapshots is the state machine as Raft sees it; it remembers the
+	// last snapshot it persisted, for Metrics.
+	snapshots *raftFSM
+	// expiryLooked counts the worker checks the expiry ticks looked at: it
+	// grows with the workers whose check came due, not with every worker
+	// on every tick (expiry.go).
+	expiryLooked atomic.Uint64
 
 	notifyCh chan bool
 
@@ -239,7 +246,8 @@ func New(cfg Config) (_ *Node, err error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, &ConfigError{Field: "raft", Value: err, Reason: "refused by raft"}
 	}
-	adapter := &raftFSM{f: n.fsm, halt: n.halt}
+	adapter := &raftFSM{f: n.fsm, halt: n.halt, log: n.logger.Named("snapshot")}
+	n.snapshots = adapter
 	adapter.starting.Store(true)
 	n.raft, err = raft.NewRaft(rc, adapter, cache, stableStore, &snapshotStore{SnapshotStore: snaps, disk: n.disk}, n.guard)
 	adapter.starting.Store(false)

@@ -833,3 +833,51 @@ func BenchmarkMemoryPerQueuedJob(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMemoryPerLiveLease reports the live heap per live lease in the
+// shape of `leasehold bench scale`: jobs with no payload, workers holding
+// 10 leases each, granted and started by one acquire per worker with a
+// client's 32-character request id. bytes/lease counts everything the
+// state holds, the event log included (at most MaxEvents); the -no-events
+// figure is after a Compact dropped every event. LEASEHOLD_BENCH_JOBS sets
+// the leases (default 1,000,000, skipped with -short).
+func BenchmarkMemoryPerLiveLease(b *testing.B) {
+	if testing.Short() && os.Getenv("LEASEHOLD_BENCH_JOBS") == "" {
+		b.Skip("1,000,000-lease benchmark: not in -short mode")
+	}
+	const per = 10
+	leases := bigJobs(b) / per * per
+	var perLease, perLeaseNoEvents float64
+	for range b.N {
+		b.StopTimer()
+		before := liveHeap()
+		d := newBenchDriver()
+		const run = "bench-0a1b2c3d"
+		for i := range leases {
+			// The API's defaults for what the bench leaves out.
+			spec := JobSpec{ID: run + "-scale-" + strconv.Itoa(i), Queue: run + "-scale", Kind: "bench", Submitter: run,
+				OnWorkerLost: LostRequeue, MaxAttempts: 3, MaxWorkerLosses: 5}
+			d.must(b, &SubmitJob{Spec: spec})
+		}
+		for w := range leases / per {
+			id := run + "-w" + strconv.Itoa(w)
+			d.must(b, &RegisterWorker{WorkerID: id, Capacity: per})
+			res := d.must(b, &Acquire{WorkerID: id, RequestID: fmt.Sprintf("%032x", w), Queues: []string{run + "-scale"},
+				Max: per, Start: true}).(AcquireResult)
+			if len(res.Grants) != per {
+				b.Fatalf("worker %d granted %d leases", w, len(res.Grants))
+			}
+		}
+		withEvents := liveHeap()
+		d.must(b, &Compact{JobsBefore: 0, EventsBefore: math.MaxInt64, Limit: 1})
+		noEvents := liveHeap()
+		if st := d.f.Stats(); st.LiveLeases != leases {
+			b.Fatalf("%d live leases, want %d", st.LiveLeases, leases)
+		}
+		runtime.KeepAlive(d)
+		perLease = float64(withEvents-before) / float64(leases)
+		perLeaseNoEvents = float64(noEvents-before) / float64(leases)
+	}
+	b.ReportMetric(perLease, "bytes/lease")
+	b.ReportMetric(perLeaseNoEvents, "bytes/lease-no-events")
+}

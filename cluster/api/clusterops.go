@@ -190,6 +190,9 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	}
 	fmt.Fprintf(w, "# HELP leasehold_raft_rpcs_refused_total Raft messages refused for terms or indexes no cluster reaches.\n# TYPE leasehold_raft_rpcs_refused_total counter\nleasehold_raft_rpcs_refused_total %d\n", m.RaftRPCsRefused)
 	fmt.Fprintf(w, "# HELP leasehold_audits_dropped_total Audit records that could not be recorded.\n# TYPE leasehold_audits_dropped_total counter\nleasehold_audits_dropped_total %d\n", m.AuditsDropped)
+	fmt.Fprintf(w, "# HELP leasehold_expiry_workers_looked_total Worker checks the expiry ticks looked at while this node led (about one per worker per grace).\n# TYPE leasehold_expiry_workers_looked_total counter\nleasehold_expiry_workers_looked_total %d\n", m.ExpiryWorkersLooked)
+	fmt.Fprintf(w, "# HELP leasehold_snapshot_last_seconds Time to write the last Raft snapshot this node persisted, to its file closed.\n# TYPE leasehold_snapshot_last_seconds gauge\nleasehold_snapshot_last_seconds %g\n", m.SnapshotLastDuration.Seconds())
+	fmt.Fprintf(w, "# HELP leasehold_snapshot_last_bytes Size of the last Raft snapshot this node persisted.\n# TYPE leasehold_snapshot_last_bytes gauge\nleasehold_snapshot_last_bytes %d\n", m.SnapshotLastBytes)
 	fmt.Fprintf(w, "# TYPE leasehold_leader gauge\nleasehold_leader %d\n", b(m.Leader))
 	fmt.Fprintf(w, "# TYPE leasehold_workers_timed gauge\nleasehold_workers_timed %d\n", m.WorkersTimed)
 	fmt.Fprintf(w, "# TYPE leasehold_live_leases gauge\nleasehold_live_leases %d\n", m.LiveLeases)

@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leasehold/leasehold/bench"
+	"github.com/leasehold/leasehold/cluster"
 )
 
 // benchUsage is each workload's one-line help.
@@ -25,6 +26,7 @@ var benchUsage = map[string]string{
 	"expiry":    "--abandon leases abandoned at once: how late each expires, how long the drain takes",
 	"failover":  "job cycles and held leases while the leader is killed with SIGKILL (needs --start)",
 	"fencing":   "reports with old tokens after another worker took the job: all must be refused",
+	"scale":     "--workers workers holding --leases leases each, heartbeating on schedule; memory, snapshot, restart (needs --start)",
 }
 
 func benchCommand() *cli.Command {
@@ -55,8 +57,10 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "unmeasured load before the window"},
 		&cli.StringFlag{Name: "target", Value: "leader", Usage: "leader (pin to the leader) or any (round-robin over every endpoint)"},
 		&cli.IntFlag{Name: "payload-size", Usage: "bytes of payload per job"},
-		&cli.IntFlag{Name: "conns", Value: 1, Usage: "clients (HTTP/2 connections per node) the callers share"},
-		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases)"},
+		&cli.IntFlag{Name: "conns", Usage: "clients (HTTP/2 connections per node) the callers share (0: 1, scale 8)"},
+		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
+		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
+		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
@@ -69,9 +73,9 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "kill-after", Usage: "failover: kill the leader this far into the window (0: half of it)"},
 		&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on each call, retries included"},
 		&cli.IntFlag{Name: "start", Usage: "start a local cluster of N nodes (1, 3 or 5) for the run instead of using --endpoints"},
-		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds"},
-		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds"},
-		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds"},
+		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds (scale: the server's default, 10)"},
+		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds (scale: 50)"},
+		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds (scale: 300)"},
 		&cli.StringFlag{Name: "node-log-level", Value: "warn", Usage: "with --start: the nodes' log level (logs in the data directory)"},
 	}
 }
@@ -89,12 +93,15 @@ func runBench(c *cli.Context, workload string) error {
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
-		Conns: c.Int("conns"), Leases: c.Int("leases"), Held: c.Int("held"), Abandon: c.Int("abandon"),
+		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
 		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
 	if cfg.Workload == "failover" && c.Int("start") == 0 {
 		return fmt.Errorf("bench failover kills the leader's process with SIGKILL, which only a cluster the bench started can do: add --start 3")
+	}
+	if cfg.Workload == "scale" && c.Int("start") == 0 {
+		return fmt.Errorf("bench scale reads the leader's memory from /proc and restarts a follower, which only a cluster the bench started allows: add --start 3")
 	}
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -111,10 +118,14 @@ func runBench(c *cli.Context, workload string) error {
 			// "bad token" calls another.
 			cfg.Token = "bench-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-flood-token"
 		}
+		renew, grace, toleration := startTimings(c, workload)
 		lc, err := bench.StartCluster(ctx, bench.ClusterOptions{
-			Binary: exe, Nodes: n, RenewSeconds: c.Float64("renew-seconds"), GraceSeconds: c.Float64("grace-seconds"),
-			TolerationSeconds: c.Float64("toleration-seconds"), LogLevel: c.String("node-log-level"),
+			Binary: exe, Nodes: n, RenewSeconds: renew, GraceSeconds: grace,
+			TolerationSeconds: toleration, LogLevel: c.String("node-log-level"),
 			Token: cfg.Token, LogStore: c.String("log-store"),
+			// scale reads the leader's heap from its profile, and runs the
+			// servers as deployed.
+			Pprof: workload == "scale", ServerRaftTimeouts: workload == "scale",
 		})
 		if err != nil {
 			return err
@@ -153,6 +164,26 @@ func runBench(c *cli.Context, workload string) error {
 }
 
 var errInterrupted = errors.New("bench: interrupted; nothing measured")
+
+// startTimings are the executor timings of a started cluster: the flags'.
+// scale runs at the server's own defaults unless told otherwise, since its
+// load is a heartbeat per worker per renew, as a real fleet's would be.
+func startTimings(c *cli.Context, workload string) (renew, grace, toleration float64) {
+	renew, grace, toleration = c.Float64("renew-seconds"), c.Float64("grace-seconds"), c.Float64("toleration-seconds")
+	if workload == "scale" {
+		d := cluster.DefaultConfig()
+		if !c.IsSet("renew-seconds") {
+			renew = d.Renew.Seconds()
+		}
+		if !c.IsSet("grace-seconds") {
+			grace = d.Grace.Seconds()
+		}
+		if !c.IsSet("toleration-seconds") {
+			toleration = d.Toleration.Seconds()
+		}
+	}
+	return renew, grace, toleration
+}
 
 // benchTLS is newClient's --ca-file handling.
 func benchTLS(ca string) (*tls.Config, error) {
