@@ -22,10 +22,6 @@ import (
 	"github.com/leasehold/leasehold/transport/rules"
 )
 
-// maxAppendEntries bounds the proposals the leader writes in one batch and
-// the entries one AppendEntries carries (raft allows up to 1024).
-const maxAppendEntries = 512
-
 // Node is one leasehold server: a Raft member replicating the lease state
 // machine, and, while it is the leader, the keeper of the expiry table.
 type Node struct {
@@ -235,12 +231,13 @@ func New(cfg Config) (_ *Node, err error) {
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.TrailingLogs = cfg.TrailingLogs
-	// Proposals wait in a buffered channel, and the leader takes up to
-	// MaxAppendEntries of them into one log write (one fsync) and one
-	// AppendEntries per follower; raft's 64 caps a batch well below what
-	// c=64 clients keep in flight with their replies pending.
-	rc.BatchApplyCh = true
-	rc.MaxAppendEntries = maxAppendEntries
+	// BatchApplyCh stays off. The leader already takes every proposal
+	// waiting on the channel (up to MaxAppendEntries, 64) into one log
+	// write; buffering the channel measured no faster (docs/performance.md)
+	// and lets a proposal be queued after Shutdown, where nothing ever
+	// answers it (Barrier and Apply pick at random between a closed
+	// shutdown channel and room in the buffer): a node's stop then waited
+	// forever on its leader loop's barrier.
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = n.logger.Named("raft")
 	if err := raft.ValidateConfig(rc); err != nil {
