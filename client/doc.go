@@ -53,7 +53,9 @@
 // slots and runs each in its handler.
 //
 // It sends one heartbeat per renew, not one per lease, naming every lease
-// it holds, and applies the reply: keep; stop (the job was cancelled or
+// it holds, over one long-lived heartbeat stream to the leader
+// (Client.HeartbeatStream; one unary Heartbeat call each on a cluster that
+// does not serve streams), and applies the reply: keep; stop (the job was cancelled or
 // killed: the handler's context is cancelled with a *RevokedError, and its
 // result is still reported); lost (cancelled with ErrLeaseLost, and nothing
 // is reported, since another worker may hold the job). Live leases the reply
