@@ -93,7 +93,7 @@ func (d *devCluster) config(i int) ServerConfig {
 	cfg.Plugins.Executor.TolerationSeconds = d.toleration
 	// Raft fast enough for a snappy failover, well under grace.
 	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = duration{300 * time.Millisecond}, duration{300 * time.Millisecond}
-	cfg.Raft.LeaderLeaseTimeout = duration{150 * time.Millisecond}
+	cfg.Raft.LeaderLeaseTimeout = duration{300 * time.Millisecond}
 	return cfg
 }
 

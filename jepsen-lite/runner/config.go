@@ -19,7 +19,7 @@ type Timings struct {
 // toleration 4 s), with Raft timeouts a quarter of grace or less.
 var CITimings = Timings{
 	Renew: 300 * time.Millisecond, Grace: 1500 * time.Millisecond, Toleration: 4 * time.Second,
-	Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 150 * time.Millisecond,
+	Heartbeat: 300 * time.Millisecond, Election: 300 * time.Millisecond, LeaderLease: 300 * time.Millisecond,
 }
 
 // ProductionTimings are SPEC's defaults (renew 10 s, grace 50 s, toleration
