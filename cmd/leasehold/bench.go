@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -66,6 +67,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
+		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
@@ -125,13 +127,16 @@ func runBench(c *cli.Context, workload string) error {
 			Token: cfg.Token, LogStore: c.String("log-store"),
 			// scale reads the leader's heap from its profile, and runs the
 			// servers as deployed.
-			Pprof: workload == "scale", ServerRaftTimeouts: workload == "scale",
+			Pprof: workload == "scale" || c.Bool("pprof"), ServerRaftTimeouts: workload == "scale",
 		})
 		if err != nil {
 			return err
 		}
 		defer lc.Stop()
 		fmt.Fprintf(os.Stderr, "bench: started %d nodes in %s (data in %s)\n", n, time.Since(t0).Round(time.Millisecond), lc.Dir())
+		if c.Bool("pprof") {
+			fmt.Fprintf(os.Stderr, "bench: the nodes' profiles: %s (each http://ADDR/debug/pprof/)\n", strings.Join(lc.Endpoints(), ", "))
+		}
 		cfg.Cluster = lc
 		res, err := bench.Run(ctx, cfg)
 		if err != nil {
