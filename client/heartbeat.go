@@ -13,8 +13,33 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
-// errBeatDue: a heartbeat was abandoned because the next one was due.
-var errBeatDue = errors.New("next heartbeat due")
+// beatDueError: a heartbeat was abandoned because the next one was due.
+// It carries why the abandoned one had no answer, so the log says what
+// went wrong rather than only that time ran out.
+type beatDueError struct{ last error }
+
+func (e *beatDueError) Error() string {
+	if e.last == nil {
+		return "no answer before the next heartbeat was due"
+	}
+	return e.last.Error() + " (no answer before the next heartbeat was due)"
+}
+
+func (e *beatDueError) Unwrap() error { return e.last }
+
+// abandoned is the error of a heartbeat call cut off by the next beat:
+// the last attempt's failure when there was one, without the cancellation
+// that ended it.
+func abandoned(err error) error {
+	var re *retryError
+	if errors.As(err, &re) {
+		return &beatDueError{last: re.last}
+	}
+	if err == nil || errors.Is(err, context.Canceled) {
+		return &beatDueError{}
+	}
+	return &beatDueError{last: err}
+}
 
 // errStreamEnded: a heartbeat sent on a stream had no answer when the
 // worker stopped heartbeating (shutdown, or falling back to unary calls).
@@ -196,8 +221,8 @@ func (w *Worker) beat(ctx context.Context, next Timer, refs []*leaseholdv1.Lease
 		return a.resp, false, a.err
 	case <-next.C():
 		cancel()
-		<-done
-		return nil, true, errBeatDue
+		a := <-done
+		return nil, true, abandoned(a.err)
 	case <-ctx.Done():
 		cancel()
 		<-done
@@ -319,12 +344,22 @@ func (w *Worker) selfStop(deadline time.Time) {
 	}
 	w.selfStopped = true
 	w.observer.selfStopped(deadline)
+	now := w.clock.Now()
 	w.log.Error("heartbeats unacknowledged too long; stopping every job before its lease can expire",
-		"last_ack", w.lastAck, "deadline", deadline, "jobs", len(w.tasks))
+		"last_ack", wallTime(w.lastAck, now), "since_last_ack", now.Sub(w.lastAck).Round(time.Millisecond),
+		"deadline", wallTime(deadline, now), "jobs", len(w.tasks))
 	for _, t := range w.tasks {
 		w.loseLocked(t, "self-stop")
 	}
 	if w.stopAcquire != nil {
 		w.stopAcquire()
 	}
+}
+
+// wallTime turns a reading of the worker's clock into the wall-clock time it
+// stands for, as of now (a reading of the same clock), for logs: the
+// suspend-aware clock counts from boot, so its readings printed as times
+// are dates in 1970.
+func wallTime(reading, now time.Time) string {
+	return time.Now().Add(reading.Sub(now)).Format(time.RFC3339Nano)
 }
