@@ -8,9 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -32,12 +35,19 @@ func workerRunCommand() *cli.Command {
 		Usage:     "run CMD for each job this worker takes",
 		ArgsUsage: "-- CMD [ARGS...]",
 		Description: "Each job runs CMD with the payload on stdin and in the environment:\n" +
-			"  LEASEHOLD_JOB_ID, LEASEHOLD_JOB_KIND, LEASEHOLD_JOB_QUEUE, LEASEHOLD_TOKEN, LEASEHOLD_ATTEMPT,\n" +
-			"  LEASEHOLD_WORKER_ID, LEASEHOLD_PAYLOAD (when it is text under 32 KiB), LEASEHOLD_REF_FILE.\n" +
-			"Exit 0 reports succeeded, 75 failed (retryable), anything else failed. A line written to\n" +
-			"$LEASEHOLD_REF_FILE (a commit, an artifact URL) is reported as the output ref.\n" +
-			"On a revoke or when the worker stops its own jobs (no acknowledged heartbeat), CMD's\n" +
-			"process group gets SIGTERM, then SIGKILL after --kill-after.",
+			"  LEASEHOLD_JOB_ID, LEASEHOLD_JOB_KIND, LEASEHOLD_JOB_QUEUE, LEASEHOLD_FENCING_TOKEN (the lease's\n" +
+			"  token), LEASEHOLD_ATTEMPT (1 for the first execution), LEASEHOLD_WORKER_ID, LEASEHOLD_PAYLOAD\n" +
+			"  (when it is text under 32 KiB), LEASEHOLD_REF_FILE, and the worker's LEASEHOLD_ENDPOINTS and\n" +
+			"  LEASEHOLD_TOKEN (its bearer token), so CMD can run `leasehold lease check \"$LEASEHOLD_JOB_ID\"\n" +
+			"  \"$LEASEHOLD_FENCING_TOKEN\"`.\n" +
+			"Exit 0 reports succeeded, 75 (EX_TEMPFAIL) failed and retryable, anything else failed. A line\n" +
+			"written to $LEASEHOLD_REF_FILE (a commit, an artifact URL) is reported as the output ref; the\n" +
+			"file lives in the state directory (--state-dir) and is removed once the job is reported.\n" +
+			"Signals to CMD's process group: `job cancel` and a worker shutdown past --drain send SIGTERM,\n" +
+			"then SIGKILL after --kill-after; `job kill` sends SIGKILL at once; a lost lease (or the worker\n" +
+			"stopping its own jobs because no heartbeat was acknowledged) sends SIGTERM then SIGKILL at once.\n" +
+			"With --once the worker exits after its first job with that job's outcome: 0 succeeded, 75\n" +
+			"failed and retryable, 1 anything else.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Value: cli.NewStringSlice("default")},
 			&cli.StringSliceFlag{Name: "kind", Aliases: []string{"k"}, Value: cli.NewStringSlice("default", "run", "evaluation")},
@@ -45,7 +55,9 @@ func workerRunCommand() *cli.Command {
 			&cli.IntFlag{Name: "concurrency", Aliases: []string{"n"}, Value: 1},
 			&cli.DurationFlag{Name: "kill-after", Value: 10 * time.Second, Usage: "SIGKILL this long after SIGTERM"},
 			&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "on shutdown, wait this long for running commands"},
-			&cli.BoolFlag{Name: "once", Usage: "exit after the first job finishes"},
+			&cli.BoolFlag{Name: "once", Usage: "exit after the first job finishes, with its outcome (0, 75 or 1)"},
+			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"LEASEHOLD_STATE_DIR"},
+				Usage: "the worker's files (each job's ref file) (default: $XDG_STATE_HOME/leasehold/ID, or ~/.local/state/leasehold/ID)"},
 			&cli.StringFlag{Name: "log-level", Value: "info"},
 		},
 		Action: func(c *cli.Context) error {
@@ -61,6 +73,10 @@ func workerRunCommand() *cli.Command {
 				}
 				id = host
 			}
+			stateDir, err := workerStateDir(c.String("state-dir"), id)
+			if err != nil {
+				return err
+			}
 			cl, err := newClient(c)
 			if err != nil {
 				return err
@@ -68,15 +84,20 @@ func workerRunCommand() *cli.Command {
 			defer cl.Close()
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			runner := &commandRunner{argv: argv, killAfter: c.Duration("kill-after"), worker: id}
+			runner := &commandRunner{argv: argv, killAfter: c.Duration("kill-after"), worker: id, stateDir: stateDir,
+				env: childEnv(lookup(c, "endpoints").StringSlice("endpoints"), flagString(c, "token"))}
 			handler := runner.run
+			var onceOutcome atomic.Int32 // the job's exit status, with --once
 			if c.Bool("once") {
 				var cancel context.CancelFunc
 				ctx, cancel = context.WithCancel(ctx)
 				defer cancel()
+				onceOutcome.Store(-1)
 				handler = func(hctx context.Context, j *client.Job) (client.Result, error) {
 					defer cancel()
-					return runner.run(hctx, j)
+					res, err := runner.run(hctx, j)
+					onceOutcome.Store(int32(exitStatusOf(res, err)))
+					return res, err
 				}
 			}
 			handlers := map[string]client.Handler{}
@@ -91,9 +112,71 @@ func workerRunCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return ignoreCancel(w.Run(ctx))
+			if err := ignoreCancel(w.Run(ctx)); err != nil {
+				return err
+			}
+			if code := onceOutcome.Load(); code > 0 {
+				return cli.Exit("", int(code))
+			}
+			return nil
 		},
 	}
+}
+
+// exitStatusOf is `worker run --once`'s exit status for a job's result:
+// 0 succeeded, 75 a retryable failure, 1 anything else (a failure, a
+// cancel or kill, a job that did not finish).
+func exitStatusOf(res client.Result, err error) int {
+	switch {
+	case err != nil:
+		return 1
+	case res.Outcome == pb.Outcome_OUTCOME_SUCCEEDED || res.Outcome == pb.Outcome_OUTCOME_UNSPECIFIED:
+		return 0
+	case res.Outcome == pb.Outcome_OUTCOME_FAILED && res.Retryable:
+		return ExitRetryable
+	default:
+		return 1
+	}
+}
+
+// workerStateDir is the worker's own directory of files: dir when given,
+// else $XDG_STATE_HOME/leasehold/ID or ~/.local/state/leasehold/ID. Files
+// of jobs a previous run of this worker left (it was killed before it could
+// remove them) are removed: their leases were released or will expire.
+func workerStateDir(dir, id string) (string, error) {
+	if dir == "" {
+		base := os.Getenv("XDG_STATE_HOME")
+		if base == "" {
+			home, err := os.UserHomeDir()
+			if err != nil {
+				return "", fmt.Errorf("--state-dir: no default: %w", err)
+			}
+			base = filepath.Join(home, ".local", "state")
+		}
+		dir = filepath.Join(base, "leasehold", id)
+	}
+	jobs := filepath.Join(dir, "jobs")
+	if err := os.RemoveAll(jobs); err != nil {
+		return "", fmt.Errorf("--state-dir %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(jobs, 0o700); err != nil {
+		return "", fmt.Errorf("--state-dir %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// childEnv is the worker's environment for its commands: its own, with
+// LEASEHOLD_ENDPOINTS and LEASEHOLD_TOKEN set to what the worker talks to
+// the cluster with, so a command can call the CLI as the worker does.
+func childEnv(endpoints []string, token string) []string {
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "LEASEHOLD_ENDPOINTS=") || strings.HasPrefix(kv, "LEASEHOLD_TOKEN=")
+	})
+	env = append(env, "LEASEHOLD_ENDPOINTS="+strings.Join(endpoints, ","))
+	if token != "" {
+		env = append(env, "LEASEHOLD_TOKEN="+token)
+	}
+	return env
 }
 
 // commandRunner runs one shell job.
@@ -101,25 +184,30 @@ type commandRunner struct {
 	argv      []string
 	killAfter time.Duration
 	worker    string
+	stateDir  string   // the job's files go in stateDir/jobs/TOKEN
+	env       []string // the worker's part of the command's environment
 }
 
 func (r *commandRunner) run(ctx context.Context, j *client.Job) (client.Result, error) {
-	refFile, err := os.CreateTemp("", "leasehold-ref-*")
-	if err != nil {
+	jobDir := filepath.Join(r.stateDir, "jobs", strconv.FormatUint(j.Token, 10))
+	if err := os.MkdirAll(jobDir, 0o700); err != nil {
 		return client.Result{}, client.Retryable(err)
 	}
-	refFile.Close()
-	defer os.Remove(refFile.Name())
+	defer os.RemoveAll(jobDir)
+	refFile := filepath.Join(jobDir, "ref")
+	if err := os.WriteFile(refFile, nil, 0o600); err != nil {
+		return client.Result{}, client.Retryable(err)
+	}
 
 	cmd := exec.Command(r.argv[0], r.argv[1:]...)
 	cmd.Stdin = bytes.NewReader(j.Payload)
 	cmd.Stdout = os.Stdout
 	var stderr tailBuffer
 	cmd.Stderr = &teeTail{w: os.Stderr, tail: &stderr}
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(slices.Clip(r.env),
 		"LEASEHOLD_JOB_ID="+j.ID, "LEASEHOLD_JOB_KIND="+j.Kind, "LEASEHOLD_JOB_QUEUE="+j.Queue,
-		"LEASEHOLD_TOKEN="+strconv.FormatUint(j.Token, 10), "LEASEHOLD_ATTEMPT="+strconv.FormatUint(uint64(j.Attempts)+1, 10),
-		"LEASEHOLD_WORKER_ID="+r.worker, "LEASEHOLD_REF_FILE="+refFile.Name())
+		"LEASEHOLD_FENCING_TOKEN="+strconv.FormatUint(j.Token, 10), "LEASEHOLD_ATTEMPT="+strconv.FormatUint(uint64(j.Attempts)+1, 10),
+		"LEASEHOLD_WORKER_ID="+r.worker, "LEASEHOLD_REF_FILE="+refFile)
 	if len(j.Payload) < 32<<10 && utf8.Valid(j.Payload) && !bytes.ContainsRune(j.Payload, 0) {
 		cmd.Env = append(cmd.Env, "LEASEHOLD_PAYLOAD="+string(j.Payload))
 	}
@@ -145,6 +233,13 @@ func (r *commandRunner) run(ctx context.Context, j *client.Job) (client.Result, 
 		// Revoked or shutting down: SIGTERM the group, then SIGKILL after
 		// --kill-after. Lost (or stopped by the worker itself): the lease
 		// is ending now, so there is no time for a graceful stop.
+		// Killed: SIGKILL at once, nothing graceful.
+		var rev *client.RevokedError
+		if errors.As(context.Cause(ctx), &rev) && rev.Kill {
+			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			waitErr = <-done
+			break
+		}
 		grace := r.killAfter
 		if errors.Is(context.Cause(ctx), client.ErrLeaseLost) {
 			grace = 0
@@ -157,7 +252,7 @@ func (r *commandRunner) run(ctx context.Context, j *client.Job) (client.Result, 
 			waitErr = <-done
 		}
 	}
-	ref := readRef(refFile.Name())
+	ref := readRef(refFile)
 	if cause := context.Cause(ctx); ctx.Err() != nil {
 		if errors.Is(cause, client.ErrShutdown) {
 			// Nobody cancelled the job: the worker is stopping. An error
