@@ -55,8 +55,8 @@ func TestWorkerRunCompletesJob(t *testing.T) {
 	}
 	var j jobJSON
 	decodeJSON(t, "job get", out, &j)
-	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 {
-		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123 and one lease", j)
+	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 || j.Attempts != 1 {
+		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123, one lease, attempts 1", j)
 	}
 	stdout := w.stdout.String()
 	if want := fmt.Sprintf("build-42 %d 1\n", j.Token); !strings.HasPrefix(stdout, want) {
