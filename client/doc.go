@@ -76,7 +76,10 @@
 // own clock stops during suspend, and a worker that woke up after its
 // leases expired would otherwise run on. After a self-stop the worker takes
 // no job until a heartbeat is acknowledged again. Fencing tokens (Job.Token)
-// cover what timing cannot, such as a process paused mid-write.
+// cover what timing cannot, such as a process paused mid-write. Jobs that
+// run in processes of their own, which outlive the worker, keep the same
+// promise while it is down: WorkerOptions.Deadline hands them each new
+// deadline (package client/supervisor does this for `worker run`).
 //
 // When Run's context ends the worker stops acquiring, lets running handlers
 // finish within DrainTimeout while it keeps heartbeating, then cancels the

@@ -247,7 +247,22 @@ func (w *Worker) heldLeases() []*leaseholdv1.LeaseRef {
 // worker did not know it held.
 func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.acknowledgeLocked(sent, resp)
+	deadline := w.deadlineLocked()
+	w.mu.Unlock()
+	w.publishDeadline(deadline)
+}
+
+// publishDeadline tells WorkerOptions.Deadline the self-stop deadline.
+// Registration and the heartbeat loop call it, one after the other, never
+// under the lock (the hook may write a file).
+func (w *Worker) publishDeadline(deadline time.Time) {
+	if w.deadlineFn != nil {
+		w.deadlineFn(deadline)
+	}
+}
+
+func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatResponse) {
 	if resp.GetTimings() != nil {
 		if t, err := parseTimings(resp.GetTimings()); err == nil {
 			w.timings = t

@@ -506,3 +506,30 @@ func TestWorkerRegistersAgainWhenUnknown(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// WorkerOptions.Deadline is told the self-stop deadline at registration,
+// before any job starts, and again at every acknowledged heartbeat, each
+// from the send time of what was acknowledged.
+func TestWorkerPublishesDeadline(t *testing.T) {
+	h := newWorkerHarness(t)
+	deadlines := make(chan time.Time, 16)
+	h.grants <- grant("j1", "k", 61, "")
+	b := newBlockingHandler()
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": b.handle},
+		Deadline: func(d time.Time) { deadlines <- d }})
+
+	first := recv(t, "the deadline of the registration", deadlines)
+	if want := h.start.Add(toleration - 2*renew); !first.Equal(want) {
+		t.Fatalf("deadline at registration start+%v, want start+%v", first.Sub(h.start), want.Sub(h.start))
+	}
+	recv(t, "the handler to start", b.started)
+
+	h.waitTimerAt(renew)
+	h.advanceTo(renew) // the first heartbeat, acknowledged at once
+	if got, want := recv(t, "the deadline of the first ack", deadlines), h.start.Add(renew+toleration-2*renew); !got.Equal(want) {
+		t.Fatalf("deadline after the first ack start+%v, want start+%v", got.Sub(h.start), want.Sub(h.start))
+	}
+	if err := h.stopDraining(w, client.DefaultDrainTimeout); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
