@@ -133,9 +133,23 @@ func commandPID(t *testing.T, w *proc) int {
 	return pid
 }
 
-// processGone says whether pid no longer exists (it was reaped).
+// processGone says whether pid no longer runs: it was reaped, or it is a
+// zombie (an orphan waits for an init that may not reap it soon).
 func processGone(pid int) bool {
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // `job cancel` reaches a running command as SIGTERM and the job is reported

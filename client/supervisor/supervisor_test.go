@@ -1,0 +1,97 @@
+package supervisor
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParseStat(t *testing.T) {
+	// The command name may hold spaces and parentheses.
+	line := "4242 (we (ird) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 200"
+	start, state, err := parseStat(line)
+	if err != nil || start != 987654 || state != "S" {
+		t.Fatalf("parseStat = %d, %q, %v; want 987654, S", start, state, err)
+	}
+	if _, _, err := parseStat("1 (x) S 1 2"); err == nil {
+		t.Fatal("a short stat line parsed")
+	}
+}
+
+// A process is itself only with its start time: the same pid with another
+// start time (the kernel reused it) is not alive.
+func TestProcessAlive(t *testing.T) {
+	self, err := processOf(os.Getpid())
+	if err != nil || !self.Alive() {
+		t.Fatalf("this process: %+v, %v", self, err)
+	}
+	if (Process{PID: self.PID, StartTime: self.StartTime + 1}).Alive() {
+		t.Fatal("a pid with another start time counted as alive")
+	}
+	if (Process{}).Alive() {
+		t.Fatal("the zero Process counted as alive")
+	}
+}
+
+func jobDir(t *testing.T, payload string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, payloadFile), []byte(payload), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func result(t *testing.T, dir string) Result {
+	t.Helper()
+	var res Result
+	if err := readJSON(filepath.Join(dir, resultFile), &res); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// The supervisor writes the command's exit status, stderr tail and ref.
+func TestSuperviseWritesResult(t *testing.T) {
+	dir := jobDir(t, "in")
+	t.Setenv("REF", filepath.Join(dir, refFile))
+	code := Supervise(SuperviseOptions{JobDir: dir, DeadlineFile: filepath.Join(dir, "none"), KillAfter: time.Second,
+		Argv: []string{"sh", "-c", `read x; echo "got $x" >&2; echo ref-1 > "$REF"; exit 3`}})
+	if code != 0 {
+		t.Fatalf("Supervise = %d", code)
+	}
+	res := result(t, dir)
+	if res.ExitCode != 3 || res.Tail != "got in\n" || res.Ref != "ref-1" || res.Stopped != "" {
+		t.Fatalf("result %+v", res)
+	}
+	var rec Record
+	if err := readJSON(filepath.Join(dir, supervisorFile), &rec); err != nil || rec.Supervisor.PID != os.Getpid() || rec.Command.PID == 0 {
+		t.Fatalf("record %+v, %v", rec, err)
+	}
+}
+
+// A deadline that passes without renewal stops the command.
+func TestSuperviseStopsAtDeadline(t *testing.T) {
+	dir := jobDir(t, "")
+	deadline := filepath.Join(dir, "deadline")
+	soon := Boottime() + 300*time.Millisecond
+	if err := os.WriteFile(deadline, []byte(strconv.FormatInt(int64(soon), 10)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	begun := time.Now()
+	Supervise(SuperviseOptions{JobDir: dir, DeadlineFile: deadline, KillAfter: time.Minute,
+		Argv: []string{"sh", "-c", `trap '' TERM; sleep 60`}})
+	res := result(t, dir)
+	if res.Stopped != "deadline" || res.Signal != "killed" {
+		t.Fatalf("result %+v; want stopped at the deadline by SIGKILL", res)
+	}
+	if took := time.Since(begun); took < 300*time.Millisecond || took > 10*time.Second {
+		t.Fatalf("stopped after %v, want just after the 300ms deadline", took)
+	}
+}

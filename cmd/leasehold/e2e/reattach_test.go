@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// supervisorRecord is a job's jobs/TOKEN/supervisor file in a worker's
+// state directory (client/supervisor.Record).
+type supervisorRecord struct {
+	Supervisor struct {
+		PID int `json:"pid"`
+	} `json:"supervisor"`
+	Command struct {
+		PID int `json:"pid"`
+	} `json:"command"`
+}
+
+func (c *cluster) jobsDir(worker string) string {
+	return filepath.Join(c.stateHome, "leasehold", worker, "jobs")
+}
+
+// supervisorOf waits for the supervisor record of the worker's job with
+// token, naming its command.
+func (c *cluster) supervisorOf(t *testing.T, worker string, token uint64) supervisorRecord {
+	t.Helper()
+	var rec supervisorRecord
+	path := filepath.Join(c.jobsDir(worker), fmt.Sprint(token), "supervisor")
+	waitFor(t, jobBound, "the supervisor's record", func() error {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(b, &rec); err != nil {
+			return err
+		}
+		if rec.Supervisor.PID == 0 || rec.Command.PID == 0 {
+			return fmt.Errorf("record %s", b)
+		}
+		return nil
+	})
+	// Whatever the test leaves behind dies with it.
+	t.Cleanup(func() {
+		syscall.Kill(-rec.Command.PID, syscall.SIGKILL)
+		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
+	})
+	return rec
+}
+
+// runningJob submits a job, starts a worker that runs a long command for
+// it, and returns the worker, the job as running, and the command's pid.
+// The command appends a line to mark per execution.
+func runningJob(t *testing.T, c *cluster, worker, job, kind, mark string, seconds int) (*proc, jobJSON, supervisorRecord) {
+	t.Helper()
+	c.cli(t, "job", "submit", "--id", job, "--kind", kind, "--queue", "q-"+job)
+	w := c.startWorker(t, worker, "--queue", "q-"+job, "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", fmt.Sprintf(`echo started $$; echo run >> %q; sleep %d; echo ref-%s > "$LEASEHOLD_REF_FILE"`, mark, seconds, job))
+	pid := commandPID(t, w)
+	j := c.waitJob(t, job, "running")
+	rec := c.supervisorOf(t, worker, j.Token)
+	if rec.Command.PID != pid {
+		t.Fatalf("the supervisor records command pid %d; the command says %d", rec.Command.PID, pid)
+	}
+	return w, j, rec
+}
+
+func executions(t *testing.T, mark string) int {
+	t.Helper()
+	b, err := os.ReadFile(mark)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Count(string(b), "run\n")
+}
+
+// A SIGKILLed `worker run` leaves its command running under its supervisor;
+// restarted with the same id within the self-stop deadline, it re-attaches
+// and reports the command's result under the first token: one execution.
+func TestWorkerRestartReattaches(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	mark := filepath.Join(t.TempDir(), "runs")
+	w, first, rec := runningJob(t, c, "rw", "reattach-1", "run", mark, 3)
+
+	w.kill(t)
+	if processGone(rec.Command.PID) {
+		t.Fatal("the command died with its worker")
+	}
+	w2 := c.startWorker(t, "rw", "--once", "--queue", "q-reattach-1", "--kill-after", "500ms", "--drain", "2s", "--", "false")
+	if code := w2.wait(t, jobBound); code != 0 {
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.stderr.String()))
+	}
+	j := c.waitJob(t, "reattach-1", "reported")
+	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-reattach-1" || j.Attempts != 1 {
+		t.Fatalf("job %+v; want succeeded under the first token %d with one lease, ref ref-reattach-1, attempts 1", j, first.Token)
+	}
+	if n := executions(t, mark); n != 1 {
+		t.Fatalf("the command ran %d times, want once", n)
+	}
+	if !strings.Contains(w2.stderr.String(), "re-attached") {
+		t.Errorf("the restarted worker's log does not say it re-attached:\n%s", tail(w2.stderr.String()))
+	}
+	if left, _ := os.ReadDir(c.jobsDir("rw")); len(left) > 0 {
+		t.Errorf("the state directory keeps %v after the report", left)
+	}
+}
+
+// A worker that stays down past its self-stop deadline: the supervisor
+// stops the command before the cluster can expire the lease, and the job
+// is then settled by its kind (a run-style job is lost, not an attempt). A
+// restart finds nothing to re-attach to and cleans the job's files away.
+func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	mark := filepath.Join(t.TempDir(), "runs")
+	w, _, rec := runningJob(t, c, "dw", "deadline-1", "run", mark, 60)
+
+	killed := time.Now()
+	w.kill(t)
+	var stopped, expired time.Time
+	waitFor(t, jobBound, "the command stopped and the lease expired", func() error {
+		if stopped.IsZero() && processGone(rec.Command.PID) {
+			stopped = time.Now()
+		}
+		if expired.IsZero() && c.job(t, "deadline-1").State != "running" {
+			expired = time.Now()
+		}
+		if stopped.IsZero() || expired.IsZero() {
+			return fmt.Errorf("command stopped %v, lease expired %v", !stopped.IsZero(), !expired.IsZero())
+		}
+		return nil
+	})
+	t.Logf("after the worker's kill: command stopped at %v, lease seen expired at %v (slack %v)",
+		stopped.Sub(killed).Round(time.Millisecond), expired.Sub(killed).Round(time.Millisecond), expired.Sub(stopped).Round(time.Millisecond))
+	if !stopped.Before(expired) {
+		t.Fatalf("the command was stopped %v after the lease expired", stopped.Sub(expired))
+	}
+	j := c.waitJob(t, "deadline-1", "lost")
+	if j.Reason != "worker lost" || j.Attempts != 0 || len(j.Leases) != 1 || j.Leases[0].State != "expired" {
+		t.Fatalf("job %+v; want lost (worker lost), attempts 0, its lease expired", j)
+	}
+
+	c.startWorker(t, "dw", "--queue", "q-deadline-1", "--", "false")
+	waitFor(t, jobBound, "the restarted worker to clean its state directory", func() error {
+		if left, _ := os.ReadDir(c.jobsDir("dw")); len(left) > 0 {
+			return fmt.Errorf("jobs %v", left)
+		}
+		return nil
+	})
+	if n := executions(t, mark); n != 1 {
+		t.Fatalf("the command ran %d times, want once", n)
+	}
+}
+
+// The supervisor is gone too (the machine rebooted, or someone killed it):
+// a restarted worker settles the job by its kind. An evaluation is released
+// to the queue, no attempt used; a run-style job must not run twice, and is
+// reported failed, "worker lost". A command left running without its
+// supervisor is killed.
+func TestSupervisorGoneSettlesByKind(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	t.Run("evaluation", func(t *testing.T) {
+		mark := filepath.Join(t.TempDir(), "runs")
+		w, first, rec := runningJob(t, c, "gw-eval", "gone-eval", "evaluation", mark, 60)
+		w.kill(t)
+		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
+		syscall.Kill(-rec.Command.PID, syscall.SIGKILL) // the reboot
+		// Another queue: the restart must not take the job again.
+		c.startWorker(t, "gw-eval", "--queue", "elsewhere", "--", "false")
+		j := c.waitJob(t, "gone-eval", "queued")
+		if len(j.Leases) != 1 || j.Leases[0].Token != first.Token || j.Leases[0].State != "released" || j.Attempts != 0 {
+			t.Fatalf("job %+v; want queued again, its lease %d released, attempts 0", j, first.Token)
+		}
+	})
+
+	t.Run("run", func(t *testing.T) {
+		mark := filepath.Join(t.TempDir(), "runs")
+		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", mark, 60)
+		w.kill(t)
+		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
+		w2 := c.startWorker(t, "gw-run", "--once", "--queue", "elsewhere", "--", "false")
+		if code := w2.wait(t, jobBound); code != 1 {
+			t.Fatalf("restarted worker exited %d, want 1 (its job failed)", code)
+		}
+		j := c.waitJob(t, "gone-run", "reported")
+		if j.Outcome != "failed" || len(j.Leases) != 1 || j.Token != first.Token || !strings.Contains(j.Leases[0].Message, "worker lost") {
+			t.Fatalf("job %+v; want reported failed, worker lost, under token %d", j, first.Token)
+		}
+		waitFor(t, exitBound, "the unwatched command to be killed", func() error {
+			if !processGone(rec.Command.PID) {
+				return fmt.Errorf("pid %d still exists", rec.Command.PID)
+			}
+			return nil
+		})
+		if n := executions(t, mark); n != 1 {
+			t.Fatalf("the command ran %d times, want once", n)
+		}
+	})
+}
