@@ -286,10 +286,14 @@ func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatRe
 		}
 		switch st.GetVerdict() {
 		case leaseholdv1.Verdict_VERDICT_STOP:
+			kill := st.GetRevoke() == leaseholdv1.Revoke_REVOKE_KILL
 			if t.ctx.Err() == nil {
-				kill := st.GetRevoke() == leaseholdv1.Revoke_REVOKE_KILL
 				w.log.Info("job revoked; stopping it", "job_id", t.job.ID, "token", t.job.Token, "kill", kill)
 				t.cancel(&RevokedError{Kill: kill})
+			}
+			if kill && !t.killClosed {
+				w.log.Info("job killed", "job_id", t.job.ID, "token", t.job.Token)
+				t.killLocked()
 			}
 		case leaseholdv1.Verdict_VERDICT_LOST:
 			w.loseLocked(t, "the cluster says the lease is not live")

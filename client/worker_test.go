@@ -533,3 +533,53 @@ func TestWorkerPublishesDeadline(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// A kill after a cancel reaches a handler still stopping gracefully:
+// Killed(ctx) closes, though ctx ended with the cancel.
+func TestWorkerKillAfterCancel(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("j1", "k", 71, "")
+	started, cancelled, killed := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	handler := func(ctx context.Context, j *client.Job) (client.Result, error) {
+		close(started)
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		select {
+		case <-client.Killed(ctx):
+			close(killed)
+			return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_KILLED}, nil
+		case <-time.After(20 * time.Second):
+			return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_CANCELLED}, nil
+		}
+	}
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": handler}})
+	recv(t, "the handler to start", started)
+	if client.Killed(context.Background()) != nil {
+		t.Fatal("Killed of a context that is not a handler's is not nil")
+	}
+
+	h.setVerdict(71, leaseholdv1.Verdict_VERDICT_STOP, leaseholdv1.Revoke_REVOKE_CANCEL)
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	var rev *client.RevokedError
+	if cause := recv(t, "the cancel", cancelled); !errors.As(cause, &rev) || rev.Kill {
+		t.Fatalf("cause %v, want a cancel", cause)
+	}
+	select {
+	case <-killed:
+		t.Fatal("killed on a cancel")
+	default:
+	}
+
+	h.setVerdict(71, leaseholdv1.Verdict_VERDICT_STOP, leaseholdv1.Revoke_REVOKE_KILL)
+	h.waitTimerAt(2 * renew)
+	h.advanceTo(2 * renew)
+	recv(t, "the kill", killed)
+	waitFor(t, "the report", func() bool { return len(h.reports()) == 1 })
+	if r := h.reports()[0]; r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_KILLED {
+		t.Fatalf("report %v, want killed", r)
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

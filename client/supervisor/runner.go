@@ -211,7 +211,7 @@ func (r *Runner) Reattach(ctx context.Context, j *client.Job) (client.Handler, b
 func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Process, exited <-chan struct{}) (client.Result, error) {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
-	stop := ctx.Done()
+	stop, killed := ctx.Done(), client.Killed(ctx)
 	for {
 		var res Result
 		if err := readJSON(filepath.Join(dir, resultFile), &res); err == nil {
@@ -226,6 +226,10 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 		case <-stop:
 			sup.signal(stopSignal(context.Cause(ctx)))
 			stop = nil // signalled once; now wait for the result
+		case <-killed:
+			// A kill after a cancel: SIGKILL now, not after the grace.
+			sup.signal(syscall.SIGUSR1)
+			killed = nil
 		}
 		if gone {
 			if err := readJSON(filepath.Join(dir, resultFile), &res); err == nil {
@@ -271,12 +275,12 @@ func (r *Runner) resultOf(ctx context.Context, res Result) (client.Result, error
 			// elsewhere without using an attempt.
 			return client.Result{}, cause
 		}
-		outcome := pb.Outcome_OUTCOME_CANCELLED
+		outcome, why := pb.Outcome_OUTCOME_CANCELLED, cause.Error()
 		var rev *client.RevokedError
-		if errors.As(cause, &rev) && rev.Kill {
-			outcome = pb.Outcome_OUTCOME_KILLED
+		if errors.As(cause, &rev) && rev.Kill || isClosed(client.Killed(ctx)) {
+			outcome, why = pb.Outcome_OUTCOME_KILLED, "job killed"
 		}
-		return client.Result{Outcome: outcome, Ref: res.Ref, Message: "stopped: " + cause.Error()}, nil
+		return client.Result{Outcome: outcome, Ref: res.Ref, Message: "stopped: " + why}, nil
 	}
 	switch {
 	case res.ExitCode == 0 && res.Error == "":
@@ -305,4 +309,13 @@ func message(res Result) string {
 		return status
 	}
 	return status + ": " + tail
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

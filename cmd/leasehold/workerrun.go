@@ -46,9 +46,10 @@ func workerRunCommand() *cli.Command {
 			"(SIGTERM, then SIGKILL) before the lease can expire.\n" +
 			"\n" +
 			"Signals to CMD's process group: `job cancel` and a worker shutdown past --drain send SIGTERM,\n" +
-			"then SIGKILL after --kill-after; `job kill` sends SIGKILL at once; a lost lease, or the self-stop\n" +
-			"deadline (no heartbeat acknowledged), sends SIGTERM then SIGKILL at once. A SIGKILLed worker\n" +
-			"leaves its commands running under their supervisors until it comes back or the deadline passes.\n" +
+			"then SIGKILL after --kill-after; `job kill` sends SIGKILL at once (after a cancel too); a lost\n" +
+			"lease, or the self-stop deadline (no heartbeat acknowledged), sends SIGTERM then SIGKILL at\n" +
+			"once. A SIGKILLed worker leaves its commands running under their supervisors until it comes\n" +
+			"back or the deadline passes.\n" +
 			"With --once the worker exits after its first job with that job's outcome: 0 succeeded, 75\n" +
 			"failed and retryable, 1 anything else.",
 		Flags: []cli.Flag{

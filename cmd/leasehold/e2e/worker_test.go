@@ -219,6 +219,43 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 	})
 }
 
+// A kill after a cancel does not wait out the cancel's --kill-after: the
+// command that ignored SIGTERM gets SIGKILL at the kill.
+func TestKillAfterCancel(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 1)
+	c.cli(t, "job", "submit", "--id", "stubborn-2", "--queue", "qck")
+	w := c.startWorker(t, "wck", "--once", "--queue", "qck", "--kill-after", "60s", "--drain", "2s", "--",
+		"sh", "-c", `trap 'echo term-ignored' TERM; echo started $$; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 5; done; exit 9`)
+	pid := commandPID(t, w)
+	c.waitJob(t, "stubborn-2", "running")
+
+	c.cli(t, "job", "cancel", "stubborn-2")
+	waitFor(t, jobBound, "the command to get SIGTERM", func() error {
+		if !strings.Contains(w.stdout.String(), "term-ignored") {
+			return fmt.Errorf("stdout %q", w.stdout.String())
+		}
+		return nil
+	})
+	if processGone(pid) {
+		t.Fatal("the command ended on a SIGTERM it ignores")
+	}
+	c.cli(t, "job", "kill", "stubborn-2")
+	waitFor(t, 5*time.Second, "the command to be killed", func() error {
+		if !processGone(pid) {
+			return fmt.Errorf("pid %d still exists", pid)
+		}
+		return nil
+	})
+	if code := w.wait(t, exitBound); code != 1 {
+		t.Fatalf("worker run --once exited %d, want 1", code)
+	}
+	j := c.waitJob(t, "stubborn-2", "reported")
+	if j.Outcome != "killed" || len(j.Leases) != 1 || j.Leases[0].Revoke != "kill" {
+		t.Fatalf("job %+v, want outcome killed on a lease revoked with kill", j)
+	}
+}
+
 // With API authentication on, a job's command checks its own fencing token
 // with the CLI: LEASEHOLD_FENCING_TOKEN is the lease's token, and
 // LEASEHOLD_TOKEN stays the bearer token the worker was given.
