@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -58,6 +59,15 @@ type Options struct {
 type Runner struct {
 	o   Options
 	log hclog.Logger
+
+	mu   sync.Mutex
+	acks uint64 // WriteDeadline calls
+	// finished holds the directories of jobs whose result went to the
+	// runtime, with acks at that moment. A directory stays until two
+	// heartbeats were acknowledged since (the report, sent right after,
+	// has got through by then), so a worker killed before its report
+	// finds the result again after a restart and reports it.
+	finished map[string]uint64
 }
 
 // NewRunner checks o and creates the state directory.
@@ -72,7 +82,7 @@ func NewRunner(o Options) (*Runner, error) {
 	if log == nil {
 		log = hclog.Default().Named("supervisor")
 	}
-	return &Runner{o: o, log: log}, nil
+	return &Runner{o: o, log: log, finished: map[string]uint64{}}, nil
 }
 
 func (r *Runner) jobDir(token uint64) string {
@@ -86,6 +96,34 @@ func (r *Runner) WriteDeadline(deadline time.Time) {
 	err := writeFileAtomic(filepath.Join(r.o.Dir, deadlineFile), []byte(strconv.FormatInt(deadline.UnixNano(), 10)+"\n"))
 	if err != nil {
 		r.log.Error("writing the self-stop deadline for the supervisors failed", "error", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acks++
+	for dir, at := range r.finished {
+		if r.acks-at >= 2 {
+			os.RemoveAll(dir)
+			delete(r.finished, dir)
+		}
+	}
+}
+
+// finish records that a job's result went to the runtime.
+func (r *Runner) finish(dir string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finished[dir] = r.acks
+}
+
+// RemoveFinished removes the files of every job whose result went to the
+// runtime; for after the worker's Run returned, when every report has been
+// made.
+func (r *Runner) RemoveFinished() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for dir := range r.finished {
+		os.RemoveAll(dir)
+		delete(r.finished, dir)
 	}
 }
 
@@ -112,7 +150,7 @@ func (r *Runner) RemoveStale(live map[uint64]bool) {
 // supervisor and returns its result.
 func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) {
 	dir := r.jobDir(j.Token)
-	defer os.RemoveAll(dir)
+	defer r.finish(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return client.Result{}, client.Retryable(err)
 	}
@@ -176,13 +214,13 @@ func (r *Runner) Reattach(ctx context.Context, j *client.Job) (client.Handler, b
 	case resErr == nil && res.Stopped != "deadline":
 		r.log.Info("re-attached to a job whose command ended while the worker was away", "job_id", j.ID, "token", j.Token)
 		return func(ctx context.Context, j *client.Job) (client.Result, error) {
-			defer os.RemoveAll(dir)
+			defer r.finish(dir)
 			return r.resultOf(ctx, res)
 		}, true
 	case resErr != nil && recErr == nil && rec.Supervisor.Alive():
 		r.log.Info("re-attached to a running job's supervisor", "job_id", j.ID, "token", j.Token, "supervisor_pid", rec.Supervisor.PID)
 		return func(ctx context.Context, j *client.Job) (client.Result, error) {
-			defer os.RemoveAll(dir)
+			defer r.finish(dir)
 			return r.wait(ctx, j, dir, rec.Supervisor, nil)
 		}, true
 	}

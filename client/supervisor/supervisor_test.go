@@ -95,3 +95,30 @@ func TestSuperviseStopsAtDeadline(t *testing.T) {
 		t.Fatalf("stopped after %v, want just after the 300ms deadline", took)
 	}
 }
+
+// A finished job's files stay until two heartbeats were acknowledged after
+// its result went to the runtime (its report has got through by then).
+func TestRunnerKeepsFinishedUntilTwoAcks(t *testing.T) {
+	r, err := NewRunner(Options{Dir: t.TempDir(), Argv: []string{"true"}, Supervise: []string{"unused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := r.jobDir(7)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	r.WriteDeadline(time.Unix(0, int64(Boottime())))
+	r.finish(dir)
+	r.WriteDeadline(time.Unix(0, int64(Boottime())))
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("removed after one ack: %v", err)
+	}
+	r.WriteDeadline(time.Unix(0, int64(Boottime())))
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("kept after two acks: %v", err)
+	}
+	d, ok := readDeadline(filepath.Join(r.o.Dir, deadlineFile))
+	if !ok || d <= 0 {
+		t.Fatalf("deadline file: %v, %v", d, ok)
+	}
+}

@@ -150,7 +150,9 @@ func workerRunCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := ignoreCancel(w.Run(ctx)); err != nil {
+			err = ignoreCancel(w.Run(ctx))
+			runner.RemoveFinished()
+			if err != nil {
 				return err
 			}
 			if code := onceOutcome.Load(); code > 0 {

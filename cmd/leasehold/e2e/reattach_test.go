@@ -111,6 +111,32 @@ func TestWorkerRestartReattaches(t *testing.T) {
 	}
 }
 
+// The command ends while its worker is down: the supervisor keeps the
+// result, and the restarted worker reports it under the first token.
+func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 1)
+	mark := filepath.Join(t.TempDir(), "runs")
+	w, first, _ := runningJob(t, c, "kw", "kept-1", "run", mark, 1)
+	w.kill(t)
+	result := filepath.Join(c.jobsDir("kw"), fmt.Sprint(first.Token), "result")
+	waitFor(t, jobBound, "the supervisor's result", func() error {
+		_, err := os.Stat(result)
+		return err
+	})
+	w2 := c.startWorker(t, "kw", "--once", "--queue", "q-kept-1", "--", "false")
+	if code := w2.wait(t, jobBound); code != 0 {
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.stderr.String()))
+	}
+	j := c.waitJob(t, "kept-1", "reported")
+	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-kept-1" {
+		t.Fatalf("job %+v; want succeeded under the first token %d with ref ref-kept-1", j, first.Token)
+	}
+	if n := executions(t, mark); n != 1 {
+		t.Fatalf("the command ran %d times, want once", n)
+	}
+}
+
 // A worker that stays down past its self-stop deadline: the supervisor
 // stops the command before the cluster can expire the lease, and the job
 // is then settled by its kind (a run-style job is lost, not an attempt). A
