@@ -25,6 +25,10 @@ import (
 // again" (EX_TEMPFAIL).
 const ExitRetryable = 75
 
+// startBound is how long a supervisor may take to record itself after the
+// worker started it.
+const startBound = time.Second
+
 // ReasonWorkerLost is the message of a run-style job settled because its
 // command could not be found after a worker restart.
 const ReasonWorkerLost = "worker lost"
@@ -207,9 +211,18 @@ func (r *Runner) env(j *client.Job, dir string) []string {
 func (r *Runner) Reattach(ctx context.Context, j *client.Job) (client.Handler, bool) {
 	dir := r.jobDir(j.Token)
 	var res Result
-	resErr := readJSON(filepath.Join(dir, resultFile), &res)
 	var rec Record
+	resErr := readJSON(filepath.Join(dir, resultFile), &res)
 	recErr := readJSON(filepath.Join(dir, supervisorFile), &rec)
+	if _, err := os.Stat(filepath.Join(dir, payloadFile)); err == nil && resErr != nil && recErr != nil {
+		// The worker died just after it started the supervisor, which
+		// records itself first thing: give it a moment.
+		for end := time.Now().Add(startBound); recErr != nil && time.Now().Before(end) && ctx.Err() == nil; {
+			time.Sleep(pollEvery)
+			recErr = readJSON(filepath.Join(dir, supervisorFile), &rec)
+		}
+		resErr = readJSON(filepath.Join(dir, resultFile), &res)
+	}
 	switch {
 	case resErr == nil && res.Stopped != "deadline":
 		r.log.Info("re-attached to a job whose command ended while the worker was away", "job_id", j.ID, "token", j.Token)

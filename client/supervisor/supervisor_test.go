@@ -1,13 +1,19 @@
 package supervisor
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/client"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -120,5 +126,58 @@ func TestRunnerKeepsFinishedUntilTwoAcks(t *testing.T) {
 	d, ok := readDeadline(filepath.Join(r.o.Dir, deadlineFile))
 	if !ok || d <= 0 {
 		t.Fatalf("deadline file: %v, %v", d, ok)
+	}
+}
+
+// Re-attach after a worker died just after starting a supervisor: one
+// that records itself a moment later is found; one that never does counts
+// as gone, and the job is settled by its kind.
+func TestReattachWaitsForASupervisorStarting(t *testing.T) {
+	r, err := NewRunner(Options{Dir: t.TempDir(), Argv: []string{"true"}, Supervise: []string{"unused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := func(token uint64, policy pb.LostPolicy) *client.Job {
+		dir := r.jobDir(token)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, payloadFile), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return &client.Job{ID: fmt.Sprint("j", token), Token: token, Spec: &pb.JobSpec{OnWorkerLost: policy}}
+	}
+
+	starting := job(1, pb.LostPolicy_LOST_POLICY_FAIL)
+	self, err := processOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := make(chan error, 1)
+	time.AfterFunc(200*time.Millisecond, func() {
+		written <- writeJSON(filepath.Join(r.jobDir(1), supervisorFile), Record{Supervisor: self})
+	})
+	if _, ok := r.Reattach(context.Background(), starting); !ok {
+		t.Fatal("a supervisor that recorded itself late was not re-attached")
+	}
+	if err := <-written; err != nil {
+		t.Fatal(err)
+	}
+
+	if _, ok := r.Reattach(context.Background(), job(2, pb.LostPolicy_LOST_POLICY_REQUEUE)); ok {
+		t.Fatal("an evaluation without a supervisor was re-attached, not released")
+	}
+	h, ok := r.Reattach(context.Background(), job(3, pb.LostPolicy_LOST_POLICY_FAIL))
+	if !ok {
+		t.Fatal("a run-style job without a supervisor was released")
+	}
+	res, err := h(context.Background(), nil)
+	if err != nil || res.Outcome != pb.Outcome_OUTCOME_FAILED || !strings.HasPrefix(res.Message, ReasonWorkerLost) {
+		t.Fatalf("settled run-style job: %+v, %v; want failed, worker lost", res, err)
+	}
+	for _, token := range []uint64{2, 3} {
+		if _, err := os.Stat(r.jobDir(token)); !os.IsNotExist(err) {
+			t.Errorf("job %d's files kept after settling: %v", token, err)
+		}
 	}
 }
