@@ -206,6 +206,7 @@ type leaseJSON struct {
 	Outcome string `json:"outcome"`
 	Ref     string `json:"ref"`
 	Message string `json:"message"`
+	EndedAt string `json:"ended_at"`
 }
 
 // job reads a job with `job get -o json ID`.

@@ -70,6 +70,20 @@ func runningJob(t *testing.T, c *cluster, worker, job, kind, mark string, second
 	return w, j, rec
 }
 
+// crash SIGKILLs a worker and returns once it is dead, without waiting for
+// its output pipes: the supervisors it started hold them open.
+func crash(t *testing.T, w *proc) {
+	t.Helper()
+	pid := w.cmd.Process.Pid
+	w.cmd.Process.Kill()
+	waitFor(t, exitBound, "the worker to die", func() error {
+		if !processGone(pid) {
+			return fmt.Errorf("pid %d still exists", pid)
+		}
+		return nil
+	})
+}
+
 func executions(t *testing.T, mark string) int {
 	t.Helper()
 	b, err := os.ReadFile(mark)
@@ -88,7 +102,7 @@ func TestWorkerRestartReattaches(t *testing.T) {
 	mark := filepath.Join(t.TempDir(), "runs")
 	w, first, rec := runningJob(t, c, "rw", "reattach-1", "run", mark, 3)
 
-	w.kill(t)
+	crash(t, w)
 	if processGone(rec.Command.PID) {
 		t.Fatal("the command died with its worker")
 	}
@@ -118,7 +132,7 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 	c := startCluster(t, 1)
 	mark := filepath.Join(t.TempDir(), "runs")
 	w, first, _ := runningJob(t, c, "kw", "kept-1", "run", mark, 1)
-	w.kill(t)
+	crash(t, w)
 	result := filepath.Join(c.jobsDir("kw"), fmt.Sprint(first.Token), "result")
 	waitFor(t, jobBound, "the supervisor's result", func() error {
 		_, err := os.Stat(result)
@@ -145,31 +159,38 @@ func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3)
 	mark := filepath.Join(t.TempDir(), "runs")
-	w, _, rec := runningJob(t, c, "dw", "deadline-1", "run", mark, 60)
+	w, first, rec := runningJob(t, c, "dw", "deadline-1", "run", mark, 60)
 
 	killed := time.Now()
-	w.kill(t)
-	var stopped, expired time.Time
-	waitFor(t, jobBound, "the command stopped and the lease expired", func() error {
-		if stopped.IsZero() && processGone(rec.Command.PID) {
-			stopped = time.Now()
-		}
-		if expired.IsZero() && c.job(t, "deadline-1").State != "running" {
-			expired = time.Now()
-		}
-		if stopped.IsZero() || expired.IsZero() {
-			return fmt.Errorf("command stopped %v, lease expired %v", !stopped.IsZero(), !expired.IsZero())
-		}
-		return nil
-	})
-	t.Logf("after the worker's kill: command stopped at %v, lease seen expired at %v (slack %v)",
-		stopped.Sub(killed).Round(time.Millisecond), expired.Sub(killed).Round(time.Millisecond), expired.Sub(stopped).Round(time.Millisecond))
-	if !stopped.Before(expired) {
-		t.Fatalf("the command was stopped %v after the lease expired", stopped.Sub(expired))
-	}
+	crash(t, w)
 	j := c.waitJob(t, "deadline-1", "lost")
 	if j.Reason != "worker lost" || j.Attempts != 0 || len(j.Leases) != 1 || j.Leases[0].State != "expired" {
 		t.Fatalf("job %+v; want lost (worker lost), attempts 0, its lease expired", j)
+	}
+	if !processGone(rec.Command.PID) {
+		t.Fatal("the command still runs after its lease expired")
+	}
+	// When the command ended, by the supervisor's account, and when the
+	// lease ended, stamped by the leader: both wall times of this machine.
+	var res struct {
+		Stopped string    `json:"stopped"`
+		Ended   time.Time `json:"ended"`
+	}
+	b, err := os.ReadFile(filepath.Join(c.jobsDir("dw"), fmt.Sprint(first.Token), "result"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	expired, err := time.Parse(time.RFC3339Nano, j.Leases[0].EndedAt)
+	if err != nil {
+		t.Fatalf("lease ended_at %q: %v", j.Leases[0].EndedAt, err)
+	}
+	t.Logf("after the worker's kill: command stopped at %v, lease expired at %v (slack %v)",
+		res.Ended.Sub(killed).Round(time.Millisecond), expired.Sub(killed).Round(time.Millisecond), expired.Sub(res.Ended).Round(time.Millisecond))
+	if res.Stopped != "deadline" || !res.Ended.Before(expired) {
+		t.Fatalf("the supervisor's result %s: want stopped at the deadline, before the lease expired at %v", b, expired)
 	}
 
 	c.startWorker(t, "dw", "--queue", "q-deadline-1", "--", "false")
@@ -196,9 +217,17 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 	t.Run("evaluation", func(t *testing.T) {
 		mark := filepath.Join(t.TempDir(), "runs")
 		w, first, rec := runningJob(t, c, "gw-eval", "gone-eval", "evaluation", mark, 60)
-		w.kill(t)
+		crash(t, w)
+		// The reboot: the supervisor dies first, so it never sees its
+		// command end and writes no result.
 		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
-		syscall.Kill(-rec.Command.PID, syscall.SIGKILL) // the reboot
+		waitFor(t, exitBound, "the supervisor to die", func() error {
+			if !processGone(rec.Supervisor.PID) {
+				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)
+			}
+			return nil
+		})
+		syscall.Kill(-rec.Command.PID, syscall.SIGKILL)
 		// Another queue: the restart must not take the job again.
 		c.startWorker(t, "gw-eval", "--queue", "elsewhere", "--", "false")
 		j := c.waitJob(t, "gone-eval", "queued")
@@ -210,8 +239,14 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 	t.Run("run", func(t *testing.T) {
 		mark := filepath.Join(t.TempDir(), "runs")
 		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", mark, 60)
-		w.kill(t)
+		crash(t, w)
 		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
+		waitFor(t, exitBound, "the supervisor to die", func() error {
+			if !processGone(rec.Supervisor.PID) {
+				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)
+			}
+			return nil
+		})
 		w2 := c.startWorker(t, "gw-run", "--once", "--queue", "elsewhere", "--", "false")
 		if code := w2.wait(t, jobBound); code != 1 {
 			t.Fatalf("restarted worker exited %d, want 1 (its job failed)", code)
