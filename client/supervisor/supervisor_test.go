@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,5 +181,50 @@ func TestReattachWaitsForASupervisorStarting(t *testing.T) {
 		if _, err := os.Stat(r.jobDir(token)); !os.IsNotExist(err) {
 			t.Errorf("job %d's files kept after settling: %v", token, err)
 		}
+	}
+}
+
+// A supervisor that dies without a result (killed) fails the job, and the
+// command it leaves behind does not run on unwatched.
+func TestWaitSupervisorDiedWithoutResult(t *testing.T) {
+	r, err := NewRunner(Options{Dir: t.TempDir(), Argv: []string{"true"}, Supervise: []string{"unused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := r.jobDir(9)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	orphan := exec.Command("sleep", "60")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := make(chan error, 1)
+	go func() { reaped <- orphan.Wait() }()
+	cmdProc, err := processOf(orphan.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sup := exec.Command("sleep", "0.2") // the supervisor, about to die
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	supProc, _ := processOf(sup.Process.Pid)
+	exited := make(chan struct{})
+	go func() { sup.Wait(); close(exited) }()
+	if err := writeJSON(filepath.Join(dir, supervisorFile), Record{Supervisor: supProc, Command: cmdProc}); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = r.wait(context.Background(), &client.Job{ID: "j9", Token: 9}, dir, supProc, exited)
+	if err == nil || !strings.Contains(err.Error(), "without a result") {
+		t.Fatalf("wait = %v, want an error: the supervisor exited without a result", err)
+	}
+	select {
+	case <-reaped:
+	case <-time.After(10 * time.Second):
+		orphan.Process.Kill()
+		t.Fatal("the command left behind still runs")
 	}
 }
