@@ -55,10 +55,11 @@
 // It sends one heartbeat per renew, not one per lease, naming every lease
 // it holds, over one long-lived heartbeat stream to the leader
 // (Client.HeartbeatStream; one unary Heartbeat call each on a cluster that
-// does not serve streams), and applies the reply: keep; stop (the job was cancelled or
-// killed: the handler's context is cancelled with a *RevokedError, and its
-// result is still reported); lost (cancelled with ErrLeaseLost, and nothing
-// is reported, since another worker may hold the job). Live leases the reply
+// does not serve streams), and applies the reply: keep; stop (the job was
+// cancelled or killed: the handler's context is cancelled with a
+// *RevokedError, and its result is still reported; a kill that follows a
+// cancel closes Killed(ctx)); lost (cancelled with ErrLeaseLost, and
+// nothing is reported, since another worker may hold the job). Live leases the reply
 // lists as unnamed, that the worker does not know (an acquire whose answer
 // was lost, a grant it dropped), are released so their jobs run elsewhere
 // at once.
