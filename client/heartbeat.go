@@ -290,9 +290,10 @@ func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatRe
 			if t.ctx.Err() == nil {
 				w.log.Info("job revoked; stopping it", "job_id", t.job.ID, "token", t.job.Token, "kill", kill)
 				t.cancel(&RevokedError{Kill: kill})
+			} else if kill && !t.killClosed {
+				w.log.Info("job killed while stopping; stopping it now", "job_id", t.job.ID, "token", t.job.Token)
 			}
-			if kill && !t.killClosed {
-				w.log.Info("job killed", "job_id", t.job.ID, "token", t.job.Token)
+			if kill {
 				t.killLocked()
 			}
 		case leaseholdv1.Verdict_VERDICT_LOST:
