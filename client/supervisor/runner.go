@@ -151,7 +151,9 @@ func (r *Runner) RemoveStale(live map[uint64]bool) {
 }
 
 // Run is a client.Handler: it runs the job's command under a new
-// supervisor and returns its result.
+// supervisor and returns its result. A supervisor that dies without one
+// (killed) leaves a job settled by its kind: a run-style job fails with
+// "worker lost", an evaluation fails retryably.
 func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) {
 	dir := r.jobDir(j.Token)
 	defer r.finish(dir)
@@ -290,7 +292,13 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 			if readJSON(filepath.Join(dir, supervisorFile), &rec) == nil {
 				rec.Command.signalGroup(syscall.SIGKILL)
 			}
-			return client.Result{}, fmt.Errorf("the supervisor of job %s exited without a result", j.ID)
+			// Settled by kind, as after a restart: a run-style job must not
+			// run again; an evaluation may.
+			err := fmt.Errorf("the supervisor of job %s exited without a result", j.ID)
+			if j.Spec.GetOnWorkerLost() == pb.LostPolicy_LOST_POLICY_FAIL {
+				return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Message: ReasonWorkerLost + ": " + err.Error()}, nil
+			}
+			return client.Result{}, client.Retryable(err)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -217,9 +218,16 @@ func TestWaitSupervisorDiedWithoutResult(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An evaluation: a retryable failure.
 	_, err = r.wait(context.Background(), &client.Job{ID: "j9", Token: 9}, dir, supProc, exited)
-	if err == nil || !strings.Contains(err.Error(), "without a result") {
-		t.Fatalf("wait = %v, want an error: the supervisor exited without a result", err)
+	if !errors.Is(err, client.ErrRetryable) || !strings.Contains(err.Error(), "without a result") {
+		t.Fatalf("wait = %v, want a retryable error: the supervisor exited without a result", err)
+	}
+	// A run-style job: failed, worker lost.
+	run := &client.Job{ID: "j9", Token: 9, Spec: &pb.JobSpec{OnWorkerLost: pb.LostPolicy_LOST_POLICY_FAIL}}
+	res, err := r.wait(context.Background(), run, dir, supProc, exited)
+	if err != nil || res.Outcome != pb.Outcome_OUTCOME_FAILED || res.Retryable || !strings.HasPrefix(res.Message, ReasonWorkerLost) {
+		t.Fatalf("wait = %+v, %v; want failed, worker lost", res, err)
 	}
 	select {
 	case <-reaped:
