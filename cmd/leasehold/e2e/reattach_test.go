@@ -53,14 +53,16 @@ func (c *cluster) supervisorOf(t *testing.T, worker string, token uint64) superv
 	return rec
 }
 
-// runningJob submits a job, starts a worker that runs a long command for
-// it, and returns the worker, the job as running, and the command's pid.
-// The command appends a line to mark per execution.
-func runningJob(t *testing.T, c *cluster, worker, job, kind, mark string, seconds int) (*proc, jobJSON, supervisorRecord) {
+// runningJob submits a job, starts a worker that runs a command for it,
+// and returns the worker, the job as running, and the supervisor's record.
+// The command appends a line to dir/runs per execution and ends once
+// dir/go exists (see release); the test decides when.
+func runningJob(t *testing.T, c *cluster, worker, job, kind, dir string) (*proc, jobJSON, supervisorRecord) {
 	t.Helper()
 	c.cli(t, "job", "submit", "--id", job, "--kind", kind, "--queue", "q-"+job)
 	w := c.startWorker(t, worker, "--queue", "q-"+job, "--kill-after", "500ms", "--drain", "2s", "--",
-		"sh", "-c", fmt.Sprintf(`echo started $$; echo run >> %q; sleep %d; echo ref-%s > "$LEASEHOLD_REF_FILE"`, mark, seconds, job))
+		"sh", "-c", fmt.Sprintf(`echo started $$; echo run >> %q; while [ ! -e %q ]; do sleep 0.05; done; echo ref-%s > "$LEASEHOLD_REF_FILE"`,
+			filepath.Join(dir, "runs"), filepath.Join(dir, "go"), job))
 	pid := commandPID(t, w)
 	j := c.waitJob(t, job, "running")
 	rec := c.supervisorOf(t, worker, j.Token)
@@ -68,6 +70,14 @@ func runningJob(t *testing.T, c *cluster, worker, job, kind, mark string, second
 		t.Fatalf("the supervisor records command pid %d; the command says %d", rec.Command.PID, pid)
 	}
 	return w, j, rec
+}
+
+// release lets runningJob's command end.
+func release(t *testing.T, dir string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // crash SIGKILLs a worker and returns once it is dead, without waiting for
@@ -84,9 +94,9 @@ func crash(t *testing.T, w *proc) {
 	})
 }
 
-func executions(t *testing.T, mark string) int {
+func executions(t *testing.T, dir string) int {
 	t.Helper()
-	b, err := os.ReadFile(mark)
+	b, err := os.ReadFile(filepath.Join(dir, "runs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,14 +109,24 @@ func executions(t *testing.T, mark string) int {
 func TestWorkerRestartReattaches(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3)
-	mark := filepath.Join(t.TempDir(), "runs")
-	w, first, rec := runningJob(t, c, "rw", "reattach-1", "run", mark, 3)
+	dir := t.TempDir()
+	w, first, rec := runningJob(t, c, "rw", "reattach-1", "run", dir)
 
 	crash(t, w)
 	if processGone(rec.Command.PID) {
 		t.Fatal("the command died with its worker")
 	}
 	w2 := c.startWorker(t, "rw", "--once", "--queue", "q-reattach-1", "--kill-after", "500ms", "--drain", "2s", "--", "false")
+	waitFor(t, jobBound, "the restarted worker to re-attach", func() error {
+		if !strings.Contains(w2.stderr.String(), "re-attached to a running job's supervisor") {
+			return fmt.Errorf("stderr %q", w2.stderr.String())
+		}
+		return nil
+	})
+	if processGone(rec.Command.PID) {
+		t.Fatal("the command ended before it was told to")
+	}
+	release(t, dir)
 	if code := w2.wait(t, jobBound); code != 0 {
 		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.stderr.String()))
 	}
@@ -114,11 +134,8 @@ func TestWorkerRestartReattaches(t *testing.T) {
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-reattach-1" || j.Attempts != 1 {
 		t.Fatalf("job %+v; want succeeded under the first token %d with one lease, ref ref-reattach-1, attempts 1", j, first.Token)
 	}
-	if n := executions(t, mark); n != 1 {
+	if n := executions(t, dir); n != 1 {
 		t.Fatalf("the command ran %d times, want once", n)
-	}
-	if !strings.Contains(w2.stderr.String(), "re-attached") {
-		t.Errorf("the restarted worker's log does not say it re-attached:\n%s", tail(w2.stderr.String()))
 	}
 	if left, _ := os.ReadDir(c.jobsDir("rw")); len(left) > 0 {
 		t.Errorf("the state directory keeps %v after the report", left)
@@ -130,9 +147,10 @@ func TestWorkerRestartReattaches(t *testing.T) {
 func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 1)
-	mark := filepath.Join(t.TempDir(), "runs")
-	w, first, _ := runningJob(t, c, "kw", "kept-1", "run", mark, 1)
+	dir := t.TempDir()
+	w, first, _ := runningJob(t, c, "kw", "kept-1", "run", dir)
 	crash(t, w)
+	release(t, dir)
 	result := filepath.Join(c.jobsDir("kw"), fmt.Sprint(first.Token), "result")
 	waitFor(t, jobBound, "the supervisor's result", func() error {
 		_, err := os.Stat(result)
@@ -146,7 +164,7 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-kept-1" {
 		t.Fatalf("job %+v; want succeeded under the first token %d with ref ref-kept-1", j, first.Token)
 	}
-	if n := executions(t, mark); n != 1 {
+	if n := executions(t, dir); n != 1 {
 		t.Fatalf("the command ran %d times, want once", n)
 	}
 }
@@ -158,8 +176,8 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3)
-	mark := filepath.Join(t.TempDir(), "runs")
-	w, first, rec := runningJob(t, c, "dw", "deadline-1", "run", mark, 60)
+	dir := t.TempDir()
+	w, first, rec := runningJob(t, c, "dw", "deadline-1", "run", dir)
 
 	killed := time.Now()
 	crash(t, w)
@@ -200,7 +218,7 @@ func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 		}
 		return nil
 	})
-	if n := executions(t, mark); n != 1 {
+	if n := executions(t, dir); n != 1 {
 		t.Fatalf("the command ran %d times, want once", n)
 	}
 }
@@ -215,8 +233,8 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 	c := startCluster(t, 3)
 
 	t.Run("evaluation", func(t *testing.T) {
-		mark := filepath.Join(t.TempDir(), "runs")
-		w, first, rec := runningJob(t, c, "gw-eval", "gone-eval", "evaluation", mark, 60)
+		dir := t.TempDir()
+		w, first, rec := runningJob(t, c, "gw-eval", "gone-eval", "evaluation", dir)
 		crash(t, w)
 		// The reboot: the supervisor dies first, so it never sees its
 		// command end and writes no result.
@@ -237,8 +255,8 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 	})
 
 	t.Run("run", func(t *testing.T) {
-		mark := filepath.Join(t.TempDir(), "runs")
-		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", mark, 60)
+		dir := t.TempDir()
+		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", dir)
 		crash(t, w)
 		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
 		waitFor(t, exitBound, "the supervisor to die", func() error {
@@ -261,7 +279,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 			}
 			return nil
 		})
-		if n := executions(t, mark); n != 1 {
+		if n := executions(t, dir); n != 1 {
 			t.Fatalf("the command ran %d times, want once", n)
 		}
 	})
