@@ -171,55 +171,68 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 
 // A worker that stays down past its self-stop deadline: the supervisor
 // stops the command before the cluster can expire the lease, and the job
-// is then settled by its kind (a run-style job is lost, not an attempt). A
-// restart finds nothing to re-attach to and cleans the job's files away.
+// is then settled by its kind (a run-style job is lost, an evaluation
+// queued again; neither is an attempt). A restart finds nothing to
+// re-attach to and cleans the job's files away.
 func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 	t.Parallel()
 	c := startCluster(t, 3)
-	dir := t.TempDir()
-	w, first, rec := runningJob(t, c, "dw", "deadline-1", "run", dir)
+	for _, tc := range []struct{ kind, state string }{{"run", "lost"}, {"evaluation", "queued"}} {
+		t.Run(tc.kind, func(t *testing.T) {
+			dir, worker, job := t.TempDir(), "dw-"+tc.kind, "deadline-"+tc.kind
+			w, first, rec := runningJob(t, c, worker, job, tc.kind, dir)
 
-	killed := time.Now()
-	crash(t, w)
-	j := c.waitJob(t, "deadline-1", "lost")
-	if j.Reason != "worker lost" || j.Attempts != 0 || len(j.Leases) != 1 || j.Leases[0].State != "expired" {
-		t.Fatalf("job %+v; want lost (worker lost), attempts 0, its lease expired", j)
-	}
-	if !processGone(rec.Command.PID) {
-		t.Fatal("the command still runs after its lease expired")
-	}
-	// When the command ended, by the supervisor's account, and when the
-	// lease ended, stamped by the leader: both wall times of this machine.
-	var res struct {
-		Stopped string    `json:"stopped"`
-		Ended   time.Time `json:"ended"`
-	}
-	b, err := os.ReadFile(filepath.Join(c.jobsDir("dw"), fmt.Sprint(first.Token), "result"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &res); err != nil {
-		t.Fatal(err)
-	}
-	expired, err := time.Parse(time.RFC3339Nano, j.Leases[0].EndedAt)
-	if err != nil {
-		t.Fatalf("lease ended_at %q: %v", j.Leases[0].EndedAt, err)
-	}
-	t.Logf("after the worker's kill: command stopped at %v, lease expired at %v (slack %v)",
-		res.Ended.Sub(killed).Round(time.Millisecond), expired.Sub(killed).Round(time.Millisecond), expired.Sub(res.Ended).Round(time.Millisecond))
-	if res.Stopped != "deadline" || !res.Ended.Before(expired) {
-		t.Fatalf("the supervisor's result %s: want stopped at the deadline, before the lease expired at %v", b, expired)
-	}
+			killed := time.Now()
+			crash(t, w)
+			var j jobJSON
+			waitFor(t, jobBound, "the lease to expire", func() error {
+				if j = c.job(t, job); len(j.Leases) != 1 || j.Leases[0].State != "expired" {
+					return fmt.Errorf("job %+v", j)
+				}
+				return nil
+			})
+			if j.State != tc.state || j.Attempts != 0 || tc.kind == "run" && j.Reason != "worker lost" {
+				t.Fatalf("job %+v; want %s, attempts 0", j, tc.state)
+			}
+			if !processGone(rec.Command.PID) {
+				t.Fatal("the command still runs after its lease expired")
+			}
+			// When the command ended, by the supervisor's account, and when
+			// the lease ended, stamped by the leader: both wall times of
+			// this machine.
+			var res struct {
+				Stopped string    `json:"stopped"`
+				Ended   time.Time `json:"ended"`
+			}
+			b, err := os.ReadFile(filepath.Join(c.jobsDir(worker), fmt.Sprint(first.Token), "result"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &res); err != nil {
+				t.Fatal(err)
+			}
+			expired, err := time.Parse(time.RFC3339Nano, j.Leases[0].EndedAt)
+			if err != nil {
+				t.Fatalf("lease ended_at %q: %v", j.Leases[0].EndedAt, err)
+			}
+			t.Logf("after the worker's kill: command stopped at %v, lease expired at %v (slack %v)",
+				res.Ended.Sub(killed).Round(time.Millisecond), expired.Sub(killed).Round(time.Millisecond), expired.Sub(res.Ended).Round(time.Millisecond))
+			if res.Stopped != "deadline" || !res.Ended.Before(expired) {
+				t.Fatalf("the supervisor's result %s: want stopped at the deadline, before the lease expired at %v", b, expired)
+			}
 
-	c.startWorker(t, "dw", "--queue", "q-deadline-1", "--", "false")
-	waitFor(t, jobBound, "the restarted worker to clean its state directory", func() error {
-		if left, _ := os.ReadDir(c.jobsDir("dw")); len(left) > 0 {
-			return fmt.Errorf("jobs %v", left)
-		}
-		return nil
-	})
-	if n := executions(t, dir); n != 1 {
-		t.Fatalf("the command ran %d times, want once", n)
+			// Another queue: the restart must not take the job again.
+			c.startWorker(t, worker, "--queue", "elsewhere", "--", "false")
+			waitFor(t, jobBound, "the restarted worker to clean its state directory", func() error {
+				if left, _ := os.ReadDir(c.jobsDir(worker)); len(left) > 0 {
+					return fmt.Errorf("jobs %v", left)
+				}
+				return nil
+			})
+			if n := executions(t, dir); n != 1 {
+				t.Fatalf("the command ran %d times, want once", n)
+			}
+		})
 	}
 }
 
