@@ -30,6 +30,15 @@
 // to the command's process group, then SIGKILL at once. So a worker killed
 // with SIGKILL leaves no command running after its leases could expire.
 //
+// A restarted worker settles a job whose command it cannot find (no
+// supervisor, no result, or a command the supervisor stopped at the
+// deadline) by the job's kind: an evaluation is released, a run-style job
+// is reported failed with "worker lost". The product's rule would end the
+// run-style job `lost` without an attempt, as an expiry does; the API has
+// no call for a worker to say that of its own lease (it would need a new
+// log command, which waits for a way to roll it out to every voter first),
+// and a release would run the job a second time.
+//
 // Signals from the worker to a supervisor: SIGTERM asks for a graceful stop
 // (SIGTERM to the command's group, SIGKILL after the kill-after grace; a
 // cancel, or a worker shutting down), SIGUSR1 for a kill (SIGKILL at once),
