@@ -99,6 +99,16 @@ func TestExitStatusMapping(t *testing.T) {
 	if !strings.Contains(j.Leases[0].Message, "try again later") {
 		t.Errorf("after exit 75: lease message %q lacks the stderr tail %q", j.Leases[0].Message, "try again later")
 	}
+	// The retry is the second execution: the command and the job agree.
+	w = c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "attempt $LEASEHOLD_ATTEMPT"`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d after a success", code)
+	}
+	j = c.job(t, "tempfail")
+	if j.State != "reported" || j.Outcome != "succeeded" || j.Attempts != 2 || w.stdout.String() != "attempt 2\n" {
+		t.Fatalf("after the retry: job %+v, command printed %q; want succeeded with attempts 2, \"attempt 2\"", j, w.stdout.String())
+	}
 
 	c.cli(t, "job", "submit", "--id", "broken", "--queue", "q3")
 	w = c.startWorker(t, "w3", "--once", "--queue", "q3", "--kill-after", "500ms", "--drain", "2s", "--",
