@@ -55,10 +55,11 @@
 // It sends one heartbeat per renew, not one per lease, naming every lease
 // it holds, over one long-lived heartbeat stream to the leader
 // (Client.HeartbeatStream; one unary Heartbeat call each on a cluster that
-// does not serve streams), and applies the reply: keep; stop (the job was cancelled or
-// killed: the handler's context is cancelled with a *RevokedError, and its
-// result is still reported); lost (cancelled with ErrLeaseLost, and nothing
-// is reported, since another worker may hold the job). Live leases the reply
+// does not serve streams), and applies the reply: keep; stop (the job was
+// cancelled or killed: the handler's context is cancelled with a
+// *RevokedError, and its result is still reported; a kill that follows a
+// cancel closes Killed(ctx)); lost (cancelled with ErrLeaseLost, and
+// nothing is reported, since another worker may hold the job). Live leases the reply
 // lists as unnamed, that the worker does not know (an acquire whose answer
 // was lost, a grant it dropped), are released so their jobs run elsewhere
 // at once.
@@ -76,7 +77,10 @@
 // own clock stops during suspend, and a worker that woke up after its
 // leases expired would otherwise run on. After a self-stop the worker takes
 // no job until a heartbeat is acknowledged again. Fencing tokens (Job.Token)
-// cover what timing cannot, such as a process paused mid-write.
+// cover what timing cannot, such as a process paused mid-write. Jobs that
+// run in processes of their own, which outlive the worker, keep the same
+// promise while it is down: WorkerOptions.Deadline hands them each new
+// deadline (package client/supervisor does this for `worker run`).
 //
 // When Run's context ends the worker stops acquiring, lets running handlers
 // finish within DrainTimeout while it keeps heartbeating, then cancels the

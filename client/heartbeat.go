@@ -13,8 +13,33 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
-// errBeatDue: a heartbeat was abandoned because the next one was due.
-var errBeatDue = errors.New("next heartbeat due")
+// beatDueError: a heartbeat was abandoned because the next one was due.
+// It carries why the abandoned one had no answer, so the log says what
+// went wrong rather than only that time ran out.
+type beatDueError struct{ last error }
+
+func (e *beatDueError) Error() string {
+	if e.last == nil {
+		return "no answer before the next heartbeat was due"
+	}
+	return e.last.Error() + " (no answer before the next heartbeat was due)"
+}
+
+func (e *beatDueError) Unwrap() error { return e.last }
+
+// abandoned is the error of a heartbeat call cut off by the next beat:
+// the last attempt's failure when there was one, without the cancellation
+// that ended it.
+func abandoned(err error) error {
+	var re *retryError
+	if errors.As(err, &re) {
+		return &beatDueError{last: re.last}
+	}
+	if err == nil || errors.Is(err, context.Canceled) {
+		return &beatDueError{}
+	}
+	return &beatDueError{last: err}
+}
 
 // errStreamEnded: a heartbeat sent on a stream had no answer when the
 // worker stopped heartbeating (shutdown, or falling back to unary calls).
@@ -196,8 +221,8 @@ func (w *Worker) beat(ctx context.Context, next Timer, refs []*leaseholdv1.Lease
 		return a.resp, false, a.err
 	case <-next.C():
 		cancel()
-		<-done
-		return nil, true, errBeatDue
+		a := <-done
+		return nil, true, abandoned(a.err)
 	case <-ctx.Done():
 		cancel()
 		<-done
@@ -222,7 +247,22 @@ func (w *Worker) heldLeases() []*leaseholdv1.LeaseRef {
 // worker did not know it held.
 func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.acknowledgeLocked(sent, resp)
+	deadline := w.deadlineLocked()
+	w.mu.Unlock()
+	w.publishDeadline(deadline)
+}
+
+// publishDeadline tells WorkerOptions.Deadline the self-stop deadline.
+// Registration and the heartbeat loop call it, one after the other, never
+// under the lock (the hook may write a file).
+func (w *Worker) publishDeadline(deadline time.Time) {
+	if w.deadlineFn != nil {
+		w.deadlineFn(deadline)
+	}
+}
+
+func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatResponse) {
 	if resp.GetTimings() != nil {
 		if t, err := parseTimings(resp.GetTimings()); err == nil {
 			w.timings = t
@@ -246,10 +286,15 @@ func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse
 		}
 		switch st.GetVerdict() {
 		case leaseholdv1.Verdict_VERDICT_STOP:
+			kill := st.GetRevoke() == leaseholdv1.Revoke_REVOKE_KILL
 			if t.ctx.Err() == nil {
-				kill := st.GetRevoke() == leaseholdv1.Revoke_REVOKE_KILL
 				w.log.Info("job revoked; stopping it", "job_id", t.job.ID, "token", t.job.Token, "kill", kill)
 				t.cancel(&RevokedError{Kill: kill})
+			} else if kill && !t.killClosed {
+				w.log.Info("job killed while stopping; stopping it now", "job_id", t.job.ID, "token", t.job.Token)
+			}
+			if kill {
+				t.killLocked()
 			}
 		case leaseholdv1.Verdict_VERDICT_LOST:
 			w.loseLocked(t, "the cluster says the lease is not live")
@@ -319,12 +364,22 @@ func (w *Worker) selfStop(deadline time.Time) {
 	}
 	w.selfStopped = true
 	w.observer.selfStopped(deadline)
+	now := w.clock.Now()
 	w.log.Error("heartbeats unacknowledged too long; stopping every job before its lease can expire",
-		"last_ack", w.lastAck, "deadline", deadline, "jobs", len(w.tasks))
+		"last_ack", wallTime(w.lastAck, now), "since_last_ack", now.Sub(w.lastAck).Round(time.Millisecond),
+		"deadline", wallTime(deadline, now), "jobs", len(w.tasks))
 	for _, t := range w.tasks {
 		w.loseLocked(t, "self-stop")
 	}
 	if w.stopAcquire != nil {
 		w.stopAcquire()
 	}
+}
+
+// wallTime turns a reading of the worker's clock into the wall-clock time it
+// stands for, as of now (a reading of the same clock), for logs: the
+// suspend-aware clock counts from boot, so its readings printed as times
+// are dates in 1970.
+func wallTime(reading, now time.Time) string {
+	return time.Now().Add(reading.Sub(now)).Format(time.RFC3339Nano)
 }

@@ -26,6 +26,31 @@ type task struct {
 	endLease context.CancelFunc
 
 	lost bool // guarded by Worker.mu: nothing is reported
+	// killed closes when the server kills the job, even after a cancel
+	// already ended ctx (see Killed); guarded by Worker.mu.
+	killed     chan struct{}
+	killClosed bool
+}
+
+// killedKey carries a task's killed channel in its handler's context.
+type killedKey struct{}
+
+// Killed returns a channel that closes when the server kills the job the
+// handler ctx belongs to: at once with a kill, or later when a kill follows
+// a cancel (the server upgrades the revoke). A handler that stops its job
+// gracefully on a cancel watches it to stop at once when told to. Nil for
+// a context that is not a handler's.
+func Killed(ctx context.Context) <-chan struct{} {
+	ch, _ := ctx.Value(killedKey{}).(chan struct{})
+	return ch
+}
+
+// killLocked tells the handler the job was killed.
+func (t *task) killLocked() {
+	if !t.killClosed {
+		t.killClosed = true
+		close(t.killed)
+	}
 }
 
 // addTaskLocked records a lease and starts its handler.
@@ -33,8 +58,8 @@ func (w *Worker) addTaskLocked(job *Job, h Handler) {
 	if _, ok := w.tasks[job.Token]; ok {
 		return
 	}
-	t := &task{job: job, handler: h, reportID: newID()}
-	t.ctx, t.cancel = context.WithCancelCause(w.hard)
+	t := &task{job: job, handler: h, reportID: newID(), killed: make(chan struct{})}
+	t.ctx, t.cancel = context.WithCancelCause(context.WithValue(w.hard, killedKey{}, t.killed))
 	t.lease, t.endLease = context.WithCancel(w.hard)
 	w.tasks[job.Token] = t
 	w.work.Add(1)

@@ -47,6 +47,12 @@ type WorkerOptions struct {
 	// (say, re-attach to a process still running), or false to release it.
 	// Nil releases every one.
 	Reattach func(ctx context.Context, job *Job) (Handler, bool)
+	// Deadline, if set, is told the self-stop deadline (a reading of Clock)
+	// each time it moves: at registration, before any job starts, and at
+	// every acknowledged heartbeat, in order, from one goroutine at a time.
+	// A worker whose jobs run in processes that outlive it hands it to
+	// them, so they stop on time while it is down (client/supervisor).
+	Deadline func(deadline time.Time)
 	// Clock measures heartbeats and the self-stop deadline. Default
 	// SystemClock (suspend-aware).
 	Clock Clock
@@ -77,6 +83,7 @@ type Worker struct {
 	pollWait     time.Duration
 	drainTimeout time.Duration
 	reattachFn   func(ctx context.Context, job *Job) (Handler, bool)
+	deadlineFn   func(time.Time)
 	clock        Clock
 	log          hclog.Logger
 	observer     Observer
@@ -140,6 +147,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		pollWait:     opts.PollWait,
 		drainTimeout: opts.DrainTimeout,
 		reattachFn:   opts.Reattach,
+		deadlineFn:   opts.Deadline,
 		clock:        opts.Clock,
 		log:          opts.Logger,
 		observer:     opts.Observer,
@@ -265,7 +273,9 @@ func (w *Worker) register(ctx context.Context) error {
 	w.timings = t
 	w.lastAck = sent
 	w.observer.acknowledged(sent)
+	deadline := w.deadlineLocked()
 	w.mu.Unlock()
+	w.publishDeadline(deadline)
 	w.log.Info("worker registered", "capacity", w.capacity, "renew", t.renew, "grace", t.grace, "toleration", t.toleration)
 	return nil
 }

@@ -506,3 +506,80 @@ func TestWorkerRegistersAgainWhenUnknown(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// WorkerOptions.Deadline is told the self-stop deadline at registration,
+// before any job starts, and again at every acknowledged heartbeat, each
+// from the send time of what was acknowledged.
+func TestWorkerPublishesDeadline(t *testing.T) {
+	h := newWorkerHarness(t)
+	deadlines := make(chan time.Time, 16)
+	h.grants <- grant("j1", "k", 61, "")
+	b := newBlockingHandler()
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": b.handle},
+		Deadline: func(d time.Time) { deadlines <- d }})
+
+	first := recv(t, "the deadline of the registration", deadlines)
+	if want := h.start.Add(toleration - 2*renew); !first.Equal(want) {
+		t.Fatalf("deadline at registration start+%v, want start+%v", first.Sub(h.start), want.Sub(h.start))
+	}
+	recv(t, "the handler to start", b.started)
+
+	h.waitTimerAt(renew)
+	h.advanceTo(renew) // the first heartbeat, acknowledged at once
+	if got, want := recv(t, "the deadline of the first ack", deadlines), h.start.Add(renew+toleration-2*renew); !got.Equal(want) {
+		t.Fatalf("deadline after the first ack start+%v, want start+%v", got.Sub(h.start), want.Sub(h.start))
+	}
+	if err := h.stopDraining(w, client.DefaultDrainTimeout); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// A kill after a cancel reaches a handler still stopping gracefully:
+// Killed(ctx) closes, though ctx ended with the cancel.
+func TestWorkerKillAfterCancel(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("j1", "k", 71, "")
+	started, cancelled, killed := make(chan struct{}), make(chan error, 1), make(chan struct{})
+	handler := func(ctx context.Context, j *client.Job) (client.Result, error) {
+		close(started)
+		<-ctx.Done()
+		cancelled <- context.Cause(ctx)
+		select {
+		case <-client.Killed(ctx):
+			close(killed)
+			return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_KILLED}, nil
+		case <-time.After(20 * time.Second):
+			return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_CANCELLED}, nil
+		}
+	}
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": handler}})
+	recv(t, "the handler to start", started)
+	if client.Killed(context.Background()) != nil {
+		t.Fatal("Killed of a context that is not a handler's is not nil")
+	}
+
+	h.setVerdict(71, leaseholdv1.Verdict_VERDICT_STOP, leaseholdv1.Revoke_REVOKE_CANCEL)
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	var rev *client.RevokedError
+	if cause := recv(t, "the cancel", cancelled); !errors.As(cause, &rev) || rev.Kill {
+		t.Fatalf("cause %v, want a cancel", cause)
+	}
+	select {
+	case <-killed:
+		t.Fatal("killed on a cancel")
+	default:
+	}
+
+	h.setVerdict(71, leaseholdv1.Verdict_VERDICT_STOP, leaseholdv1.Revoke_REVOKE_KILL)
+	h.waitTimerAt(2 * renew)
+	h.advanceTo(2 * renew)
+	recv(t, "the kill", killed)
+	waitFor(t, "the report", func() bool { return len(h.reports()) == 1 })
+	if r := h.reports()[0]; r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_KILLED {
+		t.Fatalf("report %v, want killed", r)
+	}
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -340,7 +340,50 @@ func TestReportOutcomes(t *testing.T) {
 			if j.Attempts != wantAttempts {
 				t.Fatalf("attempts %d, want %d", j.Attempts, wantAttempts)
 			}
+			// Every report is an execution, whatever its outcome.
+			if j.Executions() != tc.attempts+1 {
+				t.Fatalf("executions %d, want %d", j.Executions(), tc.attempts+1)
+			}
 		})
+	}
+}
+
+// Executions counts the executions that reached a report, from 1; a lost
+// worker, a release and a queued cancel never count, and the first grant's
+// LEASEHOLD_ATTEMPT (Attempts+1 at the grant) is the count its report
+// leaves.
+func TestExecutions(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	s := spec("job")
+	s.MaxWorkerLosses = 5
+	m.submit(s)
+	if n := m.job("job").Executions(); n != 0 {
+		t.Fatalf("queued job: %d executions", n)
+	}
+	g := m.acquireOne("w1")
+	m.do(&Expire{Leases: []LeaseRef{{"job", g.Lease.Token}}}) // lost worker
+	g = m.acquireOne("w1")
+	m.do(&Release{WorkerID: "w1", JobID: "job", Token: g.Lease.Token})
+	if n := m.job("job").Executions(); n != 0 {
+		t.Fatalf("after a lost worker and a release: %d executions", n)
+	}
+	g = m.acquireOne("w1")
+	m.report(g, "r1", OutcomeFailed, true)
+	g = m.acquireOne("w1")
+	if j := m.job("job"); j.Executions() != 1 || j.Attempts+1 != 2 {
+		t.Fatalf("second execution running: %d executions, its attempt %d; want 1 and 2", j.Executions(), j.Attempts+1)
+	}
+	m.report(g, "r2", OutcomeSucceeded, false)
+	m.roundTrip()
+	if n := m.job("job").Executions(); n != 2 {
+		t.Fatalf("succeeded on the second execution: %d executions, want 2", n)
+	}
+
+	m.submit(spec("never-run"))
+	m.do(&Cancel{JobID: "never-run"})
+	if n := m.job("never-run").Executions(); n != 0 {
+		t.Fatalf("cancelled while queued: %d executions", n)
 	}
 }
 

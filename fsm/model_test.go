@@ -125,9 +125,14 @@ type refModel struct {
 	events    []Event            // kept events, oldest first; Detail only for recorded ones
 	emitted   []Event            // events of the command being applied
 	trimmed   int                // leases dropped from a job's history
+	// reports counts each kept job's first reports, one per execution
+	// that reached one: what Job.Executions must say.
+	reports map[*Job]uint32
 }
 
-func newRefModel() *refModel { return &refModel{workers: map[string]*Worker{}} }
+func newRefModel() *refModel {
+	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}}
+}
 
 func isTerminal(s JobState) bool {
 	return s == JobReported || s == JobCancelled || s == JobLost || s == JobFailed
@@ -459,6 +464,7 @@ func (m *refModel) report(c *Report) (any, error) {
 	}
 	l.State, l.EndedAt = LeaseReported, m.now
 	l.ReportID, l.Outcome, l.Retryable, l.Ref, l.Message = c.ReportID, c.Outcome, c.Retryable, c.Ref, c.Message
+	m.reports[j]++
 	requeue := false
 	if c.Outcome == OutcomeFailed {
 		j.Attempts++
@@ -613,6 +619,9 @@ func (m *refModel) compact(c *Compact) (any, error) {
 		old, res.More = old[:c.Limit], true
 	}
 	m.jobs = slices.DeleteFunc(m.jobs, func(j *Job) bool { return slices.Contains(old, j) })
+	for _, j := range old {
+		delete(m.reports, j)
+	}
 	res.Jobs = len(old)
 	// Every event older than the cutoff.
 	n := len(m.events)
@@ -1630,6 +1639,9 @@ func (r *modelRun) compareState() {
 		}
 		if want := copyJob(mj); !same(got, want) {
 			r.fail("job %s\n  got  %s\n  want %s", mj.ID, canon(got), canon(want))
+		}
+		if got.Executions() != m.reports[mj] {
+			r.fail("job %s: %d executions, want %d (its reports)", mj.ID, got.Executions(), m.reports[mj])
 		}
 	}
 	for _, id := range r.g.jobIDs {

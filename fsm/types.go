@@ -133,7 +133,9 @@ type JobSpec struct {
 	Payload   []byte
 	Submitter string
 	Priority  int32 // higher runs first
-	// MaxAttempts bounds the runs of a job whose runs fail retryably.
+	// MaxAttempts bounds the executions of a job whose executions fail
+	// retryably: a retryable failure requeues the job while its failures
+	// (Job.Attempts) are below MaxAttempts.
 	MaxAttempts uint32
 	// MaxWorkerLosses fails the job as a poison job after this many expired
 	// leases (with LostRequeue).
@@ -146,8 +148,10 @@ type JobSpec struct {
 // returned by queries are copies.
 type Job struct {
 	JobSpec
-	Seq         uint64 // submission order, unique; the age in "priority, then age"
-	Attempts    uint32 // runs that ended in a retryable or final failure
+	Seq uint64 // submission order, unique; the age in "priority, then age"
+	// Attempts counts the executions that reported a failure, retryable or
+	// final: what MaxAttempts bounds. The API's attempts is Executions.
+	Attempts    uint32
 	Losses      uint32 // leases that expired
 	State       JobState
 	SubmittedAt int64 // unix nanoseconds, stamped by the leader
@@ -170,6 +174,20 @@ func (j Job) CurrentLease() (Lease, bool) {
 		return j.Leases[n-1], true
 	}
 	return Lease{}, false
+}
+
+// Executions counts the job's executions that reached a report: its
+// failures, and the report that ended it with another outcome (a
+// non-failure report always ends the job). A lost worker or a release is
+// never one. It is the attempts users see, and the LEASEHOLD_ATTEMPT of the
+// execution that reports last. It is derived rather than stored, so log
+// entries and snapshots written before it replay to the same state on
+// every binary.
+func (j Job) Executions() uint32 {
+	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseReported && j.Leases[n-1].Outcome != OutcomeFailed {
+		return j.Attempts + 1
+	}
+	return j.Attempts
 }
 
 func (j *Job) lastLease() *Lease {

@@ -86,7 +86,7 @@ func leaseToProto(l *fsm.Lease) *pb.Lease {
 
 func jobToProto(j *fsm.Job) *pb.Job {
 	out := &pb.Job{
-		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Attempts,
+		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Executions(),
 		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
 		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
 	}

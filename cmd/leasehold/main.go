@@ -76,7 +76,7 @@ func outputFlag(envVars []string) cli.Flag {
 // accepted and silently ignored).
 func addGlobalFlags(cmds []*cli.Command) {
 	for _, cmd := range cmds {
-		if cmd.Name == "tls" {
+		if cmd.Name == "tls" || cmd.Name == "supervise" {
 			continue
 		}
 		if cmd.Action != nil && cmd.Name != "server" && cmd.Name != "dev" {
@@ -116,7 +116,7 @@ func newAppTree() *cli.App {
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
 			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
-			tlsCommand(),
+			tlsCommand(), superviseCommand(),
 			{
 				Name: "version", Usage: "print the version",
 				Action: func(c *cli.Context) error {

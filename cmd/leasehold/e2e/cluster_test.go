@@ -35,13 +35,24 @@ func (n *node) kill(t testing.TB) {
 // cluster is n `leasehold server` processes on loopback.
 type cluster struct {
 	nodes []*node
+	// stateHome is the workers' XDG_STATE_HOME: a worker restarted with
+	// the same id finds its state directory again.
+	stateHome string
+	token     string // the CLI's bearer token, when auth is on
 }
 
 // startCluster starts n servers (1 or 3) with fast timings and waits until
 // they agree on a ready leader.
 func startCluster(t testing.TB, n int) *cluster {
 	t.Helper()
-	c := &cluster{}
+	return startClusterWith(t, n, "", "")
+}
+
+// startClusterWith is startCluster with more TOML in every node's config
+// file, and the CLI's bearer token.
+func startClusterWith(t testing.TB, n int, toml, token string) *cluster {
+	t.Helper()
+	c := &cluster{stateHome: t.TempDir(), token: token}
 	var joins []string
 	for i := range n {
 		nd := &node{id: fmt.Sprintf("node-%d", i+1), raftAddr: freeAddr(t), apiAddr: freeAddr(t)}
@@ -50,7 +61,7 @@ func startCluster(t testing.TB, n int) *cluster {
 	}
 	for _, nd := range c.nodes {
 		cfg := filepath.Join(t.TempDir(), "leasehold.toml")
-		if err := os.WriteFile(cfg, []byte(raftTimingsTOML), 0o600); err != nil {
+		if err := os.WriteFile(cfg, []byte(raftTimingsTOML+toml), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		args := []string{"server", "--config", cfg, "--data-dir", t.TempDir(), "--node-id", nd.id,
@@ -74,9 +85,14 @@ func (c *cluster) endpoints() string {
 	return strings.Join(eps, ",")
 }
 
-// env is the CLI's environment for this cluster: LEASEHOLD_ENDPOINTS.
+// env is the CLI's environment for this cluster: LEASEHOLD_ENDPOINTS, the
+// bearer token when auth is on, and the workers' XDG_STATE_HOME.
 func (c *cluster) env() []string {
-	return append(baseEnv(), "LEASEHOLD_ENDPOINTS="+c.endpoints())
+	env := append(baseEnv(), "LEASEHOLD_ENDPOINTS="+c.endpoints(), "XDG_STATE_HOME="+c.stateHome)
+	if c.token != "" {
+		env = append(env, "LEASEHOLD_TOKEN="+c.token)
+	}
+	return env
 }
 
 // cli runs a command that must succeed against the cluster.
@@ -106,9 +122,9 @@ type statusJSON struct {
 
 // status is one node's own view (cluster status is answered by the node
 // asked, without retries).
-func status(t testing.TB, apiAddr string) (statusJSON, error) {
+func status(t testing.TB, apiAddr string, env ...string) (statusJSON, error) {
 	t.Helper()
-	r := runCLI(t, baseEnv(), "--endpoints", apiAddr, "--timeout", "2s", "cluster", "status", "-o", "json")
+	r := runCLI(t, append(baseEnv(), env...), "--endpoints", apiAddr, "--timeout", "2s", "cluster", "status", "-o", "json")
 	if r.code != 0 {
 		return statusJSON{}, fmt.Errorf("cluster status at %s: exit %d: %s", apiAddr, r.code, strings.TrimSpace(r.stderr))
 	}
@@ -134,7 +150,11 @@ func (c *cluster) waitReady(t testing.TB) *node {
 			if n.proc.exited() {
 				t.Fatalf("%s exited: %s\n%s", n.id, n.proc.cmd.ProcessState, tail(n.proc.stderr.String()))
 			}
-			st, err := status(t, n.apiAddr)
+			var auth []string
+			if c.token != "" {
+				auth = []string{"LEASEHOLD_TOKEN=" + c.token}
+			}
+			st, err := status(t, n.apiAddr, auth...)
 			if err != nil {
 				return err
 			}
@@ -186,6 +206,7 @@ type leaseJSON struct {
 	Outcome string `json:"outcome"`
 	Ref     string `json:"ref"`
 	Message string `json:"message"`
+	EndedAt string `json:"ended_at"`
 }
 
 // job reads a job with `job get -o json ID`.
@@ -214,5 +235,12 @@ func (c *cluster) waitJob(t testing.TB, id, state string) jobJSON {
 // --kill-after and --drain) before SIGKILL.
 func (c *cluster) startWorker(t testing.TB, id string, args ...string) *proc {
 	t.Helper()
-	return startProc(t, "worker "+id, workerGrace, c.env(), append([]string{"worker", "run", "--id", id}, args...)...)
+	return c.startWorkerEnv(t, id, nil, args...)
+}
+
+// startWorkerEnv is startWorker with more environment variables, which
+// win over the cluster's.
+func (c *cluster) startWorkerEnv(t testing.TB, id string, env []string, args ...string) *proc {
+	t.Helper()
+	return startProc(t, "worker "+id, workerGrace, append(c.env(), env...), append([]string{"worker", "run", "--id", id}, args...)...)
 }

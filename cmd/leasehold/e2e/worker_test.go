@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // A job submitted with --payload @FILE runs under `worker run --once`: the
@@ -31,10 +32,19 @@ func TestWorkerRunCompletesJob(t *testing.T) {
 		t.Fatalf("submitted %+v", submitted)
 	}
 
-	w := c.startWorker(t, "w1", "--once", "--kill-after", "500ms", "--drain", "2s", "--",
-		"sh", "-c", `echo "$LEASEHOLD_JOB_ID $LEASEHOLD_TOKEN"; cat; echo ref-123 > "$LEASEHOLD_REF_FILE"`)
+	tmp := t.TempDir()
+	w := c.startWorkerEnv(t, "w1", []string{"TMPDIR=" + tmp}, "--once", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "$LEASEHOLD_JOB_ID $LEASEHOLD_FENCING_TOKEN $LEASEHOLD_ATTEMPT"; cat; echo ref-123 > "$LEASEHOLD_REF_FILE"`)
 	if code := w.wait(t, jobBound); code != 0 {
 		t.Fatalf("worker run --once exited %d", code)
+	}
+	// The ref file lived in the worker's state directory and went with
+	// the report; nothing is left in $TMPDIR.
+	if left, _ := os.ReadDir(tmp); len(left) > 0 {
+		t.Errorf("$TMPDIR holds %v after the worker exited", left)
+	}
+	if left, err := os.ReadDir(filepath.Join(c.stateHome, "leasehold", "w1", "jobs")); err != nil || len(left) > 0 {
+		t.Errorf("the state directory's jobs: %v (%v), want none", left, err)
 	}
 
 	out := c.cli(t, "job", "get", "-o", "json", "build-42")
@@ -45,12 +55,12 @@ func TestWorkerRunCompletesJob(t *testing.T) {
 	}
 	var j jobJSON
 	decodeJSON(t, "job get", out, &j)
-	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 {
-		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123 and one lease", j)
+	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 || j.Attempts != 1 {
+		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123, one lease, attempts 1", j)
 	}
 	stdout := w.stdout.String()
-	if want := fmt.Sprintf("build-42 %d\n", j.Token); !strings.HasPrefix(stdout, want) {
-		t.Errorf("command's first line: %q, want %q (job id and token)", stdout, want)
+	if want := fmt.Sprintf("build-42 %d 1\n", j.Token); !strings.HasPrefix(stdout, want) {
+		t.Errorf("command's first line: %q, want %q (job id, fencing token, attempt)", stdout, want)
 	}
 	if !strings.Contains(stdout, payload) {
 		t.Errorf("command's stdout %q lacks the payload %q (its stdin)", stdout, payload)
@@ -79,8 +89,8 @@ func TestExitStatusMapping(t *testing.T) {
 	c.cli(t, "job", "submit", "--id", "tempfail", "--queue", "q75")
 	w := c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "try again later" >&2; exit 75`)
-	if code := w.wait(t, jobBound); code != 0 {
-		t.Fatalf("worker exited %d", code)
+	if code := w.wait(t, jobBound); code != 75 {
+		t.Fatalf("worker run --once exited %d after a retryable failure, want 75", code)
 	}
 	j := c.job(t, "tempfail")
 	if j.State != "queued" || j.Attempts != 1 || len(j.Leases) != 1 || j.Leases[0].State != "reported" || j.Leases[0].Outcome != "failed" {
@@ -89,12 +99,22 @@ func TestExitStatusMapping(t *testing.T) {
 	if !strings.Contains(j.Leases[0].Message, "try again later") {
 		t.Errorf("after exit 75: lease message %q lacks the stderr tail %q", j.Leases[0].Message, "try again later")
 	}
+	// The retry is the second execution: the command and the job agree.
+	w = c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", `echo "attempt $LEASEHOLD_ATTEMPT"`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d after a success", code)
+	}
+	j = c.job(t, "tempfail")
+	if j.State != "reported" || j.Outcome != "succeeded" || j.Attempts != 2 || w.stdout.String() != "attempt 2\n" {
+		t.Fatalf("after the retry: job %+v, command printed %q; want succeeded with attempts 2, \"attempt 2\"", j, w.stdout.String())
+	}
 
 	c.cli(t, "job", "submit", "--id", "broken", "--queue", "q3")
 	w = c.startWorker(t, "w3", "--once", "--queue", "q3", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "step 1 ok"; echo "boom: disk full" >&2; exit 3`)
-	if code := w.wait(t, jobBound); code != 0 {
-		t.Fatalf("worker exited %d", code)
+	if code := w.wait(t, jobBound); code != 1 {
+		t.Fatalf("worker run --once exited %d after a failure, want 1", code)
 	}
 	j = c.job(t, "broken")
 	if j.State != "reported" || j.Outcome != "failed" || j.Attempts != 1 || len(j.Leases) != 1 {
@@ -123,9 +143,23 @@ func commandPID(t *testing.T, w *proc) int {
 	return pid
 }
 
-// processGone says whether pid no longer exists (it was reaped).
+// processGone says whether pid no longer runs: it was reaped, or it is a
+// zombie (an orphan waits for an init that may not reap it soon).
 func processGone(pid int) bool {
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 {
+		if f := strings.Fields(s[i+1:]); len(f) > 0 && f[0] == "Z" {
+			return true
+		}
+	}
+	return false
 }
 
 // `job cancel` reaches a running command as SIGTERM and the job is reported
@@ -149,8 +183,8 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 			}
 			return nil
 		})
-		if code := w.wait(t, exitBound); code != 0 {
-			t.Fatalf("worker exited %d", code)
+		if code := w.wait(t, exitBound); code != 1 {
+			t.Fatalf("worker run --once exited %d after its job was cancelled, want 1", code)
 		}
 		j := c.waitJob(t, "long-1", "reported")
 		if j.Outcome != "cancelled" || len(j.Leases) != 1 || j.Leases[0].Revoke != "cancel" {
@@ -164,25 +198,102 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 	t.Run("kill", func(t *testing.T) {
 		c.cli(t, "job", "submit", "--id", "stubborn-1", "--queue", "qk")
 		// The trap survives SIGTERM (and says so); only SIGKILL ends the
-		// loop before its minute is up.
-		w := c.startWorker(t, "wk", "--once", "--queue", "qk", "--kill-after", "500ms", "--drain", "2s", "--",
+		// loop before its minute is up. --kill-after is longer than the
+		// test waits: a kill must not wait for it.
+		w := c.startWorker(t, "wk", "--once", "--queue", "qk", "--kill-after", "60s", "--drain", "2s", "--",
 			"sh", "-c", `trap 'echo term-ignored' TERM; echo started $$; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 5; done; exit 9`)
 		pid := commandPID(t, w)
 		c.waitJob(t, "stubborn-1", "running")
 
+		killed := time.Now()
 		c.cli(t, "job", "kill", "stubborn-1")
-		if code := w.wait(t, exitBound); code != 0 {
-			t.Fatalf("worker exited %d", code)
+		// Within one heartbeat (renew is 0.2s) plus the CLI's and the
+		// report's round trips; nothing near --kill-after.
+		waitFor(t, 5*time.Second, "the command to be killed", func() error {
+			if !processGone(pid) {
+				return fmt.Errorf("pid %d still exists", pid)
+			}
+			return nil
+		})
+		t.Logf("command gone %v after job kill was sent", time.Since(killed).Round(time.Millisecond))
+		if code := w.wait(t, exitBound); code != 1 {
+			t.Fatalf("worker run --once exited %d after its job was killed, want 1", code)
 		}
-		if !strings.Contains(w.stdout.String(), "term-ignored") {
-			t.Errorf("the command never saw SIGTERM before SIGKILL; stdout %q", w.stdout.String())
+		if strings.Contains(w.stdout.String(), "term-ignored") {
+			t.Errorf("the command got SIGTERM; a kill is SIGKILL alone. stdout %q", w.stdout.String())
 		}
 		j := c.waitJob(t, "stubborn-1", "reported")
 		if j.Outcome != "killed" || len(j.Leases) != 1 || j.Leases[0].Revoke != "kill" {
 			t.Fatalf("killed job: %+v, want outcome killed on a lease revoked with kill", j)
 		}
-		if !processGone(pid) {
-			t.Errorf("command pid %d still exists", pid)
-		}
 	})
+}
+
+// A kill after a cancel does not wait out the cancel's --kill-after: the
+// command that ignored SIGTERM gets SIGKILL at the kill.
+func TestKillAfterCancel(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 1)
+	c.cli(t, "job", "submit", "--id", "stubborn-2", "--queue", "qck")
+	w := c.startWorker(t, "wck", "--once", "--queue", "qck", "--kill-after", "60s", "--drain", "2s", "--",
+		"sh", "-c", `trap 'echo term-ignored' TERM; echo started $$; for i in 1 2 3 4 5 6 7 8 9 10 11 12; do sleep 5; done; exit 9`)
+	pid := commandPID(t, w)
+	c.waitJob(t, "stubborn-2", "running")
+
+	c.cli(t, "job", "cancel", "stubborn-2")
+	waitFor(t, jobBound, "the command to get SIGTERM", func() error {
+		if !strings.Contains(w.stdout.String(), "term-ignored") {
+			return fmt.Errorf("stdout %q", w.stdout.String())
+		}
+		return nil
+	})
+	if processGone(pid) {
+		t.Fatal("the command ended on a SIGTERM it ignores")
+	}
+	c.cli(t, "job", "kill", "stubborn-2")
+	waitFor(t, 5*time.Second, "the command to be killed", func() error {
+		if !processGone(pid) {
+			return fmt.Errorf("pid %d still exists", pid)
+		}
+		return nil
+	})
+	if code := w.wait(t, exitBound); code != 1 {
+		t.Fatalf("worker run --once exited %d, want 1", code)
+	}
+	j := c.waitJob(t, "stubborn-2", "reported")
+	if j.Outcome != "killed" || len(j.Leases) != 1 || j.Leases[0].Revoke != "kill" {
+		t.Fatalf("job %+v, want outcome killed on a lease revoked with kill", j)
+	}
+}
+
+// With API authentication on, a job's command checks its own fencing token
+// with the CLI: LEASEHOLD_FENCING_TOKEN is the lease's token, and
+// LEASEHOLD_TOKEN stays the bearer token the worker was given.
+func TestCommandChecksItsFence(t *testing.T) {
+	t.Parallel()
+	const admin, worker = "admin-secret-0123456789", "worker-secret-0123456789"
+	c := startClusterWith(t, 1, fmt.Sprintf(`
+[[auth.tokens]]
+name = "ops"
+token = %q
+role = "admin"
+
+[[auth.tokens]]
+name = "workers"
+token = %q
+role = "worker"
+workers = ["fw-*"]
+`, admin, worker), admin)
+
+	c.cli(t, "job", "submit", "--id", "fenced-1", "--queue", "qf")
+	w := c.startWorkerEnv(t, "fw-1", []string{"LEASEHOLD_TOKEN=" + worker}, "--once", "--queue", "qf", "--kill-after", "500ms", "--drain", "2s", "--",
+		"sh", "-c", leaseholdBin+` lease check "$LEASEHOLD_JOB_ID" "$LEASEHOLD_FENCING_TOKEN" && echo fence-ok`)
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d; stderr %s", code, tail(w.stderr.String()))
+	}
+	j := c.job(t, "fenced-1")
+	want := fmt.Sprintf("current=true current_token=%d state=running\nfence-ok\n", j.Token)
+	if got := w.stdout.String(); got != want || j.Outcome != "succeeded" {
+		t.Fatalf("command's stdout %q, job %+v; want %q and succeeded", got, j, want)
+	}
 }
