@@ -192,6 +192,14 @@ type request struct {
 	// body is the request's body: a heartbeat stream closes it to wake its
 	// reader when the stream ends (a stream's body never ends by itself).
 	body io.Closer
+	// creds are the credentials id was resolved with, and reidentify
+	// resolves the caller again with the current ones: a heartbeat stream
+	// outlives a reload, and each beat acts with what the node allows now.
+	creds      *credentials
+	reidentify func() (request, error)
+	// answers bounds how long a stream's next answers may take to write
+	// (a client that never reads must not hold the stream forever).
+	answers *http.ResponseController
 }
 
 func requestOf(ctx context.Context) request {
@@ -233,6 +241,17 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		req.path, req.body = r.URL.Path, r.Body
+		if bodyStreams[r.URL.Path] {
+			req.answers = http.NewResponseController(w)
+			req.reidentify = func() (request, error) {
+				again, err := s.identify(r)
+				if err == nil && !allowed(again.id.Role, r.URL.Path) {
+					err = errForbidden
+				}
+				again.path, again.body, again.answers, again.reidentify = req.path, req.body, req.answers, req.reidentify
+				return again, err
+			}
+		}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
 	})
 }
@@ -245,7 +264,7 @@ func (s *Server) identify(r *http.Request) (request, error) {
 	creds := s.creds.Load()
 	source := r.RemoteAddr
 	peer, viaPeer := transport.PeerFromContext(r.Context())
-	req := request{id: Identity{Source: source}}
+	req := request{id: Identity{Source: source}, creds: creds}
 	if viaPeer {
 		if r.Header.Get(transport.HeaderForwarded) == "" {
 			return req, errPeerOnly

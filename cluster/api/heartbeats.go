@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"golang.org/x/time/rate"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
@@ -210,6 +209,17 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			if err := hb.Confirm(ctx); err != nil {
 				return toWire(err)
 			}
+			// A client that stops reading blocks Send on flow control,
+			// where neither the idle bound nor the term's end reaches it:
+			// the batch's answers must be written within the idle bound.
+			rc := requestOf(ctx).answers
+			bound := s.streamIdle()
+			if bound <= 0 {
+				rc = nil
+			}
+			if rc != nil {
+				_ = rc.SetWriteDeadline(time.Now().Add(bound))
+			}
 			for _, b := range batch {
 				h := b.req.GetHeartbeat()
 				hb.Answer(&res, h.GetWorkerId(), b.refs, b.arrival)
@@ -217,6 +227,9 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 					return err // the client went away
 				}
 				answers++
+			}
+			if rc != nil {
+				_ = rc.SetWriteDeadline(time.Time{}) // idle now: the idle bound's business
 			}
 			q.release(batch)
 		}
@@ -232,11 +245,10 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 // readBeats reads, checks and records beats until the stream or a beat
 // fails, or the answerer ends.
 func (s *Server) readBeats(ctx context.Context, conn connect.StreamingHandlerConn, hb *cluster.Heartbeats, q *beatQueue) {
+	// Streams are never forwarded, so every beat spends the caller's
+	// budget here (a forwarded mark on a stream earns no exemption).
 	req := requestOf(ctx)
-	var bucket *rate.Limiter
-	if !req.forwarded {
-		bucket = s.rates.bucket(req.id) // one lookup for the stream's life
-	}
+	bucket := s.rates.bucket(req.id) // looked up again only on a reload
 	for {
 		b := q.get()
 		if b == nil {
@@ -249,6 +261,17 @@ func (s *Server) readBeats(ctx context.Context, conn connect.StreamingHandlerCon
 			}
 			q.stop(err)
 			return
+		}
+		if req.reidentify != nil && s.creds.Load() != req.creds {
+			// The credentials were reloaded (SIGHUP) since the caller was
+			// identified: a removed or narrowed credential stops here.
+			again, err := req.reidentify()
+			if err != nil {
+				q.stop(toWire(err))
+				return
+			}
+			req, bucket = again, s.rates.bucket(again.id)
+			ctx = context.WithValue(ctx, requestKey{}, req)
 		}
 		h := b.req.GetHeartbeat()
 		if err := s.actAsWorker(ctx, h.GetWorkerId()); err != nil {

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"runtime"
 	"strings"
@@ -405,4 +406,77 @@ func TestHeartbeatStreamEnds(t *testing.T) {
 			t.Fatalf("%d stream goroutines outlived the server's shutdown", n)
 		}
 	})
+}
+
+// A credential removed by a reload (SIGHUP) stops heartbeating on a stream
+// it opened before: each beat acts with the credentials the node has now.
+func TestHeartbeatStreamReloadReachesOpenStreams(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	mine := holding(t, leader, workerASecret, "wA", "a1")
+	s := openBeats(t, leader, workerASecret)
+	sendBeat(t, s, 1, "wA", mine...)
+	ack(t, s, 1)
+	var creds api.Credentials
+	for _, tk := range testCreds.Tokens {
+		if tk.Secret != workerASecret {
+			creds.Tokens = append(creds.Tokens, tk)
+		}
+	}
+	for _, n := range c.Nodes {
+		n.APIServer.SetCredentials(creds)
+	}
+	sendBeat(t, s, 2, "wA", mine...)
+	m, err := receive(t, s)
+	if err == nil || connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("a beat after its token was removed: %v, %v; want UNAUTHENTICATED", m, err)
+	}
+	c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+}
+
+// A client that sends beats and never reads the answers cannot hold its
+// stream: once flow control stops the answers, they must be written within
+// the idle bound, and the stream ends.
+func TestHeartbeatStreamUnreadAnswersEnd(t *testing.T) {
+	l := api.DefaultLimits()
+	l.BodyTimeout = time.Second
+	c := clustertest.Prepare(t, 3)
+	c.API = func(_ int, o *api.Options) { o.Limits = l }
+	for i := range c.Nodes {
+		c.Start(i)
+	}
+	leader := c.Leader()
+	holding(t, leader, "", "w1", "j1")
+
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	// Small receive windows: a few unread answers fill them.
+	tr := &http.Transport{Protocols: p, HTTP2: &http.HTTP2Config{MaxReceiveBufferPerStream: 64 << 10, MaxReceiveBufferPerConnection: 64 << 10}}
+	t.Cleanup(tr.CloseIdleConnections)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := leaseholdv1connect.NewWorkerServiceClient(&http.Client{Transport: tr}, "http://"+leader.APIAddr).HeartbeatStream(ctx)
+	t.Cleanup(func() {
+		cancel()
+		s.CloseRequest()
+		s.CloseResponse()
+	})
+	// Each beat names 500 leases the worker does not hold: each answer
+	// lists them all, lost.
+	var refs []*pb.LeaseRef
+	for i := range 500 {
+		refs = append(refs, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", i), Token: uint64(i) + 1000})
+	}
+	sent := make(chan struct{})
+	go func() {
+		defer close(sent)
+		for seq := uint64(1); seq <= 100; seq++ {
+			if s.Send(&pb.HeartbeatStreamRequest{Seq: seq, Heartbeat: &pb.HeartbeatRequest{WorkerId: "w1", Leases: refs}}) != nil {
+				return
+			}
+		}
+	}()
+	c.WaitFor(10*time.Second, "the stream to be served", func() bool { return streamGoroutines() > 0 })
+	c.WaitFor(30*time.Second, "the unread stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
+	cancel()
+	<-sent
 }
