@@ -103,6 +103,7 @@ func TestRoles(t *testing.T) {
 		{RoleAdmin, "/leasehold.v1.ClusterService/RemoveNode", true},
 		{RoleSubmitter, "/leasehold.v1.JobService/SubmitJob", true},
 		{RoleSubmitter, "/leasehold.v1.WorkerService/Acquire", false},
+		{RoleSubmitter, "/leasehold.v1.WorkerService/GetWorker", true},
 		{RoleSubmitter, "/leasehold.v1.ClusterService/RemoveNode", false},
 		{RoleWorker, "/leasehold.v1.WorkerService/Heartbeat", true},
 		{RoleWorker, "/leasehold.v1.JobService/CheckFence", true},

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -154,10 +155,45 @@ func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.L
 
 func (w workerService) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
 	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.ListWorkers, func(_ context.Context, f *fsm.FSM) (*pb.ListWorkersResponse, error) {
-		out := &pb.ListWorkersResponse{}
-		for _, wk := range f.Workers() {
-			out.Workers = append(out.Workers, workerToProto(&wk))
-		}
-		return out, nil
+		return &pb.ListWorkersResponse{Workers: w.workersOf(f, f.Workers())}, nil
 	})
+}
+
+func (w workerService) GetWorker(ctx context.Context, req *connect.Request[pb.GetWorkerRequest]) (*connect.Response[pb.GetWorkerResponse], error) {
+	if err := rules.CheckID("worker_id", req.Msg.GetWorkerId()); err != nil {
+		return nil, toWire(err)
+	}
+	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.GetWorker, func(_ context.Context, f *fsm.FSM) (*pb.GetWorkerResponse, error) {
+		wk, err := f.Worker(req.Msg.GetWorkerId())
+		if err != nil {
+			// Not registered is not found here: nothing is being done
+			// in its name.
+			return nil, fmt.Errorf("%w: worker %s is not registered", fsm.ErrNotFound, req.Msg.GetWorkerId())
+		}
+		return &pb.GetWorkerResponse{Worker: w.workersOf(f, []fsm.Worker{wk})[0]}, nil
+	})
+}
+
+// workersOf is the API's record of each worker: the state's (capacity,
+// registration, live leases) and, on the established leader, its expiry
+// table's (state, silence). Anywhere else the state is unknown: the table
+// is leader-local, and a stale read on a follower has none.
+func (w workerService) workersOf(f *fsm.FSM, wks []fsm.Worker) []*pb.Worker {
+	ids := make([]string, len(wks))
+	for i := range wks {
+		ids[i] = wks[i].ID
+	}
+	presence, err := w.s.node.Presence(ids)
+	if err != nil {
+		presence = make([]cluster.Presence, len(wks)) // unknown
+	}
+	live := f.LiveLeases()
+	out := make([]*pb.Worker, len(wks))
+	for i := range wks {
+		out[i] = workerToProto(&wks[i])
+		presenceToProto(out[i], presence[i])
+		out[i].LeaseCount = uint32(len(live[wks[i].ID]))
+		out[i].Leases = refsToProto(live[wks[i].ID])
+	}
+	return out
 }

@@ -1,0 +1,212 @@
+package api_test
+
+import (
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// workersByID lists the workers through client at the consistency asked.
+func workersByID(t *testing.T, client leaseholdv1connect.WorkerServiceClient, c pb.Consistency) map[string]*pb.Worker {
+	t.Helper()
+	res, err := client.ListWorkers(callCtx(t), connect.NewRequest(&pb.ListWorkersRequest{Consistency: c}))
+	if err != nil {
+		t.Fatalf("list workers: %v", err)
+	}
+	out := map[string]*pb.Worker{}
+	for _, w := range res.Msg.GetWorkers() {
+		out[w.GetId()] = w
+	}
+	return out
+}
+
+// A worker's record carries what the state says (capacity, live leases)
+// and what only the leader knows (state, silence): a read the leader
+// serves, directly or forwarded by a follower, fills it in; a stale read
+// on a follower says unknown. A worker silent past grace is unreachable,
+// as the leader announced it, and active again once heard.
+func TestWorkerRecordsShowPresence(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	follower := c.Nodes[(leader.Index+1)%3]
+	viaLeader := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, "http://"+leader.APIAddr)
+	viaFollower := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, "http://"+follower.APIAddr)
+	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+leader.APIAddr)
+
+	for _, w := range []*pb.RegisterWorkerRequest{{WorkerId: "busy", Capacity: 2}, {WorkerId: "idle", Capacity: 1}} {
+		if _, err := viaLeader.RegisterWorker(callCtx(t), connect.NewRequest(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j1", Queue: "q", Kind: "k"}})); err != nil {
+		t.Fatal(err)
+	}
+	acq, err := viaLeader.Acquire(callCtx(t), connect.NewRequest(&pb.AcquireRequest{WorkerId: "busy", RequestId: "r1", Queues: []string{"q"}}))
+	if err != nil || len(acq.Msg.GetGrants()) != 1 {
+		t.Fatalf("acquire: %v", err)
+	}
+	token := acq.Msg.GetGrants()[0].GetLease().GetToken()
+
+	// The leader's answer, forwarded by the follower.
+	ws := workersByID(t, viaFollower, pb.Consistency_CONSISTENCY_LINEARIZABLE)
+	busy, idle := ws["busy"], ws["idle"]
+	if busy.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || idle.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE {
+		t.Fatalf("just registered, read through the leader: busy %v, idle %v", busy.GetState(), idle.GetState())
+	}
+	if busy.GetSilence() == nil || busy.GetLastHeard() == nil || busy.GetSilence().AsDuration() > clustertest.Grace {
+		t.Fatalf("busy's silence %v, last heard %v", busy.GetSilence(), busy.GetLastHeard())
+	}
+	if busy.GetCapacity() != 2 || busy.GetLeaseCount() != 1 || len(busy.GetLeases()) != 1 ||
+		busy.GetLeases()[0].GetToken() != token || busy.GetLeases()[0].GetJobId() != "j1" {
+		t.Fatalf("busy's leases: count %d, %v; want j1 under token %d", busy.GetLeaseCount(), busy.GetLeases(), token)
+	}
+	if idle.GetLeaseCount() != 0 || len(idle.GetLeases()) != 0 {
+		t.Fatalf("idle holds %d leases", idle.GetLeaseCount())
+	}
+
+	// A stale read on the follower: the state's part, no presence.
+	c.WaitFor(10*time.Second, "the follower has the lease", func() bool {
+		return len(follower.FSM().WorkerLeases("busy")) == 1
+	})
+	stale := workersByID(t, viaFollower, pb.Consistency_CONSISTENCY_STALE)
+	if b := stale["busy"]; b.GetState() != pb.WorkerState_WORKER_STATE_UNKNOWN || b.GetSilence() != nil || b.GetLastHeard() != nil ||
+		b.GetLeaseCount() != 1 || b.GetCapacity() != 2 {
+		t.Fatalf("a stale read on a follower: %v", b)
+	}
+	// A stale read the leader serves still knows.
+	if b := workersByID(t, viaLeader, pb.Consistency_CONSISTENCY_STALE)["busy"]; b.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE {
+		t.Fatalf("a stale read on the leader: %v", b.GetState())
+	}
+
+	// GetWorker: one, the same; not registered is NOT_FOUND.
+	got, err := viaFollower.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "busy"}))
+	if err != nil || got.Msg.GetWorker().GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || got.Msg.GetWorker().GetLeaseCount() != 1 {
+		t.Fatalf("get busy: %v %v", got, err)
+	}
+	if _, err := viaLeader.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "nobody"})); connect.CodeOf(err) != connect.CodeNotFound ||
+		transport.DetailOf(err).GetReason() != transport.ReasonNotFound {
+		t.Fatalf("get an unregistered worker: %v", err)
+	}
+	if _, err := viaLeader.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{})); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("get without an id: %v", err)
+	}
+
+	// Past grace on the leader's clock, with idle heard every renew and
+	// busy silent: busy is unreachable, idle active.
+	beat := func(worker string, leases ...*pb.LeaseRef) {
+		t.Helper()
+		if _, err := viaLeader.Heartbeat(callCtx(t), connect.NewRequest(&pb.HeartbeatRequest{WorkerId: worker, Leases: leases})); err != nil {
+			t.Fatalf("heartbeat %s: %v", worker, err)
+		}
+	}
+	for range int(clustertest.Grace/clustertest.Renew) + 2 {
+		beat("idle")
+		c.Run(leader.Index, clustertest.Renew)
+	}
+	c.WaitFor(10*time.Second, "busy announced unreachable", func() bool {
+		for _, ev := range leader.FSM().Events(0, fsm.MaxPageSize).Events {
+			if ev.Type == fsm.EventWorkerUnreachable && ev.WorkerID == "busy" {
+				return true
+			}
+		}
+		return false
+	})
+	ws = workersByID(t, viaFollower, pb.Consistency_CONSISTENCY_LINEARIZABLE)
+	if b := ws["busy"]; b.GetState() != pb.WorkerState_WORKER_STATE_UNREACHABLE || b.GetSilence().AsDuration() <= clustertest.Grace ||
+		b.GetLeaseCount() != 1 {
+		t.Fatalf("silent past grace: %v, silence %v", b.GetState(), b.GetSilence().AsDuration())
+	}
+	if i := ws["idle"]; i.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || i.GetSilence().AsDuration() > clustertest.Renew {
+		t.Fatalf("heard every renew: %v, silence %v", i.GetState(), i.GetSilence().AsDuration())
+	}
+
+	// Heard again: active at once.
+	beat("busy", &pb.LeaseRef{JobId: "j1", Token: token})
+	if b := workersByID(t, viaLeader, pb.Consistency_CONSISTENCY_LINEARIZABLE)["busy"]; b.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE ||
+		b.GetSilence().AsDuration() != 0 {
+		t.Fatalf("heard again: %v, silence %v", b.GetState(), b.GetSilence().AsDuration())
+	}
+}
+
+// Deregistration: a worker credential may deregister the workers it names
+// (another's is refused, changing nothing), an admin any; the answer names
+// the leases released, whose jobs are queued again at once with no attempt
+// used, and the worker is no longer listed.
+func TestDeregisterScopeAndLeases(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	base := "http://" + leader.APIAddr
+	ops := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, base, bearer(opsSecret))
+	asA := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, base, bearer(workerASecret))
+	sub := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, base, bearer(subSecret))
+	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, base, bearer(subSecret))
+
+	for _, w := range []string{"wA", "wB"} {
+		if _, err := ops.RegisterWorker(callCtx(t), connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: w, Capacity: 2})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a1", "a2"} {
+		if _, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: id, Queue: "q", Kind: "k"}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acq, err := asA.Acquire(callCtx(t), connect.NewRequest(&pb.AcquireRequest{WorkerId: "wA", RequestId: "r", Queues: []string{"q"}, Max: 2, Start: true}))
+	if err != nil || len(acq.Msg.GetGrants()) != 2 {
+		t.Fatalf("acquire as A: %v", err)
+	}
+
+	// A submitter reads workers, one or all.
+	if _, err := sub.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "wA"})); err != nil {
+		t.Fatalf("a submitter gets a worker: %v", err)
+	}
+	// Another worker's credential, and a submitter's, are refused.
+	if _, err := asA.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wB"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("A deregisters B: %v", err)
+	}
+	if _, err := sub.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wA"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("a submitter deregisters A: %v", err)
+	}
+	if _, err := leader.FSM().Worker("wB"); err != nil {
+		t.Fatalf("a refused deregistration removed B: %v", err)
+	}
+
+	// Its own: the leases are released, the jobs queued, no attempt used.
+	res, err := asA.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wA"}))
+	if err != nil {
+		t.Fatalf("A deregisters itself: %v", err)
+	}
+	var released []string
+	for _, r := range res.Msg.GetReleased() {
+		released = append(released, r.GetJobId())
+	}
+	slices.Sort(released)
+	if !slices.Equal(released, []string{"a1", "a2"}) {
+		t.Fatalf("released %v, want a1 and a2", released)
+	}
+	for _, id := range released {
+		j, err := leader.FSM().Job(id)
+		if err != nil || j.State != fsm.JobQueued || j.Attempts != 0 {
+			t.Fatalf("job %s after its worker's deregistration: %+v %v", id, j, err)
+		}
+	}
+	if _, err := ops.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "wA"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("a deregistered worker: %v", err)
+	}
+	// An admin deregisters any worker.
+	if _, err := ops.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wB"})); err != nil {
+		t.Fatalf("admin deregisters B: %v", err)
+	}
+	if ws := workersByID(t, ops, pb.Consistency_CONSISTENCY_LINEARIZABLE); len(ws) != 0 {
+		t.Fatalf("still listed: %v", ws)
+	}
+}
