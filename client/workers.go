@@ -124,7 +124,21 @@ func (c *Client) Leases(ctx context.Context, workerID string, opts ...ReadOption
 	return resp.GetLeases(), nil
 }
 
-// Workers lists the registered workers.
+// Worker returns one registered worker with its state, silence and leases
+// as the leader knows them (a stale read on a follower: state unknown); a
+// worker that is not registered is ErrNotFound.
+func (c *Client) Worker(ctx context.Context, id string, opts ...ReadOption) (*leaseholdv1.Worker, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.GetWorkerRequest{WorkerId: id, Consistency: consistency(opts)},
+		workerSvc, workersAPI.GetWorker)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWorker(), nil
+}
+
+// Workers lists the registered workers, each with its state, silence and
+// leases as the leader knows them (a stale read on a follower: state
+// unknown).
 func (c *Client) Workers(ctx context.Context, opts ...ReadOption) ([]*leaseholdv1.Worker, error) {
 	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ListWorkersRequest{Consistency: consistency(opts)},
 		workerSvc, workersAPI.ListWorkers)

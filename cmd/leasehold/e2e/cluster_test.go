@@ -38,8 +38,9 @@ type cluster struct {
 }
 
 // startCluster starts n servers (1 or 3) with fast timings and waits until
-// they agree on a ready leader.
-func startCluster(t testing.TB, n int) *cluster {
+// they agree on a ready leader. Extra server flags come last, so they
+// override the timings.
+func startCluster(t testing.TB, n int, extra ...string) *cluster {
 	t.Helper()
 	c := &cluster{}
 	var joins []string
@@ -59,6 +60,7 @@ func startCluster(t testing.TB, n int) *cluster {
 		if n > 1 {
 			args = append(args, "--join", strings.Join(joins, ","))
 		}
+		args = append(args, extra...)
 		nd.proc = startProc(t, nd.id, 0, baseEnv(), args...)
 	}
 	c.waitReady(t)
