@@ -16,13 +16,17 @@ func applyRegisterWorker(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: the worker table is full (%d workers registered); idle workers are removed by the leader",
 			ErrTooLarge, len(s.workers))
 	}
-	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime}
+	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime, Version: c.Version}
 	if old != nil {
 		w.RegisteredAt = old.RegisteredAt
 	}
 	s.workers[w.ID] = w
-	if old == nil || old.Capacity != w.Capacity {
-		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: fmt.Sprintf("capacity %d", w.Capacity)})
+	if old == nil || old.Capacity != w.Capacity || old.Version != w.Version {
+		detail := fmt.Sprintf("capacity %d", w.Capacity)
+		if w.Version != "" {
+			detail += ", version " + w.Version
+		}
+		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: detail})
 	}
 	return *w, nil
 }

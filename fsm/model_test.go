@@ -254,12 +254,14 @@ func (m *refModel) register(c *RegisterWorker) (any, error) {
 	if old != nil && int(c.Capacity) < len(m.heldBy(c.WorkerID)) {
 		return nil, ErrConflict
 	}
-	w := &Worker{ID: c.WorkerID, Capacity: c.Capacity, RegisteredAt: m.now, UpdatedAt: m.now}
+	w := &Worker{ID: c.WorkerID, Capacity: c.Capacity, RegisteredAt: m.now, UpdatedAt: m.now, Version: c.Version}
 	if old != nil {
 		w.RegisteredAt = old.RegisteredAt
 	}
 	m.workers[c.WorkerID] = w
-	if old == nil || old.Capacity != c.Capacity {
+	// A new capacity or version is announced; the same registration again
+	// is not.
+	if old == nil || old.Capacity != c.Capacity || old.Version != c.Version {
 		m.emit(Event{Type: EventWorkerRegistered, WorkerID: c.WorkerID})
 	}
 	return *w, nil
@@ -1144,6 +1146,9 @@ func (g *modelGen) invalid() Command {
 	case 0:
 		return &Acquire{WorkerID: "w1", RequestID: "bad", Queues: []string{"q1"}, Max: 0}
 	case 1:
+		if g.pct(50) {
+			return &RegisterWorker{WorkerID: g.worker(), Capacity: 1, Version: "v 1"}
+		}
 		return &RegisterWorker{WorkerID: g.worker(), Capacity: 0}
 	case 2:
 		return &Report{WorkerID: "w1", JobID: "j1", Token: 1, ReportID: "bad", Outcome: OutcomeSucceeded, Retryable: true}
@@ -1165,7 +1170,9 @@ func (g *modelGen) next() (Command, bool) {
 	switch a {
 	case actRegister:
 		capacity := 1 + uint32(g.rng.IntN(4))
-		return &RegisterWorker{WorkerID: g.worker(), Capacity: capacity}, false
+		// Workers say their version, or (older clients) nothing.
+		version := []string{"", "v1.0.0", "v1.1.0"}[g.rng.IntN(3)]
+		return &RegisterWorker{WorkerID: g.worker(), Capacity: capacity, Version: version}, false
 	case actDeregister:
 		w := g.worker()
 		if ids := g.m.workerIDs(); len(ids) > 0 && g.pct(85) {
