@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,11 +13,28 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
-// RegisterWorker registers a worker, or updates its capacity. The answer
-// carries the cluster's timings, which the worker must heartbeat by.
+// RegisterWorker registers a worker, or updates its capacity and version
+// (Config.WorkerVersion). The answer carries the cluster's timings, which
+// the worker must heartbeat by. A server from before worker versions
+// refuses the field it does not know; the worker is then registered
+// without it.
 func (c *Client) RegisterWorker(ctx context.Context, id string, capacity uint32) (*leaseholdv1.RegisterWorkerResponse, error) {
-	return unary(ctx, c, callOpts{}, &leaseholdv1.RegisterWorkerRequest{WorkerId: id, Capacity: capacity},
-		workerSvc, workersAPI.RegisterWorker)
+	req := &leaseholdv1.RegisterWorkerRequest{WorkerId: id, Capacity: capacity, Version: c.cfg.WorkerVersion}
+	resp, err := unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.RegisterWorker)
+	if req.Version != "" && refusedVersionField(err) {
+		req.Version = ""
+		return unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.RegisterWorker)
+	}
+	return resp, err
+}
+
+// refusedVersionField reports whether err is a strict server's refusal of
+// RegisterWorkerRequest.version as an unknown field (by its number in
+// binary, by its name in JSON).
+func refusedVersionField(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Reason == transport.ReasonInvalidArgument && (e.Field == "3" || e.Field == "version") &&
+		strings.Contains(e.Message, "unknown field")
 }
 
 // DeregisterWorker removes a worker and releases its live leases, which it

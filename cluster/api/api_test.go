@@ -130,7 +130,7 @@ func writes() []struct {
 		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Queue: "q", Payload: []byte("x"), Kind: "run"}}, translation(submitOf)},
 		{&pb.CancelJobRequest{Id: "j", Kill: true}, translation(cancelOf)},
 		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, translation(cancelSubmitterOf)},
-		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2}, translation(registerOf)},
+		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2, Version: "v1.0.0"}, translation(registerOf)},
 		{&pb.DeregisterWorkerRequest{WorkerId: "w"}, translation(deregisterOf)},
 		{&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}}, translation(acquireOf)},
 		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(startOf)},

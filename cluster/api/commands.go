@@ -39,7 +39,7 @@ func cancelSubmitterOf(r *pb.CancelSubmitterJobsRequest) (*fsm.CancelSubmitter, 
 }
 
 func registerOf(r *pb.RegisterWorkerRequest) (*fsm.RegisterWorker, error) {
-	return &fsm.RegisterWorker{WorkerID: r.GetWorkerId(), Capacity: r.GetCapacity()}, nil
+	return &fsm.RegisterWorker{WorkerID: r.GetWorkerId(), Capacity: r.GetCapacity(), Version: r.GetVersion()}, nil
 }
 
 func deregisterOf(r *pb.DeregisterWorkerRequest) (*fsm.DeregisterWorker, error) {

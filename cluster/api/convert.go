@@ -98,7 +98,7 @@ func jobToProto(j *fsm.Job) *pb.Job {
 }
 
 func workerToProto(w *fsm.Worker) *pb.Worker {
-	return &pb.Worker{Id: w.ID, Capacity: w.Capacity, RegisteredAt: ts(w.RegisteredAt), UpdatedAt: ts(w.UpdatedAt)}
+	return &pb.Worker{Id: w.ID, Capacity: w.Capacity, RegisteredAt: ts(w.RegisteredAt), UpdatedAt: ts(w.UpdatedAt), Version: w.Version}
 }
 
 // presenceToProto sets what the leader knows of a worker's presence.

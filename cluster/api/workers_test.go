@@ -42,7 +42,7 @@ func TestWorkerRecordsShowPresence(t *testing.T) {
 	viaFollower := leaseholdv1connect.NewWorkerServiceClient(http.DefaultClient, "http://"+follower.APIAddr)
 	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+leader.APIAddr)
 
-	for _, w := range []*pb.RegisterWorkerRequest{{WorkerId: "busy", Capacity: 2}, {WorkerId: "idle", Capacity: 1}} {
+	for _, w := range []*pb.RegisterWorkerRequest{{WorkerId: "busy", Capacity: 2, Version: "v1.2.3"}, {WorkerId: "idle", Capacity: 1}} {
 		if _, err := viaLeader.RegisterWorker(callCtx(t), connect.NewRequest(w)); err != nil {
 			t.Fatal(err)
 		}
@@ -72,6 +72,14 @@ func TestWorkerRecordsShowPresence(t *testing.T) {
 	if idle.GetLeaseCount() != 0 || len(idle.GetLeases()) != 0 {
 		t.Fatalf("idle holds %d leases", idle.GetLeaseCount())
 	}
+	if busy.GetVersion() != "v1.2.3" || idle.GetVersion() != "" {
+		t.Fatalf("versions %q and %q, want the one busy said and none", busy.GetVersion(), idle.GetVersion())
+	}
+	// A bad version is refused, naming the field.
+	_, err = viaLeader.RegisterWorker(callCtx(t), connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: "odd", Capacity: 1, Version: "1 2"}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument || transport.DetailOf(err).GetField() != "version" {
+		t.Fatalf("a version with a space: %v (detail %v)", err, transport.DetailOf(err))
+	}
 
 	// A stale read on the follower: the state's part, no presence.
 	c.WaitFor(10*time.Second, "the follower has the lease", func() bool {
@@ -79,7 +87,7 @@ func TestWorkerRecordsShowPresence(t *testing.T) {
 	})
 	stale := workersByID(t, viaFollower, pb.Consistency_CONSISTENCY_STALE)
 	if b := stale["busy"]; b.GetState() != pb.WorkerState_WORKER_STATE_UNKNOWN || b.GetSilence() != nil || b.GetLastHeard() != nil ||
-		b.GetLeaseCount() != 1 || b.GetCapacity() != 2 {
+		b.GetLeaseCount() != 1 || b.GetCapacity() != 2 || b.GetVersion() != "v1.2.3" {
 		t.Fatalf("a stale read on a follower: %v", b)
 	}
 	// A stale read the leader serves still knows.

@@ -24,6 +24,7 @@ type workerView struct {
 	LeaseCount uint32    `json:"lease_count"`
 	Leases     []leaseID `json:"leases"`
 	Capacity   uint32    `json:"capacity"`
+	Version    string    `json:"version"`
 	Registered string    `json:"registered_at"`
 	Updated    string    `json:"updated_at"`
 	silence    time.Duration
@@ -36,7 +37,7 @@ type leaseID struct {
 
 func workerViewOf(w *pb.Worker) workerView {
 	v := workerView{ID: w.GetId(), State: enumName(w.GetState().String(), "WORKER_STATE_"), LastHeard: timeOf(w.GetLastHeard()),
-		LeaseCount: w.GetLeaseCount(), Leases: []leaseID{}, Capacity: w.GetCapacity(),
+		LeaseCount: w.GetLeaseCount(), Leases: []leaseID{}, Capacity: w.GetCapacity(), Version: w.GetVersion(),
 		Registered: timeOf(w.GetRegisteredAt()), Updated: timeOf(w.GetUpdatedAt())}
 	if s := w.GetSilence(); s != nil {
 		v.silence = s.AsDuration()
@@ -97,9 +98,13 @@ func printWorkers(c *cli.Context, ws []*pb.Worker, single bool) error {
 // line.
 func writeWorkers(out io.Writer, views []workerView, single bool) {
 	w := tabWriter(out)
-	fmt.Fprintln(w, "ID\tSTATE\tLAST HEARD\tLEASES\tCAPACITY")
+	fmt.Fprintln(w, "ID\tSTATE\tLAST HEARD\tLEASES\tCAPACITY\tVERSION")
 	for _, v := range views {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\n", v.ID, v.State, v.heard(), v.LeaseCount, v.Capacity)
+		version := v.Version
+		if version == "" {
+			version = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", v.ID, v.State, v.heard(), v.LeaseCount, v.Capacity, version)
 	}
 	w.Flush()
 	if single && len(views) == 1 && len(views[0].Leases) > 0 {
@@ -115,7 +120,7 @@ func writeWorkers(out io.Writer, views []workerView, single bool) {
 
 func workerListCommand() *cli.Command {
 	return &cli.Command{
-		Name: "list", Usage: "list registered workers: state, last heard, leases, capacity", Flags: []cli.Flag{staleFlag},
+		Name: "list", Usage: "list registered workers: state, last heard, leases, capacity, version", Flags: []cli.Flag{staleFlag},
 		Description: "State (active, unreachable, unknown) and last heard come from the leader's memory: a --stale\n" +
 			"read answered by a follower shows them unknown. A deregistered worker is no longer listed.",
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {

@@ -30,21 +30,21 @@ func TestAgo(t *testing.T) {
 	}
 }
 
-// The table shows state, last heard, leases and capacity; a worker whose
+// The table shows state, last heard, leases, capacity and version; a worker whose
 // presence is unknown (a stale read on a follower) shows "-" for last
 // heard, and one worker's table lists its leases.
 func TestWorkerTable(t *testing.T) {
 	busy := &pb.Worker{Id: "busy", Capacity: 4, State: pb.WorkerState_WORKER_STATE_UNREACHABLE,
 		Silence: durationpb.New(75 * time.Second), LastHeard: timestamppb.Now(), LeaseCount: 1,
-		Leases: []*pb.LeaseRef{{JobId: "j1", Token: 42}}}
+		Leases: []*pb.LeaseRef{{JobId: "j1", Token: 42}}, Version: "v1.2.3"}
 	stale := &pb.Worker{Id: "stale", Capacity: 1}
 	views := []workerView{workerViewOf(busy), workerViewOf(stale)}
 
 	var out bytes.Buffer
 	writeWorkers(&out, views, false)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != "busy unreachable 1m15s ago 1 4" ||
-		strings.Join(strings.Fields(lines[2]), " ") != "stale unknown - 0 1" {
+	if len(lines) != 3 || strings.Join(strings.Fields(lines[1]), " ") != "busy unreachable 1m15s ago 1 4 v1.2.3" ||
+		strings.Join(strings.Fields(lines[2]), " ") != "stale unknown - 0 1 -" {
 		t.Fatalf("table:\n%s", out.String())
 	}
 	if views[1].SilenceMS != nil || views[1].Leases == nil {

@@ -20,6 +20,7 @@ type workerJSON struct {
 		Token uint64 `json:"token"`
 	} `json:"leases"`
 	Capacity uint32 `json:"capacity"`
+	Version  string `json:"version"`
 }
 
 // An operator sees a worker as the leader does: active with its lease
@@ -44,12 +45,13 @@ func TestWorkerListGetDeregister(t *testing.T) {
 
 	var got workerJSON
 	decodeJSON(t, "worker get", c.cli(t, "worker", "get", "-o", "json", "ws"), &got)
-	if got.State != "active" || got.SilenceMS == nil || got.LastHeard == "" || got.Capacity != 2 || got.LeaseCount != 1 ||
+	// The test binary is built without -ldflags: its version is "dev".
+	if got.State != "active" || got.Version != "dev" || got.SilenceMS == nil || got.LastHeard == "" || got.Capacity != 2 || got.LeaseCount != 1 ||
 		len(got.Leases) != 1 || got.Leases[0].JobID != "seen-1" || got.Leases[0].Token != running.Token {
 		t.Fatalf("worker get ws: %+v, want active holding seen-1 under token %d", got, running.Token)
 	}
 	table := c.cli(t, "worker", "list")
-	if row := rowOf(table, "ws"); len(row) < 6 || row[1] != "active" || row[3] != "ago" || row[4] != "1" || row[5] != "2" {
+	if row := rowOf(table, "ws"); len(row) != 7 || row[1] != "active" || row[3] != "ago" || row[4] != "1" || row[5] != "2" || row[6] != "dev" {
 		t.Fatalf("worker list table:\n%s", table)
 	}
 

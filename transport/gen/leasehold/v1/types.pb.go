@@ -862,9 +862,11 @@ type Worker struct {
 	Silence *durationpb.Duration `protobuf:"bytes,6,opt,name=silence,proto3" json:"silence,omitempty"`
 	// When the leader last heard the worker, on the leader's wall clock
 	// (its wall clock now, less silence); unset with silence.
-	LastHeard     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_heard,json=lastHeard,proto3" json:"last_heard,omitempty"`
-	LeaseCount    uint32                 `protobuf:"varint,8,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"` // live leases it holds
-	Leases        []*LeaseRef            `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty"`                            // those leases, by token
+	LastHeard  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_heard,json=lastHeard,proto3" json:"last_heard,omitempty"`
+	LeaseCount uint32                 `protobuf:"varint,8,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"` // live leases it holds
+	Leases     []*LeaseRef            `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty"`                            // those leases, by token
+	// The version it said at its last registration; empty if it did not.
+	Version       string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -960,6 +962,13 @@ func (x *Worker) GetLeases() []*LeaseRef {
 		return x.Leases
 	}
 	return nil
+}
+
+func (x *Worker) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 // The executor timings the cluster runs with.
@@ -1292,7 +1301,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\xa2\x03\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xbc\x03\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12?\n" +
@@ -1305,7 +1314,9 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"last_heard\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tlastHeard\x12\x1f\n" +
 	"\vlease_count\x18\b \x01(\rR\n" +
 	"leaseCount\x12.\n" +
-	"\x06leases\x18\t \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\"\xa6\x01\n" +
+	"\x06leases\x18\t \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\tR\aversion\"\xa6\x01\n" +
 	"\aTimings\x12/\n" +
 	"\x05renew\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05renew\x12/\n" +
 	"\x05grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x129\n" +

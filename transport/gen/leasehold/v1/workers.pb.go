@@ -75,9 +75,14 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 }
 
 type RegisterWorkerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Capacity      uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Capacity uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What the worker runs (its binary's version), shown in its record;
+	// optional, printable ASCII without spaces, at most 64 bytes. A server
+	// from before this field refuses a request that sets it (strict
+	// decoding): send it empty there.
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +129,13 @@ func (x *RegisterWorkerRequest) GetCapacity() uint32 {
 		return x.Capacity
 	}
 	return 0
+}
+
+func (x *RegisterWorkerRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type RegisterWorkerResponse struct {
@@ -1422,10 +1434,11 @@ var File_leasehold_v1_workers_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/v1/workers.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18leasehold/v1/types.proto\"P\n" +
+	"\x1aleasehold/v1/workers.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18leasehold/v1/types.proto\"j\n" +
 	"\x15RegisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bcapacity\x18\x02 \x01(\rR\bcapacity\"w\n" +
+	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"w\n" +
 	"\x16RegisterWorkerResponse\x12,\n" +
 	"\x06worker\x18\x01 \x01(\v2\x14.leasehold.v1.WorkerR\x06worker\x12/\n" +
 	"\atimings\x18\x02 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"6\n" +

@@ -65,8 +65,8 @@ const (
 
 // WorkerServiceClient is a client for the leasehold.v1.WorkerService service.
 type WorkerServiceClient interface {
-	// Register (or update the capacity of) a worker; returns the cluster's
-	// timings the worker must heartbeat by.
+	// Register (or update the capacity and version of) a worker; returns the
+	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
 	// Remove a worker; its live leases are released: each job is queued
 	// again at once, no attempt used (a revoked one ends cancelled), and
@@ -257,8 +257,8 @@ func (c *workerServiceClient) GetWorker(ctx context.Context, req *connect.Reques
 
 // WorkerServiceHandler is an implementation of the leasehold.v1.WorkerService service.
 type WorkerServiceHandler interface {
-	// Register (or update the capacity of) a worker; returns the cluster's
-	// timings the worker must heartbeat by.
+	// Register (or update the capacity and version of) a worker; returns the
+	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
 	// Remove a worker; its live leases are released: each job is queued
 	// again at once, no attempt used (a revoked one ends cancelled), and
