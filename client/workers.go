@@ -37,11 +37,22 @@ func refusedVersionField(err error) bool {
 		strings.Contains(e.Message, "unknown field")
 }
 
-// DeregisterWorker removes a worker and releases its live leases, which it
-// returns.
+// DeregisterWorker removes a worker and releases its live leases (each job
+// queued again at once, no attempt used), which it returns.
 func (c *Client) DeregisterWorker(ctx context.Context, id string) ([]*leaseholdv1.LeaseRef, error) {
-	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id},
-		workerSvc, workersAPI.DeregisterWorker)
+	return c.deregister(ctx, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id})
+}
+
+// DeregisterLostWorker removes a worker that is gone and settles its live
+// leases as a lost worker's, as their expiry would: a loss counted, then by
+// each job's on_worker_lost policy (run-style: lost; evaluation-style:
+// queued again). It returns the leases ended.
+func (c *Client) DeregisterLostWorker(ctx context.Context, id string) ([]*leaseholdv1.LeaseRef, error) {
+	return c.deregister(ctx, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id, Lost: true})
+}
+
+func (c *Client) deregister(ctx context.Context, req *leaseholdv1.DeregisterWorkerRequest) ([]*leaseholdv1.LeaseRef, error) {
+	resp, err := unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.DeregisterWorker)
 	if err != nil {
 		return nil, err
 	}

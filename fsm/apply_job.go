@@ -39,11 +39,19 @@ func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 	var res DeregisterResult
 	for _, tok := range sortedTokens(s.workerLeases[c.WorkerID]) {
 		j := s.editJob(s.tokens[tok])
-		s.releaseLease(j, "worker deregistered")
+		if c.Lost {
+			s.expireLease(j, "worker deregistered as lost")
+		} else {
+			s.releaseLease(j, "worker deregistered")
+		}
 		res.Released = append(res.Released, LeaseRef{JobID: j.ID, Token: tok})
 	}
 	delete(s.workers, c.WorkerID)
-	s.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
+	ev := Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID}
+	if c.Lost {
+		ev.Detail = "its leases settled as a lost worker's"
+	}
+	s.emit(ev)
 	return res, nil
 }
 

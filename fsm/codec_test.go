@@ -18,6 +18,7 @@ func sampleCommands() []Command {
 		&RegisterWorker{WorkerID: "w1", Capacity: 4},
 		&RegisterWorker{WorkerID: "w2", Capacity: 2, Version: "v1.2.3-rc.1+abc"},
 		&DeregisterWorker{WorkerID: "w1"},
+		&DeregisterWorker{WorkerID: "w1", Lost: true},
 		&SubmitJob{Spec: s},
 		&Acquire{WorkerID: "w1", RequestID: "r1", Queues: []string{"a", "b"}, Kinds: []string{"run"}, Max: 3, Start: true},
 		&Start{WorkerID: "w1", JobID: "job-1", Token: 42},
@@ -150,6 +151,13 @@ func TestCodecVersion3OnlyWhenNeeded(t *testing.T) {
 	}
 	if err := VerifyChecksum(append(bytes.Clone(v3[:len(v3)-1]), v3[len(v3)-1]^1)); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("a version 3 entry's checksum is not checked: %v", err)
+	}
+	// A deregistration as lost is version 3; a plain one is version 2's.
+	if lost, err := Encode(77, &DeregisterWorker{WorkerID: "w1", Lost: true}); err != nil || lost[0] != codecV3 {
+		t.Fatalf("a deregistration as lost: %x %v, want codec version 3", lost, err)
+	}
+	if plain, err := Encode(77, &DeregisterWorker{WorkerID: "w1"}); err != nil || plain[0] != codecV2 {
+		t.Fatalf("a plain deregistration: %x %v, want codec version 2", plain, err)
 	}
 	// The same body labelled version 2 has a field version 2 does not
 	// know: trailing bytes.

@@ -52,9 +52,15 @@ type RegisterWorker struct {
 	Version string
 }
 
-// DeregisterWorker removes a worker; its live leases are released.
+// DeregisterWorker removes a worker. Its live leases are released (each
+// job queued again, no attempt or loss counted), or with Lost ended as a
+// lost worker's are: as an Expire ends them (a loss counted, then by the
+// job's on_worker_lost policy: run-style jobs end lost, the others are
+// queued again), so a deregistered worker's run-style job never runs
+// twice. Only codec version 3 carries Lost.
 type DeregisterWorker struct {
 	WorkerID string
+	Lost     bool
 }
 
 // RemoveIdle deregisters workers the leader has not heard from for a long
@@ -458,8 +464,26 @@ func (c *RegisterWorker) codecVersion() byte {
 	return codecV2
 }
 
-func (c *DeregisterWorker) encode(e *encoder) { e.str(c.WorkerID) }
-func (c *DeregisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen) }
+func (c *DeregisterWorker) encode(e *encoder) {
+	e.str(c.WorkerID)
+	if e.codec >= codecV3 {
+		e.bool(c.Lost)
+	}
+}
+
+func (c *DeregisterWorker) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	if d.codec >= codecV3 {
+		c.Lost = d.bool()
+	}
+}
+
+func (c *DeregisterWorker) codecVersion() byte {
+	if c.Lost {
+		return codecV3
+	}
+	return codecV2
+}
 
 func (c *RemoveIdle) encode(e *encoder) { e.strs(c.WorkerIDs); e.str(c.Reason) }
 func (c *RemoveIdle) decode(d *decoder) {
@@ -657,7 +681,7 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // damaged on disk, in memory or on the way is refused as corrupt rather
 // than applied. Version 1, the logs written before, has no checksum and
 // still decodes. Version 3 is version 2 with fields added at the end of
-// some commands (RegisterWorker's Version). Encode writes each command in
+// some commands (RegisterWorker's Version, DeregisterWorker's Lost). Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.

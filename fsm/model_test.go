@@ -273,9 +273,14 @@ func (m *refModel) deregister(c *DeregisterWorker) (any, error) {
 	}
 	var res DeregisterResult
 	for _, j := range m.heldBy(c.WorkerID) {
-		tok := m.live(j).Token
-		m.release(j)
-		res.Released = append(res.Released, LeaseRef{JobID: j.ID, Token: tok})
+		ref := LeaseRef{JobID: j.ID, Token: m.live(j).Token}
+		if c.Lost {
+			// As a lost worker's: exactly what an expiry does.
+			m.expire(&Expire{Leases: []LeaseRef{ref}})
+		} else {
+			m.release(j)
+		}
+		res.Released = append(res.Released, ref)
 	}
 	delete(m.workers, c.WorkerID)
 	m.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
@@ -1178,7 +1183,7 @@ func (g *modelGen) next() (Command, bool) {
 		if ids := g.m.workerIDs(); len(ids) > 0 && g.pct(85) {
 			w = pick(g, ids)
 		}
-		return &DeregisterWorker{WorkerID: w}, false
+		return &DeregisterWorker{WorkerID: w, Lost: g.pct(50)}, false
 	case actSubmit:
 		return g.submit(), false
 	case actAcquire:

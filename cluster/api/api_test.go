@@ -131,7 +131,7 @@ func writes() []struct {
 		{&pb.CancelJobRequest{Id: "j", Kill: true}, translation(cancelOf)},
 		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, translation(cancelSubmitterOf)},
 		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2, Version: "v1.0.0"}, translation(registerOf)},
-		{&pb.DeregisterWorkerRequest{WorkerId: "w"}, translation(deregisterOf)},
+		{&pb.DeregisterWorkerRequest{WorkerId: "w", Lost: true}, translation(deregisterOf)},
 		{&pb.AcquireRequest{WorkerId: "w", RequestId: "r", Queues: []string{"q"}}, translation(acquireOf)},
 		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(startOf)},
 		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, translation(reportOf)},

@@ -43,7 +43,7 @@ func registerOf(r *pb.RegisterWorkerRequest) (*fsm.RegisterWorker, error) {
 }
 
 func deregisterOf(r *pb.DeregisterWorkerRequest) (*fsm.DeregisterWorker, error) {
-	return &fsm.DeregisterWorker{WorkerID: r.GetWorkerId()}, nil
+	return &fsm.DeregisterWorker{WorkerID: r.GetWorkerId(), Lost: r.GetLost()}, nil
 }
 
 func acquireOf(r *pb.AcquireRequest) (*fsm.Acquire, error) {

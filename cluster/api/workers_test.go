@@ -147,8 +147,9 @@ func TestWorkerRecordsShowPresence(t *testing.T) {
 
 // Deregistration: a worker credential may deregister the workers it names
 // (another's is refused, changing nothing), an admin any; the answer names
-// the leases released, whose jobs are queued again at once with no attempt
-// used, and the worker is no longer listed.
+// the leases ended. Released, their jobs are queued again at once with no
+// attempt used; settled as lost, they follow their policy as on expiry.
+// A deregistered worker is no longer listed.
 func TestDeregisterScopeAndLeases(t *testing.T) {
 	c := tokenCluster(t, false)
 	leader := c.Leader()
@@ -210,9 +211,24 @@ func TestDeregisterScopeAndLeases(t *testing.T) {
 	if _, err := ops.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "wA"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("a deregistered worker: %v", err)
 	}
-	// An admin deregisters any worker.
-	if _, err := ops.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wB"})); err != nil {
-		t.Fatalf("admin deregisters B: %v", err)
+	// An admin deregisters any worker; as lost, its run-style job ends
+	// lost (a loss, no attempt), its evaluation is queued again.
+	for _, spec := range []*pb.JobSpec{{Id: "b-run", Queue: "qb", Kind: "run"}, {Id: "b-eval", Queue: "qb", Kind: "evaluation"}} {
+		if _, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: spec})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if acq, err := ops.Acquire(callCtx(t), connect.NewRequest(&pb.AcquireRequest{WorkerId: "wB", RequestId: "rb", Queues: []string{"qb"}, Max: 2})); err != nil || len(acq.Msg.GetGrants()) != 2 {
+		t.Fatalf("acquire as B: %v", err)
+	}
+	res, err = ops.DeregisterWorker(callCtx(t), connect.NewRequest(&pb.DeregisterWorkerRequest{WorkerId: "wB", Lost: true}))
+	if err != nil || len(res.Msg.GetReleased()) != 2 {
+		t.Fatalf("admin deregisters B as lost: %v %v", res, err)
+	}
+	for id, want := range map[string]fsm.JobState{"b-run": fsm.JobLost, "b-eval": fsm.JobQueued} {
+		if j, err := leader.FSM().Job(id); err != nil || j.State != want || j.Losses != 1 || j.Attempts != 0 {
+			t.Fatalf("job %s after its worker was deregistered as lost: %+v %v, want %s", id, j, err, want)
+		}
 	}
 	if ws := workersByID(t, ops, pb.Consistency_CONSISTENCY_LINEARIZABLE); len(ws) != 0 {
 		t.Fatalf("still listed: %v", ws)

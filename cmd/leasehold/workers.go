@@ -160,14 +160,19 @@ type releasedView struct {
 
 func workerDeregisterCommand() *cli.Command {
 	return &cli.Command{
-		Name: "deregister", Usage: "remove a worker; its live leases are released", ArgsUsage: "ID",
-		Description: "Each live lease of the worker is released: its job is queued again at once with no attempt\n" +
-			"used (a job whose cancel or kill was pending ends cancelled). A worker still running its jobs\n" +
-			"learns at its next heartbeat that they are lost and stops them, but another worker may take\n" +
-			"them before that: so a worker that is active and holds leases is refused unless --force.\n" +
-			"Stop the worker first, or deregister it once it is unreachable. Admins may deregister any\n" +
-			"worker; a worker credential only the workers it names.",
-		Flags: []cli.Flag{&cli.BoolFlag{Name: "force", Usage: "deregister even an active worker that holds leases"}},
+		Name: "deregister", Usage: "remove a worker; its live leases are settled as a lost worker's", ArgsUsage: "ID",
+		Description: "Each live lease of the worker ends as its expiry would (the worker is lost): a loss is counted,\n" +
+			"no attempt, and the job follows its on_worker_lost policy: a run-style job ends lost, an\n" +
+			"evaluation is queued again (a job whose cancel or kill was pending ends cancelled). With\n" +
+			"--release every job is queued again at once instead, no loss counted.\n" +
+			"A worker still running its jobs learns at its next heartbeat that they are lost and stops\n" +
+			"them, but a job queued again may start elsewhere before that: so a worker that is active and\n" +
+			"holds leases is refused unless --force. Stop the worker first, or deregister it once it is\n" +
+			"unreachable. Admins may deregister any worker; a worker credential only the workers it names.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "force", Usage: "deregister even an active worker that holds leases"},
+			&cli.BoolFlag{Name: "release", Usage: "release the leases (every job queued again, no loss counted) instead of settling them as lost"},
+		},
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 			id, err := oneArg(c, "ID")
 			if err != nil {
@@ -183,15 +188,20 @@ func workerDeregisterCommand() *cli.Command {
 						"lets another worker start them; stop the worker first, or use --force", id, w.GetLeaseCount())
 				}
 			}
-			refs, err := cl.DeregisterWorker(ctx, id)
+			deregister := cl.DeregisterLostWorker
+			if c.Bool("release") {
+				deregister = cl.DeregisterWorker
+			}
+			refs, err := deregister(ctx, id)
 			if err != nil {
 				return err
 			}
 			views := make([]releasedView, len(refs))
 			for i, r := range refs {
 				views[i] = releasedView{JobID: r.GetJobId(), Token: r.GetToken()}
-				// What became of the job: queued again, or cancelled if a
-				// revoke was pending (it may have moved on since).
+				// What became of the job: lost, queued again, failed
+				// (too many losses), or cancelled if a revoke was
+				// pending (it may have moved on since).
 				if j, err := cl.Job(ctx, r.GetJobId()); err == nil {
 					views[i].JobState = enumName(j.GetState().String(), "JOB_STATE_")
 				} else if !errors.Is(err, client.ErrNotFound) {
@@ -210,7 +220,7 @@ func writeDeregistered(out io.Writer, id string, views []releasedView) {
 		fmt.Fprintf(out, "deregistered %s; it held no lease\n", id)
 		return
 	}
-	fmt.Fprintf(out, "deregistered %s; released %d leases:\n", id, len(views))
+	fmt.Fprintf(out, "deregistered %s; ended %d leases:\n", id, len(views))
 	w := tabWriter(out)
 	fmt.Fprintln(w, "JOB\tTOKEN\tJOB STATE")
 	for _, v := range views {

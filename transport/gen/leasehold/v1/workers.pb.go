@@ -191,8 +191,11 @@ func (x *RegisterWorkerResponse) GetTimings() *Timings {
 }
 
 type DeregisterWorkerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Settle the leases as a lost worker's instead of releasing them. A
+	// server from before this field refuses a request that sets it.
+	Lost          bool `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -232,6 +235,13 @@ func (x *DeregisterWorkerRequest) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *DeregisterWorkerRequest) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
 }
 
 type DeregisterWorkerResponse struct {
@@ -1441,9 +1451,10 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\aversion\x18\x03 \x01(\tR\aversion\"w\n" +
 	"\x16RegisterWorkerResponse\x12,\n" +
 	"\x06worker\x18\x01 \x01(\v2\x14.leasehold.v1.WorkerR\x06worker\x12/\n" +
-	"\atimings\x18\x02 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"6\n" +
+	"\atimings\x18\x02 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"J\n" +
 	"\x17DeregisterWorkerRequest\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"N\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x12\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost\"N\n" +
 	"\x18DeregisterWorkerResponse\x122\n" +
 	"\breleased\x18\x01 \x03(\v2\x16.leasehold.v1.LeaseRefR\breleased\"\xd1\x01\n" +
 	"\x0eAcquireRequest\x12\x1b\n" +

@@ -68,10 +68,12 @@ type WorkerServiceClient interface {
 	// Register (or update the capacity and version of) a worker; returns the
 	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
-	// Remove a worker; its live leases are released: each job is queued
-	// again at once, no attempt used (a revoked one ends cancelled), and
-	// the worker's later calls on them are refused as stale. The answer
-	// names the leases released.
+	// Remove a worker. Its live leases are released: each job is queued
+	// again at once, no attempt used (a revoked one ends cancelled); or,
+	// with lost, settled as a lost worker's, exactly as their expiry would:
+	// a loss counted, then by the job's on_worker_lost policy (run-style:
+	// lost; evaluation-style: queued again). The worker's later calls on
+	// them are refused as stale. The answer names the leases ended.
 	DeregisterWorker(context.Context, *connect.Request[v1.DeregisterWorkerRequest]) (*connect.Response[v1.DeregisterWorkerResponse], error)
 	// Take up to max leases, waiting up to wait for a job (a long poll). A
 	// retried request_id returns the first answer, never a second lease.
@@ -260,10 +262,12 @@ type WorkerServiceHandler interface {
 	// Register (or update the capacity and version of) a worker; returns the
 	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
-	// Remove a worker; its live leases are released: each job is queued
-	// again at once, no attempt used (a revoked one ends cancelled), and
-	// the worker's later calls on them are refused as stale. The answer
-	// names the leases released.
+	// Remove a worker. Its live leases are released: each job is queued
+	// again at once, no attempt used (a revoked one ends cancelled); or,
+	// with lost, settled as a lost worker's, exactly as their expiry would:
+	// a loss counted, then by the job's on_worker_lost policy (run-style:
+	// lost; evaluation-style: queued again). The worker's later calls on
+	// them are refused as stale. The answer names the leases ended.
 	DeregisterWorker(context.Context, *connect.Request[v1.DeregisterWorkerRequest]) (*connect.Response[v1.DeregisterWorkerResponse], error)
 	// Take up to max leases, waiting up to wait for a job (a long poll). A
 	// retried request_id returns the first answer, never a second lease.
