@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/cluster/api"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
@@ -95,9 +96,21 @@ func TestWorkerRecordsShowPresence(t *testing.T) {
 		t.Fatalf("a stale read on the leader: %v", b.GetState())
 	}
 
+	// Past the bound on lease refs in a list: counts only; GetWorker still
+	// names them.
+	restore := api.SetMaxListedLeases(0)
+	capped := workersByID(t, viaLeader, pb.Consistency_CONSISTENCY_LINEARIZABLE)["busy"]
+	restore()
+	if capped.GetLeaseCount() != 1 || len(capped.GetLeases()) != 0 {
+		t.Fatalf("a list past the bound: count %d, refs %v", capped.GetLeaseCount(), capped.GetLeases())
+	}
+
 	// GetWorker: one, the same; not registered is NOT_FOUND.
+	restore = api.SetMaxListedLeases(0)
 	got, err := viaFollower.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "busy"}))
-	if err != nil || got.Msg.GetWorker().GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || got.Msg.GetWorker().GetLeaseCount() != 1 {
+	restore()
+	if err != nil || got.Msg.GetWorker().GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || got.Msg.GetWorker().GetLeaseCount() != 1 ||
+		len(got.Msg.GetWorker().GetLeases()) != 1 || got.Msg.GetWorker().GetLeases()[0].GetToken() != token {
 		t.Fatalf("get busy: %v %v", got, err)
 	}
 	if _, err := viaLeader.GetWorker(callCtx(t), connect.NewRequest(&pb.GetWorkerRequest{WorkerId: "nobody"})); connect.CodeOf(err) != connect.CodeNotFound ||

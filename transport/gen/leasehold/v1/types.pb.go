@@ -864,7 +864,10 @@ type Worker struct {
 	// (its wall clock now, less silence); unset with silence.
 	LastHeard  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_heard,json=lastHeard,proto3" json:"last_heard,omitempty"`
 	LeaseCount uint32                 `protobuf:"varint,8,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"` // live leases it holds
-	Leases     []*LeaseRef            `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty"`                            // those leases, by token
+	// Those leases, by token. ListWorkers names them only while the
+	// cluster holds at most 10,000 live leases (lease_count is always
+	// set); GetWorker always does.
+	Leases []*LeaseRef `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty"`
 	// The version it said at its last registration; empty if it did not.
 	Version       string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
