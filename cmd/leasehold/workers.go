@@ -150,9 +150,8 @@ func workerGetCommand() *cli.Command {
 	}
 }
 
-// releasedView is a lease deregistration released and what became of its
-// job.
-type releasedView struct {
+// endedView is a lease a deregistration ended and what became of its job.
+type endedView struct {
 	JobID    string `json:"job_id"`
 	Token    uint64 `json:"token"`
 	JobState string `json:"job_state,omitempty"`
@@ -184,8 +183,8 @@ func workerDeregisterCommand() *cli.Command {
 					return err
 				}
 				if w.GetState() == pb.WorkerState_WORKER_STATE_ACTIVE && w.GetLeaseCount() > 0 {
-					return fmt.Errorf("worker %s is active and holds %d leases: its jobs may still run, and releasing them "+
-						"lets another worker start them; stop the worker first, or use --force", id, w.GetLeaseCount())
+					return fmt.Errorf("worker %s is active and holds %d leases: its jobs may still run, and a job queued again "+
+						"could start elsewhere before it stops; stop the worker first, or use --force", id, w.GetLeaseCount())
 				}
 			}
 			deregister := cl.DeregisterLostWorker
@@ -196,9 +195,9 @@ func workerDeregisterCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			views := make([]releasedView, len(refs))
+			views := make([]endedView, len(refs))
 			for i, r := range refs {
-				views[i] = releasedView{JobID: r.GetJobId(), Token: r.GetToken()}
+				views[i] = endedView{JobID: r.GetJobId(), Token: r.GetToken()}
 				// What became of the job: lost, queued again, failed
 				// (too many losses), or cancelled if a revoke was
 				// pending (it may have moved on since).
@@ -208,14 +207,14 @@ func workerDeregisterCommand() *cli.Command {
 					return err
 				}
 			}
-			return output(c, map[string]any{"deregistered": id, "released": views}, func() {
+			return output(c, map[string]any{"deregistered": id, "ended": views}, func() {
 				writeDeregistered(c.App.Writer, id, views)
 			})
 		}),
 	}
 }
 
-func writeDeregistered(out io.Writer, id string, views []releasedView) {
+func writeDeregistered(out io.Writer, id string, views []endedView) {
 	if len(views) == 0 {
 		fmt.Fprintf(out, "deregistered %s; it held no lease\n", id)
 		return

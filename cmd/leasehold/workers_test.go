@@ -58,7 +58,7 @@ func TestWorkerTable(t *testing.T) {
 	}
 
 	out.Reset()
-	writeDeregistered(&out, "busy", []releasedView{{JobID: "j1", Token: 42, JobState: "queued"}})
+	writeDeregistered(&out, "busy", []endedView{{JobID: "j1", Token: 42, JobState: "queued"}})
 	if got := strings.Join(strings.Fields(out.String()), " "); got != "deregistered busy; ended 1 leases: JOB TOKEN JOB STATE j1 42 queued" {
 		t.Fatalf("deregistered: %q", got)
 	}
