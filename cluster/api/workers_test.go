@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
@@ -245,5 +246,54 @@ func TestDeregisterScopeAndLeases(t *testing.T) {
 	}
 	if ws := workersByID(t, ops, pb.Consistency_CONSISTENCY_LINEARIZABLE); len(ws) != 0 {
 		t.Fatalf("still listed: %v", ws)
+	}
+}
+
+// Presence is the leader's memory, and a new leader starts it afresh: a
+// lease holder counts as heard at the takeover (active), an idle worker
+// it has not heard is unknown until the leader has been in office past
+// grace, then unreachable, like the silent holder.
+func TestWorkerPresenceAfterFailover(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	holding(t, old, "", "holder", "h1")
+	idle := workersOf(t, old, "")
+	if _, err := idle.RegisterWorker(callCtx(t), connect.NewRequest(&pb.RegisterWorkerRequest{WorkerId: "idle", Capacity: 1})); err != nil {
+		t.Fatal(err)
+	}
+	next := c.Nodes[(old.Index+1)%3]
+	c.WaitFor(10*time.Second, "the next leader has both workers", func() bool { return len(next.FSM().Workers()) == 2 })
+	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader()
+	if leader != next {
+		t.Fatalf("leadership went to %s, not %s", leader.ID(), next.ID())
+	}
+	viaLeader := workersOf(t, leader, "")
+	ws := workersByID(t, viaLeader, pb.Consistency_CONSISTENCY_LINEARIZABLE)
+	if h := ws["holder"]; h.GetState() != pb.WorkerState_WORKER_STATE_ACTIVE || h.GetSilence() == nil || h.GetLeaseCount() != 1 {
+		t.Fatalf("a holder after the takeover: %v", h)
+	}
+	if i := ws["idle"]; i.GetState() != pb.WorkerState_WORKER_STATE_UNKNOWN || i.GetSilence() != nil {
+		t.Fatalf("an idle worker the new leader has not heard: %v", i)
+	}
+	c.Run(leader.Index, clustertest.Grace+clustertest.Renew)
+	c.WaitFor(10*time.Second, "the holder announced unreachable by the new leader", func() bool {
+		for _, ev := range leader.FSM().Events(0, fsm.MaxPageSize).Events {
+			if ev.Type == fsm.EventWorkerUnreachable && ev.WorkerID == "holder" {
+				return true
+			}
+		}
+		return false
+	})
+	ws = workersByID(t, viaLeader, pb.Consistency_CONSISTENCY_LINEARIZABLE)
+	for _, id := range []string{"holder", "idle"} {
+		if w := ws[id]; w.GetState() != pb.WorkerState_WORKER_STATE_UNREACHABLE {
+			t.Fatalf("%s silent past grace of the new leader's office: %v", id, w.GetState())
+		}
+	}
+	if ws["idle"].GetSilence() != nil || ws["holder"].GetSilence().AsDuration() <= clustertest.Grace {
+		t.Fatalf("silences: idle %v (never heard by this leader), holder %v", ws["idle"].GetSilence(), ws["holder"].GetSilence())
 	}
 }
