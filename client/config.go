@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"strconv"
 	"time"
 
@@ -42,6 +43,12 @@ type Config struct {
 	// 50ms and 2s.
 	RetryBase time.Duration
 	RetryMax  time.Duration
+	// WorkerVersion is the version RegisterWorker says the worker runs,
+	// shown in its record (`leasehold worker list`): printable ASCII
+	// without spaces, at most rules.MaxVersionLen bytes. Default: the
+	// running binary's main module version from its build information
+	// ("(devel)" for a build from a source tree), or none without it.
+	WorkerVersion string
 }
 
 // DefaultEndpoints are the API addresses of the local development cluster.
@@ -74,6 +81,9 @@ func (c Config) withDefaults() (Config, error) {
 	if out.RetryMax == 0 {
 		out.RetryMax = max(DefaultRetryMax, out.RetryBase)
 	}
+	if out.WorkerVersion == "" {
+		out.WorkerVersion = buildVersion()
+	}
 	return out, out.validate()
 }
 
@@ -88,6 +98,9 @@ func (c Config) validate() error {
 			// The value is a secret: name the position, never the token.
 			return fmt.Errorf("%w: Token: byte %d is not printable ASCII", ErrInvalidConfig, i)
 		}
+	}
+	if err := rules.CheckVersion("WorkerVersion", c.WorkerVersion); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	if c.CallTimeout < 0 {
 		return fmt.Errorf("%w: CallTimeout %v is negative", ErrInvalidConfig, c.CallTimeout)
@@ -119,4 +132,14 @@ func checkEndpoint(ep string) error {
 		return fmt.Errorf("port %q is not in 1..65535", port)
 	}
 	return nil
+}
+
+// buildVersion is the running binary's main module version, if its build
+// information has one that is a valid worker version.
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok || rules.CheckVersion("version", bi.Main.Version) != nil {
+		return ""
+	}
+	return bi.Main.Version
 }

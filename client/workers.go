@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,18 +13,46 @@ import (
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
-// RegisterWorker registers a worker, or updates its capacity. The answer
-// carries the cluster's timings, which the worker must heartbeat by.
+// RegisterWorker registers a worker, or updates its capacity and version
+// (Config.WorkerVersion). The answer carries the cluster's timings, which
+// the worker must heartbeat by. A server from before worker versions
+// refuses the field it does not know; the worker is then registered
+// without it.
 func (c *Client) RegisterWorker(ctx context.Context, id string, capacity uint32) (*leaseholdv1.RegisterWorkerResponse, error) {
-	return unary(ctx, c, callOpts{}, &leaseholdv1.RegisterWorkerRequest{WorkerId: id, Capacity: capacity},
-		workerSvc, workersAPI.RegisterWorker)
+	req := &leaseholdv1.RegisterWorkerRequest{WorkerId: id, Capacity: capacity, Version: c.cfg.WorkerVersion}
+	resp, err := unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.RegisterWorker)
+	if req.Version != "" && refusedVersionField(err) {
+		req.Version = ""
+		return unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.RegisterWorker)
+	}
+	return resp, err
 }
 
-// DeregisterWorker removes a worker and releases its live leases, which it
-// returns.
+// refusedVersionField reports whether err is a strict server's refusal of
+// RegisterWorkerRequest.version as an unknown field (by its number in
+// binary, by its name in JSON).
+func refusedVersionField(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Reason == transport.ReasonInvalidArgument && (e.Field == "3" || e.Field == "version") &&
+		strings.Contains(e.Message, "unknown field")
+}
+
+// DeregisterWorker removes a worker and releases its live leases (each job
+// queued again at once, no attempt used), which it returns.
 func (c *Client) DeregisterWorker(ctx context.Context, id string) ([]*leaseholdv1.LeaseRef, error) {
-	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id},
-		workerSvc, workersAPI.DeregisterWorker)
+	return c.deregister(ctx, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id})
+}
+
+// DeregisterLostWorker removes a worker that is gone and settles its live
+// leases as a lost worker's, as their expiry would: a loss counted, then by
+// each job's on_worker_lost policy (run-style: lost; evaluation-style:
+// queued again). It returns the leases ended.
+func (c *Client) DeregisterLostWorker(ctx context.Context, id string) ([]*leaseholdv1.LeaseRef, error) {
+	return c.deregister(ctx, &leaseholdv1.DeregisterWorkerRequest{WorkerId: id, Lost: true})
+}
+
+func (c *Client) deregister(ctx context.Context, req *leaseholdv1.DeregisterWorkerRequest) ([]*leaseholdv1.LeaseRef, error) {
+	resp, err := unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.DeregisterWorker)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +153,21 @@ func (c *Client) Leases(ctx context.Context, workerID string, opts ...ReadOption
 	return resp.GetLeases(), nil
 }
 
-// Workers lists the registered workers.
+// Worker returns one registered worker with its state, silence and leases
+// as the leader knows them (a stale read on a follower: state unknown); a
+// worker that is not registered is ErrNotFound.
+func (c *Client) Worker(ctx context.Context, id string, opts ...ReadOption) (*leaseholdv1.Worker, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.GetWorkerRequest{WorkerId: id, Consistency: consistency(opts)},
+		workerSvc, workersAPI.GetWorker)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetWorker(), nil
+}
+
+// Workers lists the registered workers, each with its state, silence and
+// leases as the leader knows them (a stale read on a follower: state
+// unknown).
 func (c *Client) Workers(ctx context.Context, opts ...ReadOption) ([]*leaseholdv1.Worker, error) {
 	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ListWorkersRequest{Consistency: consistency(opts)},
 		workerSvc, workersAPI.ListWorkers)

@@ -16,13 +16,17 @@ func applyRegisterWorker(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: the worker table is full (%d workers registered); idle workers are removed by the leader",
 			ErrTooLarge, len(s.workers))
 	}
-	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime}
+	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime, Version: c.Version}
 	if old != nil {
 		w.RegisteredAt = old.RegisteredAt
 	}
 	s.workers[w.ID] = w
-	if old == nil || old.Capacity != w.Capacity {
-		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: fmt.Sprintf("capacity %d", w.Capacity)})
+	if old == nil || old.Capacity != w.Capacity || old.Version != w.Version {
+		detail := fmt.Sprintf("capacity %d", w.Capacity)
+		if w.Version != "" {
+			detail += ", version " + w.Version
+		}
+		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: detail})
 	}
 	return *w, nil
 }
@@ -35,11 +39,19 @@ func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 	var res DeregisterResult
 	for _, tok := range sortedTokens(s.workerLeases[c.WorkerID]) {
 		j := s.editJob(s.tokens[tok])
-		s.releaseLease(j, "worker deregistered")
+		if c.Lost {
+			s.expireLease(j, "worker deregistered as lost")
+		} else {
+			s.releaseLease(j, "worker deregistered")
+		}
 		res.Released = append(res.Released, LeaseRef{JobID: j.ID, Token: tok})
 	}
 	delete(s.workers, c.WorkerID)
-	s.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
+	ev := Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID}
+	if c.Lost {
+		ev.Detail = "its leases settled as a lost worker's"
+	}
+	s.emit(ev)
 	return res, nil
 }
 

@@ -525,6 +525,38 @@ func TestDeregisterReleasesLeases(t *testing.T) {
 	m.fail(&DeregisterWorker{WorkerID: "w1"}, ErrUnknownWorker)
 }
 
+// Deregistered as lost, a worker's leases end as an expiry ends them: a
+// loss counted, no attempt, then by each job's policy (a run-style job is
+// lost, an evaluation queued again, a revoked one cancelled).
+func TestDeregisterAsLostSettlesByPolicy(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 3)
+	run := spec("run")
+	run.OnWorkerLost = LostFail
+	m.submit(run)
+	m.submit(spec("eval"))
+	m.submit(spec("revoked"))
+	m.acquire("w1", 3)
+	m.do(&Cancel{JobID: "revoked"})
+	res := m.do(&DeregisterWorker{WorkerID: "w1", Lost: true}).(DeregisterResult)
+	if len(res.Released) != 3 {
+		t.Fatalf("ended %+v", res)
+	}
+	for id, want := range map[string]JobState{"run": JobLost, "eval": JobQueued, "revoked": JobCancelled} {
+		j := m.job(id)
+		if j.State != want || j.Losses != 1 || j.Attempts != 0 || j.Leases[len(j.Leases)-1].State != LeaseExpired {
+			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %s, one loss, no attempt, expired",
+				id, j.State, j.Losses, j.Attempts, j.Leases[len(j.Leases)-1].State, want)
+		}
+	}
+	if j := m.job("run"); j.Reason != ReasonWorkerLost {
+		t.Fatalf("run's reason %q", j.Reason)
+	}
+	if _, err := m.f.Worker("w1"); !errors.Is(err, ErrUnknownWorker) {
+		t.Fatalf("deregistered: %v", err)
+	}
+}
+
 // The leader removes a worker it has not heard from for long with
 // RemoveIdle. One that holds a live lease (an acquire that committed after
 // the leader decided) or is not registered is kept, and never loses a

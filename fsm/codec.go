@@ -12,7 +12,12 @@ import (
 // anything is allocated.
 
 // encoder appends to a byte slice.
-type encoder struct{ b []byte }
+type encoder struct {
+	b []byte
+	// codec is the command codec version being written (commands only):
+	// a field added in a version is written only from it on.
+	codec byte
+}
 
 func (e *encoder) uvarint(v uint64) { e.b = binary.AppendUvarint(e.b, v) }
 func (e *encoder) varint(v int64)   { e.b = binary.AppendVarint(e.b, v) }
@@ -49,6 +54,9 @@ type decoder struct {
 	b   []byte
 	off int
 	err error
+	// codec is the command codec version being read (commands only): a
+	// field added in a version is read only from it on.
+	codec byte
 }
 
 func (d *decoder) fail(format string, args ...any) {

@@ -16,7 +16,9 @@ func sampleCommands() []Command {
 	s.Priority, s.Submitter, s.OnWorkerLost = -7, "exec", LostFail
 	return []Command{
 		&RegisterWorker{WorkerID: "w1", Capacity: 4},
+		&RegisterWorker{WorkerID: "w2", Capacity: 2, Version: "v1.2.3-rc.1+abc"},
 		&DeregisterWorker{WorkerID: "w1"},
+		&DeregisterWorker{WorkerID: "w1", Lost: true},
 		&SubmitJob{Spec: s},
 		&Acquire{WorkerID: "w1", RequestID: "r1", Queues: []string{"a", "b"}, Kinds: []string{"run"}, Max: 3, Start: true},
 		&Start{WorkerID: "w1", JobID: "job-1", Token: 42},
@@ -114,6 +116,71 @@ func TestDecodeRefusals(t *testing.T) {
 	}
 }
 
+// A command is written in the oldest codec version that carries it: a
+// registration without a version byte for byte as version 2 wrote it (so
+// a binary from before version 3 still reads it), one with a version in
+// version 3. Entries of every version decode; the version, not the
+// length, says whether the field is there.
+func TestCodecVersion3OnlyWhenNeeded(t *testing.T) {
+	// Version 2's registration, as it was written before version 3.
+	e := encoder{}
+	e.byte1(codecV2)
+	e.byte1(uint8(CmdRegisterWorker))
+	e.varint(77)
+	e.str("w1")
+	e.uvarint(4)
+	v2 := seal(e.b)
+	plain, err := Encode(77, &RegisterWorker{WorkerID: "w1", Capacity: 4})
+	if err != nil || !bytes.Equal(plain, v2) {
+		t.Fatalf("a registration without a version is not written as version 2 wrote it: %x, want %x (%v)", plain, v2, err)
+	}
+	for name, data := range map[string][]byte{"v1": encodeV1(t, 77, &RegisterWorker{WorkerID: "w1", Capacity: 4}), "v2": v2} {
+		env, err := Decode(data)
+		if err != nil || !reflect.DeepEqual(env.Command, &RegisterWorker{WorkerID: "w1", Capacity: 4}) {
+			t.Fatalf("%s registration: %+v %v", name, env.Command, err)
+		}
+	}
+
+	with := &RegisterWorker{WorkerID: "w1", Capacity: 4, Version: "v2.0.0"}
+	v3, err := Encode(77, with)
+	if err != nil || v3[0] != codecV3 {
+		t.Fatalf("a registration with a version: %x %v, want codec version 3", v3, err)
+	}
+	if env, err := Decode(v3); err != nil || !reflect.DeepEqual(env.Command, with) {
+		t.Fatalf("version 3 registration: %+v %v", env.Command, err)
+	}
+	if err := VerifyChecksum(append(bytes.Clone(v3[:len(v3)-1]), v3[len(v3)-1]^1)); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a version 3 entry's checksum is not checked: %v", err)
+	}
+	// A deregistration as lost is version 3; a plain one is version 2's.
+	if lost, err := Encode(77, &DeregisterWorker{WorkerID: "w1", Lost: true}); err != nil || lost[0] != codecV3 {
+		t.Fatalf("a deregistration as lost: %x %v, want codec version 3", lost, err)
+	}
+	if plain, err := Encode(77, &DeregisterWorker{WorkerID: "w1"}); err != nil || plain[0] != codecV2 {
+		t.Fatalf("a plain deregistration: %x %v, want codec version 2", plain, err)
+	}
+	// The same body labelled version 2 has a field version 2 does not
+	// know: trailing bytes.
+	relabelled := seal(append([]byte{codecV2}, v3[1:len(v3)-checksumLen]...))
+	if _, err := Decode(relabelled); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a version 3 body read as version 2: %v", err)
+	}
+	// A version that is not printable ASCII, or too long, is refused.
+	for _, bad := range []string{"v 1", strings.Repeat("v", MaxVersionLen+1)} {
+		if _, err := Encode(77, &RegisterWorker{WorkerID: "w1", Capacity: 4, Version: bad}); !errors.Is(err, ErrInvalidArgument) && !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("version %q: %v", bad, err)
+		}
+		e := encoder{codec: codecV3}
+		e.byte1(codecV3)
+		e.byte1(uint8(CmdRegisterWorker))
+		e.varint(77)
+		(&RegisterWorker{WorkerID: "w1", Capacity: 4, Version: bad}).encode(&e)
+		if _, err := Decode(seal(e.b)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("an entry with version %q: %v", bad, err)
+		}
+	}
+}
+
 // encodeV1 encodes a command as version 1 did: no checksum. Logs written
 // before version 2 hold entries like these.
 func encodeV1(t testing.TB, time int64, c Command) []byte {
@@ -134,15 +201,16 @@ func seal(body []byte) []byte {
 	return binary.LittleEndian.AppendUint32(bytes.Clone(body), crc32.Checksum(body, castagnoli))
 }
 
-// Every bit of a version 2 entry is covered: any one flipped, anywhere, and
-// the entry is refused as corrupt, never decoded into another command.
+// Every bit of a version 2 or 3 entry is covered: any one flipped,
+// anywhere, and the entry is refused as corrupt, never decoded into another
+// command.
 func TestChecksumRefusesEveryFlippedBit(t *testing.T) {
 	for _, c := range sampleCommands() {
 		data, err := Encode(7, c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if data[0] != codecV2 {
+		if data[0] != codecOf(c) {
 			t.Fatalf("%T encoded as version %d", c, data[0])
 		}
 		if err := VerifyChecksum(data); err != nil {
@@ -168,6 +236,9 @@ func TestChecksumRefusesEveryFlippedBit(t *testing.T) {
 // same commands.
 func TestVersion1EntriesStillDecode(t *testing.T) {
 	for _, c := range sampleCommands() {
+		if codecOf(c) > codecV2 {
+			continue // a field version 1 had no room for
+		}
 		old := encodeV1(t, -42, c)
 		if err := VerifyChecksum(old); err != nil {
 			t.Fatalf("%T: %v", c, err)

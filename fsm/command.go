@@ -42,15 +42,25 @@ type Command interface {
 	decode(d *decoder)
 }
 
-// RegisterWorker registers a worker or updates its capacity.
+// RegisterWorker registers a worker or updates its capacity and version.
 type RegisterWorker struct {
 	WorkerID string
 	Capacity uint32
+	// Version is the worker's own (its binary's), optional. Only codec
+	// version 3 carries it: an entry with one is written in version 3,
+	// one without in version 2, as before.
+	Version string
 }
 
-// DeregisterWorker removes a worker; its live leases are released.
+// DeregisterWorker removes a worker. Its live leases are released (each
+// job queued again, no attempt or loss counted), or with Lost ended as a
+// lost worker's are: as an Expire ends them (a loss counted, then by the
+// job's on_worker_lost policy: run-style jobs end lost, the others are
+// queued again), so a deregistered worker's run-style job never runs
+// twice. Only codec version 3 carries Lost.
 type DeregisterWorker struct {
 	WorkerID string
+	Lost     bool
 }
 
 // RemoveIdle deregisters workers the leader has not heard from for a long
@@ -219,7 +229,7 @@ func (c *RegisterWorker) Validate() error {
 	if c.Capacity > MaxCapacity {
 		return invalid("capacity", "%d exceeds %d", c.Capacity, MaxCapacity)
 	}
-	return nil
+	return checkVersion("version", c.Version)
 }
 
 func (c *DeregisterWorker) Validate() error { return checkID("worker_id", c.WorkerID) }
@@ -429,11 +439,51 @@ func (c *RecordEvents) Validate() error {
 
 // --- encoding: fields in declaration order ---
 
-func (c *RegisterWorker) encode(e *encoder) { e.str(c.WorkerID); e.uvarint(uint64(c.Capacity)) }
-func (c *RegisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen); c.Capacity = d.u32() }
+func (c *RegisterWorker) encode(e *encoder) {
+	e.str(c.WorkerID)
+	e.uvarint(uint64(c.Capacity))
+	if e.codec >= codecV3 {
+		e.str(c.Version)
+	}
+}
 
-func (c *DeregisterWorker) encode(e *encoder) { e.str(c.WorkerID) }
-func (c *DeregisterWorker) decode(d *decoder) { c.WorkerID = d.str(MaxIDLen) }
+func (c *RegisterWorker) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	c.Capacity = d.u32()
+	if d.codec >= codecV3 {
+		c.Version = d.str(MaxVersionLen)
+	}
+}
+
+// codecVersion is the oldest codec version that carries the command
+// whole, the one Encode writes it in: a worker's version needs 3.
+func (c *RegisterWorker) codecVersion() byte {
+	if c.Version != "" {
+		return codecV3
+	}
+	return codecV2
+}
+
+func (c *DeregisterWorker) encode(e *encoder) {
+	e.str(c.WorkerID)
+	if e.codec >= codecV3 {
+		e.bool(c.Lost)
+	}
+}
+
+func (c *DeregisterWorker) decode(d *decoder) {
+	c.WorkerID = d.str(MaxIDLen)
+	if d.codec >= codecV3 {
+		c.Lost = d.bool()
+	}
+}
+
+func (c *DeregisterWorker) codecVersion() byte {
+	if c.Lost {
+		return codecV3
+	}
+	return codecV2
+}
 
 func (c *RemoveIdle) encode(e *encoder) { e.strs(c.WorkerIDs); e.str(c.Reason) }
 func (c *RemoveIdle) decode(d *decoder) {
@@ -630,12 +680,30 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // ends with a CRC-32C (Castagnoli) of every byte before it, so an entry
 // damaged on disk, in memory or on the way is refused as corrupt rather
 // than applied. Version 1, the logs written before, has no checksum and
-// still decodes. Encode writes version 2.
+// still decodes. Version 3 is version 2 with fields added at the end of
+// some commands (RegisterWorker's Version, DeregisterWorker's Lost). Encode writes each command in
+// the oldest version that carries it whole (versioned), so a command
+// without a new field is written byte for byte as before, and a binary
+// from before version 3 stops only at an entry that needs it.
 const (
 	codecV1     = 1
 	codecV2     = 2
+	codecV3     = 3
 	checksumLen = 4
 )
+
+// versioned is a command that may need a codec version above 2.
+type versioned interface {
+	codecVersion() byte
+}
+
+// codecOf is the version Encode writes c in.
+func codecOf(c Command) byte {
+	if v, ok := c.(versioned); ok {
+		return v.codecVersion()
+	}
+	return codecV2
+}
 
 // commandFactories builds an empty command of each type. Registration
 // panics on a duplicate so two types can never share a number.
@@ -685,15 +753,15 @@ func Encode(time int64, c Command) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	e := encoder{b: make([]byte, 0, 64)}
-	e.byte1(codecV2)
+	e := encoder{b: make([]byte, 0, 64), codec: codecOf(c)}
+	e.byte1(e.codec)
 	e.byte1(uint8(c.Type()))
 	e.varint(time)
 	c.encode(&e)
 	return binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli)), nil
 }
 
-// VerifyChecksum checks a version 2 entry's checksum without decoding the
+// VerifyChecksum checks a version 2 or 3 entry's checksum without decoding the
 // command, so a log store can check every entry it reads from disk for the
 // price of a CRC. Entries of other versions pass: version 1 has none, and
 // Decode refuses versions it does not know.
@@ -704,7 +772,7 @@ func VerifyChecksum(b []byte) error {
 
 // checkedBody returns the entry without its checksum, after checking it.
 func checkedBody(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] != codecV2 {
+	if len(b) == 0 || b[0] != codecV2 && b[0] != codecV3 {
 		return b, nil
 	}
 	n := len(b) - checksumLen
@@ -727,8 +795,8 @@ func Decode(b []byte) (Envelope, error) {
 		return Envelope{}, err
 	}
 	d := decoder{b: body}
-	if v := d.byte1(); d.err == nil && v != codecV1 && v != codecV2 {
-		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, v)
+	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > codecV3) {
+		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)
 	}
 	t := CommandType(d.byte1())
 	if d.err != nil {

@@ -17,6 +17,7 @@ const (
 	MaxPayloadLen   = rules.MaxPayloadLen   // job payload bytes
 	MaxRefLen       = rules.MaxRefLen       // a report's output ref
 	MaxMessageLen   = rules.MaxMessageLen   // messages and reasons
+	MaxVersionLen   = rules.MaxVersionLen   // the version a worker registers with
 	MaxAddrLen      = rules.MaxAddrLen      // a node's host:port
 	MaxSelectors    = rules.MaxSelectors    // queues or kinds in one acquire
 	MaxAcquireBatch = rules.MaxAcquireBatch // leases granted by one acquire
@@ -56,6 +57,7 @@ const (
 func checkID(field, s string) error         { return fieldError(rules.CheckID(field, s)) }
 func checkOptionalID(field, s string) error { return fieldError(rules.CheckOptionalID(field, s)) }
 func checkName(field, s string) error       { return fieldError(rules.CheckName(field, s)) }
+func checkVersion(field, s string) error    { return fieldError(rules.CheckVersion(field, s)) }
 func checkNames(field string, names []string) error {
 	return fieldError(rules.CheckNames(field, names))
 }

@@ -259,12 +259,14 @@ func (m *refModel) register(c *RegisterWorker) (any, error) {
 	if old != nil && int(c.Capacity) < len(m.heldBy(c.WorkerID)) {
 		return nil, ErrConflict
 	}
-	w := &Worker{ID: c.WorkerID, Capacity: c.Capacity, RegisteredAt: m.now, UpdatedAt: m.now}
+	w := &Worker{ID: c.WorkerID, Capacity: c.Capacity, RegisteredAt: m.now, UpdatedAt: m.now, Version: c.Version}
 	if old != nil {
 		w.RegisteredAt = old.RegisteredAt
 	}
 	m.workers[c.WorkerID] = w
-	if old == nil || old.Capacity != c.Capacity {
+	// A new capacity or version is announced; the same registration again
+	// is not.
+	if old == nil || old.Capacity != c.Capacity || old.Version != c.Version {
 		m.emit(Event{Type: EventWorkerRegistered, WorkerID: c.WorkerID})
 	}
 	return *w, nil
@@ -276,9 +278,14 @@ func (m *refModel) deregister(c *DeregisterWorker) (any, error) {
 	}
 	var res DeregisterResult
 	for _, j := range m.heldBy(c.WorkerID) {
-		tok := m.live(j).Token
-		m.release(j)
-		res.Released = append(res.Released, LeaseRef{JobID: j.ID, Token: tok})
+		ref := LeaseRef{JobID: j.ID, Token: m.live(j).Token}
+		if c.Lost {
+			// As a lost worker's: exactly what an expiry does.
+			m.expire(&Expire{Leases: []LeaseRef{ref}})
+		} else {
+			m.release(j)
+		}
+		res.Released = append(res.Released, ref)
 	}
 	delete(m.workers, c.WorkerID)
 	m.emit(Event{Type: EventWorkerDeregistered, WorkerID: c.WorkerID})
@@ -1153,6 +1160,9 @@ func (g *modelGen) invalid() Command {
 	case 0:
 		return &Acquire{WorkerID: "w1", RequestID: "bad", Queues: []string{"q1"}, Max: 0}
 	case 1:
+		if g.pct(50) {
+			return &RegisterWorker{WorkerID: g.worker(), Capacity: 1, Version: "v 1"}
+		}
 		return &RegisterWorker{WorkerID: g.worker(), Capacity: 0}
 	case 2:
 		return &Report{WorkerID: "w1", JobID: "j1", Token: 1, ReportID: "bad", Outcome: OutcomeSucceeded, Retryable: true}
@@ -1174,13 +1184,15 @@ func (g *modelGen) next() (Command, bool) {
 	switch a {
 	case actRegister:
 		capacity := 1 + uint32(g.rng.IntN(4))
-		return &RegisterWorker{WorkerID: g.worker(), Capacity: capacity}, false
+		// Workers say their version, or (older clients) nothing.
+		version := []string{"", "v1.0.0", "v1.1.0"}[g.rng.IntN(3)]
+		return &RegisterWorker{WorkerID: g.worker(), Capacity: capacity, Version: version}, false
 	case actDeregister:
 		w := g.worker()
 		if ids := g.m.workerIDs(); len(ids) > 0 && g.pct(85) {
 			w = pick(g, ids)
 		}
-		return &DeregisterWorker{WorkerID: w}, false
+		return &DeregisterWorker{WorkerID: w, Lost: g.pct(50)}, false
 	case actSubmit:
 		return g.submit(), false
 	case actAcquire:

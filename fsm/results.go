@@ -30,7 +30,8 @@ type SubmitResult struct {
 	Created bool
 }
 
-// DeregisterResult lists the leases the deregistration released.
+// DeregisterResult lists the leases the deregistration ended (released,
+// or with Lost expired).
 type DeregisterResult struct {
 	Released []LeaseRef
 }

@@ -82,7 +82,8 @@ func (s *state) countBytes() int64 {
 }
 
 // sizeBytes is the state's size with its workers (each counted at its
-// overhead and the longest id, so the sum costs nothing to keep).
+// overhead and the longest id and version, so the sum costs nothing to
+// keep).
 func (s *state) sizeBytes() int64 {
-	return s.bytes + int64(len(s.workers))*(workerOverhead+MaxIDLen)
+	return s.bytes + int64(len(s.workers))*(workerOverhead+MaxIDLen+MaxVersionLen)
 }

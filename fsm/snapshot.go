@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 2:
+// Snapshot stream format, version 3:
 //
-//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 or \x02)
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01, \x02 or \x03)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
@@ -24,11 +24,11 @@ import (
 // the same state write the same bytes, and Hash is a hash of them.
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
-// event. Every version ever written stays readable; the writer writes the
-// newest.
+// event; 3 adds the worker's version at the end of each worker. Every
+// version ever written stays readable; the writer writes the newest.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT"
-	snapVersion   = 2
+	snapVersion   = 3
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
@@ -142,7 +142,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
 	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range s.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w) })
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
 	}
 	eachJob(s.shards, func(j *Job) bool {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
@@ -310,7 +310,7 @@ func readState(r io.Reader) (*state, error) {
 		switch tag {
 		case tagWorker:
 			w := new(Worker)
-			if err := decodeRecord(body, func(d *decoder) { decodeWorker(d, w) }); err != nil {
+			if err := decodeRecord(body, func(d *decoder) { decodeWorker(d, w, sr.version) }); err != nil {
 				return nil, err
 			}
 			if s.workers[w.ID] != nil {
@@ -438,21 +438,27 @@ func decodeHeader(d *decoder, h *snapHeader) {
 	}
 }
 
-func encodeWorker(e *encoder, w *Worker) {
+func encodeWorker(e *encoder, w *Worker, version byte) {
 	e.str(w.ID)
 	e.uvarint(uint64(w.Capacity))
 	e.varint(w.RegisteredAt)
 	e.varint(w.UpdatedAt)
+	if version >= 3 {
+		e.str(w.Version)
+	}
 }
 
-func decodeWorker(d *decoder, w *Worker) {
+func decodeWorker(d *decoder, w *Worker, version byte) {
 	w.ID = d.str(MaxIDLen)
 	w.Capacity = d.u32()
 	w.RegisteredAt = d.varint()
 	w.UpdatedAt = d.varint()
+	if version >= 3 {
+		w.Version = d.str(MaxVersionLen)
+	}
 	if d.err == nil {
-		if err := checkID("worker.id", w.ID); err != nil || w.Capacity == 0 {
-			d.fail("worker %q: bad id or zero capacity", w.ID)
+		if err := checkID("worker.id", w.ID); err != nil || w.Capacity == 0 || checkVersion("worker.version", w.Version) != nil {
+			d.fail("worker %q: bad id or version, or zero capacity", w.ID)
 		}
 	}
 }

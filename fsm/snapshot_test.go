@@ -86,22 +86,19 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 }
 
-// A snapshot written by version 1 (no audit fields) still restores, and its
-// events read back with empty audit fields.
-func TestSnapshotVersion1StillReads(t *testing.T) {
-	m := busyMachine(t)
-	snap := m.f.Snapshot()
-	var v1 bytes.Buffer
-	sw := newSnapWriter(&v1, 1)
+// writeOldSnapshot writes snap as version wrote it, and in the newest
+// version.
+func writeOldSnapshot(t *testing.T, snap *Snapshot, version byte) (old, newest bytes.Buffer) {
+	t.Helper()
+	sw := newSnapWriter(&old, version)
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &snap.hdr) })
-	var full bytes.Buffer
-	snap.WriteTo(&full) // sorts the workers and nodes the same way
+	snap.WriteTo(&newest) // sorts the workers and nodes the same way
 	for _, w := range snap.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w) })
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, version) })
 	}
 	eachJob(snap.shards, func(j *Job) bool { sw.record(tagJob, func(e *encoder) { encodeJob(e, j) }); return true })
 	for i := range snap.events.len() {
-		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, snap.events.at(i), 1) })
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, snap.events.at(i), version) })
 	}
 	for _, n := range snap.nodes {
 		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
@@ -109,6 +106,54 @@ func TestSnapshotVersion1StillReads(t *testing.T) {
 	if err := sw.finish(); err != nil {
 		t.Fatal(err)
 	}
+	return old, newest
+}
+
+// A snapshot written by version 2 (no worker versions) still restores, its
+// workers read back without a version, and a backup of it is restored as
+// a version 3 copy; the newest version keeps the workers' versions.
+func TestSnapshotVersion2StillReads(t *testing.T) {
+	m := busyMachine(t)
+	m.do(&RegisterWorker{WorkerID: "w3", Capacity: 1, Version: "v1.4.0"})
+	v2, full := writeOldSnapshot(t, m.f.Snapshot(), 2)
+	g := New()
+	if err := g.Restore(bytes.NewReader(v2.Bytes())); err != nil {
+		t.Fatalf("version 2 snapshot refused: %v", err)
+	}
+	w3, err := g.Worker("w3")
+	if err != nil || w3.Version != "" || w3.Capacity != 1 {
+		t.Fatalf("w3 from a version 2 snapshot: %+v %v", w3, err)
+	}
+	if got, want := len(g.Workers()), len(m.f.Workers()); got != want {
+		t.Fatalf("%d workers, want %d", got, want)
+	}
+	var prepared bytes.Buffer
+	if _, err := PrepareRestore(&prepared, bytes.NewReader(v2.Bytes()), RestorePlan{Index: g.LastIndex(), Floor: 1 << 40, Latest: m.now}); err != nil {
+		t.Fatal(err)
+	}
+	if prepared.Bytes()[len(snapMagic)] != snapVersion || snapVersion != 3 {
+		t.Fatal("a prepared restore is not written in version 3")
+	}
+	if err := New().Restore(&prepared); err != nil {
+		t.Fatalf("prepared version 2 snapshot refused: %v", err)
+	}
+	h := New()
+	if err := h.Restore(bytes.NewReader(full.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if w3, err := h.Worker("w3"); err != nil || w3.Version != "v1.4.0" {
+		t.Fatalf("w3 after a round trip in the newest version: %+v %v", w3, err)
+	}
+	if h.Hash() != m.f.Hash() {
+		t.Fatal("a round trip in the newest version changed the state's hash")
+	}
+}
+
+// A snapshot written by version 1 (no audit fields) still restores, and its
+// events read back with empty audit fields.
+func TestSnapshotVersion1StillReads(t *testing.T) {
+	m := busyMachine(t)
+	v1, full := writeOldSnapshot(t, m.f.Snapshot(), 1)
 	g := New()
 	if err := g.Restore(bytes.NewReader(v1.Bytes())); err != nil {
 		t.Fatalf("version 1 snapshot refused: %v", err)

@@ -245,6 +245,9 @@ type Worker struct {
 	Capacity     uint32 // live leases it may hold at once
 	RegisteredAt int64
 	UpdatedAt    int64
+	// Version is what the worker said it runs at its last registration
+	// (its binary's version); empty when it did not say.
+	Version string
 }
 
 // Node is a member of the cluster as the state machine knows it: where its

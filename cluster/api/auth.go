@@ -135,7 +135,7 @@ var (
 var roleAccess = map[Role][]string{
 	RoleSubmitter: {
 		"leasehold.v1.JobService", "leasehold.v1.EventService",
-		"/leasehold.v1.WorkerService/ListWorkers", "/leasehold.v1.ClusterService/Status", "/leasehold.v1.ClusterService/Members",
+		"/leasehold.v1.WorkerService/ListWorkers", "/leasehold.v1.WorkerService/GetWorker", "/leasehold.v1.ClusterService/Status", "/leasehold.v1.ClusterService/Members",
 	},
 	RoleWorker: {
 		"leasehold.v1.WorkerService", "leasehold.v1.EventService",

@@ -39,11 +39,11 @@ func cancelSubmitterOf(r *pb.CancelSubmitterJobsRequest) (*fsm.CancelSubmitter, 
 }
 
 func registerOf(r *pb.RegisterWorkerRequest) (*fsm.RegisterWorker, error) {
-	return &fsm.RegisterWorker{WorkerID: r.GetWorkerId(), Capacity: r.GetCapacity()}, nil
+	return &fsm.RegisterWorker{WorkerID: r.GetWorkerId(), Capacity: r.GetCapacity(), Version: r.GetVersion()}, nil
 }
 
 func deregisterOf(r *pb.DeregisterWorkerRequest) (*fsm.DeregisterWorker, error) {
-	return &fsm.DeregisterWorker{WorkerID: r.GetWorkerId()}, nil
+	return &fsm.DeregisterWorker{WorkerID: r.GetWorkerId(), Lost: r.GetLost()}, nil
 }
 
 func acquireOf(r *pb.AcquireRequest) (*fsm.Acquire, error) {

@@ -6,6 +6,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
@@ -97,7 +98,23 @@ func jobToProto(j *fsm.Job) *pb.Job {
 }
 
 func workerToProto(w *fsm.Worker) *pb.Worker {
-	return &pb.Worker{Id: w.ID, Capacity: w.Capacity, RegisteredAt: ts(w.RegisteredAt), UpdatedAt: ts(w.UpdatedAt)}
+	return &pb.Worker{Id: w.ID, Capacity: w.Capacity, RegisteredAt: ts(w.RegisteredAt), UpdatedAt: ts(w.UpdatedAt), Version: w.Version}
+}
+
+// presenceToProto sets what the leader knows of a worker's presence.
+func presenceToProto(out *pb.Worker, p cluster.Presence) {
+	switch p.State {
+	case cluster.ReachActive:
+		out.State = pb.WorkerState_WORKER_STATE_ACTIVE
+	case cluster.ReachUnreachable:
+		out.State = pb.WorkerState_WORKER_STATE_UNREACHABLE
+	default:
+		out.State = pb.WorkerState_WORKER_STATE_UNKNOWN
+	}
+	if p.Heard {
+		out.Silence = durationpb.New(p.Silence)
+		out.LastHeard = timestamppb.New(p.LastHeard)
+	}
 }
 
 func eventToProto(e *fsm.Event) *pb.Event {

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"connectrpc.com/connect"
 
@@ -154,10 +155,61 @@ func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.L
 
 func (w workerService) ListWorkers(ctx context.Context, req *connect.Request[pb.ListWorkersRequest]) (*connect.Response[pb.ListWorkersResponse], error) {
 	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.ListWorkers, func(_ context.Context, f *fsm.FSM) (*pb.ListWorkersResponse, error) {
-		out := &pb.ListWorkersResponse{}
-		for _, wk := range f.Workers() {
-			out.Workers = append(out.Workers, workerToProto(&wk))
+		live := f.LiveLeases()
+		total := 0
+		for _, refs := range live {
+			total += len(refs)
 		}
-		return out, nil
+		return &pb.ListWorkersResponse{Workers: w.workersOf(f.Workers(), live, total <= maxListedLeases)}, nil
 	})
+}
+
+func (w workerService) GetWorker(ctx context.Context, req *connect.Request[pb.GetWorkerRequest]) (*connect.Response[pb.GetWorkerResponse], error) {
+	if err := rules.CheckID("worker_id", req.Msg.GetWorkerId()); err != nil {
+		return nil, toWire(err)
+	}
+	return readCall(w.s, ctx, req, req.Msg.GetConsistency(), workersOf, workersAPI.GetWorker, func(_ context.Context, f *fsm.FSM) (*pb.GetWorkerResponse, error) {
+		wk, err := f.Worker(req.Msg.GetWorkerId())
+		if err != nil {
+			// Not registered is not found here: nothing is being done
+			// in its name.
+			return nil, fmt.Errorf("%w: worker %s is not registered", fsm.ErrNotFound, req.Msg.GetWorkerId())
+		}
+		var refs []fsm.LeaseRef
+		for _, l := range f.WorkerLeases(wk.ID) {
+			refs = append(refs, fsm.LeaseRef{JobID: l.JobID, Token: l.Token})
+		}
+		return &pb.GetWorkerResponse{Worker: w.workersOf([]fsm.Worker{wk}, map[string][]fsm.LeaseRef{wk.ID: refs}, true)[0]}, nil
+	})
+}
+
+// maxListedLeases bounds the lease refs one ListWorkers answer carries:
+// past it (a cluster holding more live leases) the list has counts only,
+// and GetWorker names one worker's.
+var maxListedLeases = 10_000 // a variable so tests can lower it
+
+// workersOf is the API's record of each worker: the state's (capacity,
+// registration, version, live leases: the refs when withRefs) and, on the
+// established leader, its expiry table's (state, silence). Anywhere else
+// the state is unknown: the table is leader-local, and a stale read on a
+// follower has none.
+func (w workerService) workersOf(wks []fsm.Worker, live map[string][]fsm.LeaseRef, withRefs bool) []*pb.Worker {
+	ids := make([]string, len(wks))
+	for i := range wks {
+		ids[i] = wks[i].ID
+	}
+	presence, err := w.s.node.Presence(ids)
+	if err != nil {
+		presence = make([]cluster.Presence, len(wks)) // unknown
+	}
+	out := make([]*pb.Worker, len(wks))
+	for i := range wks {
+		out[i] = workerToProto(&wks[i])
+		presenceToProto(out[i], presence[i])
+		out[i].LeaseCount = uint32(len(live[wks[i].ID]))
+		if withRefs {
+			out[i].Leases = refsToProto(live[wks[i].ID])
+		}
+	}
+	return out
 }

@@ -14,6 +14,7 @@ func TestInterspersedFlags(t *testing.T) {
 		{[]string{"lh", "job", "get", "--stale", "J"}, []string{"lh", "job", "get", "--stale", "J"}},
 		{[]string{"lh", "job", "list", "--stale", "-o", "json"}, []string{"lh", "job", "list", "--stale", "-o", "json"}},
 		{[]string{"lh", "worker", "run", "--id", "w", "--", "sh", "-c", "x -o y"}, []string{"lh", "worker", "run", "--id", "w", "--", "sh", "-c", "x -o y"}},
+		{[]string{"lh", "worker", "deregister", "W", "--force"}, []string{"lh", "worker", "deregister", "--force", "W"}},
 		{[]string{"lh", "version"}, []string{"lh", "version"}},
 	} {
 		if got := interspersed(app, tc.in); !slices.Equal(got, tc.want) {

@@ -236,34 +236,11 @@ func readAll(r io.Reader) ([]byte, error) {
 func workerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "worker",
-		Usage: "list workers, or run shell commands as a worker",
+		Usage: "see and deregister workers, or run shell commands as a worker",
 		Subcommands: []*cli.Command{
-			{
-				Name: "list", Usage: "list registered workers", Flags: []cli.Flag{staleFlag},
-				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
-					ws, err := cl.Workers(ctx, readOpts(c)...)
-					if err != nil {
-						return err
-					}
-					type view struct {
-						ID         string `json:"id"`
-						Capacity   uint32 `json:"capacity"`
-						Registered string `json:"registered_at"`
-					}
-					views := make([]view, len(ws))
-					for i, w := range ws {
-						views[i] = view{w.GetId(), w.GetCapacity(), timeOf(w.GetRegisteredAt())}
-					}
-					return output(c, views, func() {
-						w := newTable()
-						fmt.Fprintln(w, "ID\tCAPACITY\tREGISTERED")
-						for _, v := range views {
-							fmt.Fprintf(w, "%s\t%d\t%s\n", v.ID, v.Capacity, v.Registered)
-						}
-						w.Flush()
-					})
-				}),
-			},
+			workerListCommand(),
+			workerGetCommand(),
+			workerDeregisterCommand(),
 			workerRunCommand(),
 		},
 	}

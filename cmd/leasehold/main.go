@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Set at build time: go build -ldflags "-X main.version=... -X main.commit=...".
@@ -136,6 +137,10 @@ func newClient(c *cli.Context) (*client.Client, error) {
 		return nil, fmt.Errorf("--output %q: table or json", o)
 	}
 	cfg := client.Config{Endpoints: splitList(lookup(c, "endpoints").StringSlice("endpoints")), Token: flagString(c, "token")}
+	if rules.CheckVersion("version", version) == nil {
+		// What `worker run` registers with: this binary's version.
+		cfg.WorkerVersion = version
+	}
 	if ca := flagString(c, "ca-file"); ca != "" {
 		pem, err := os.ReadFile(ca)
 		if err != nil {

@@ -15,6 +15,7 @@ const (
 	MaxPayloadLen   = 256 << 10 // job payload bytes
 	MaxRefLen       = 1024      // a report's output ref
 	MaxMessageLen   = 4096      // messages and reasons
+	MaxVersionLen   = 64        // the version a worker registers with
 	MaxAddrLen      = 256       // a host:port
 	MaxSelectors    = 32        // queues or kinds in one acquire
 	MaxAcquireBatch = 256       // leases granted by one acquire
@@ -44,6 +45,19 @@ func CheckOptionalID(field, s string) error {
 		return nil
 	}
 	return CheckID(field, s)
+}
+
+// CheckVersion checks the version a worker registers with: empty (it did
+// not say), or up to MaxVersionLen printable ASCII bytes, no spaces (it is
+// shown in a table column).
+func CheckVersion(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > MaxVersionLen {
+		return TooLong(field, len(s), MaxVersionLen)
+	}
+	return checkPrintable(field, s)
 }
 
 // CheckName checks a queue or kind name: 1..MaxNameLen bytes of

@@ -42,15 +42,16 @@ type cluster struct {
 }
 
 // startCluster starts n servers (1 or 3) with fast timings and waits until
-// they agree on a ready leader.
-func startCluster(t testing.TB, n int) *cluster {
+// they agree on a ready leader. Extra server flags come last, so they
+// override the timings.
+func startCluster(t testing.TB, n int, extra ...string) *cluster {
 	t.Helper()
-	return startClusterWith(t, n, "", "")
+	return startClusterWith(t, n, "", "", extra...)
 }
 
 // startClusterWith is startCluster with more TOML in every node's config
 // file, and the CLI's bearer token.
-func startClusterWith(t testing.TB, n int, toml, token string) *cluster {
+func startClusterWith(t testing.TB, n int, toml, token string, extra ...string) *cluster {
 	t.Helper()
 	c := &cluster{stateHome: t.TempDir(), token: token}
 	var joins []string
@@ -70,6 +71,7 @@ func startClusterWith(t testing.TB, n int, toml, token string) *cluster {
 		if n > 1 {
 			args = append(args, "--join", strings.Join(joins, ","))
 		}
+		args = append(args, extra...)
 		nd.proc = startProc(t, nd.id, 0, baseEnv(), args...)
 	}
 	c.waitReady(t)

@@ -346,6 +346,68 @@ func (Consistency) EnumDescriptor() ([]byte, []int) {
 	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
+// Whether the leader hears from a worker. Only the leader knows: its
+// record of when it last heard each worker is in its memory, never
+// replicated, and starts afresh when a new leader takes office.
+// Deregistered and removed workers are not kept, so a worker is never
+// shown as gone: it is no longer listed (its worker.deregistered event
+// stays in the event log).
+type WorkerState int32
+
+const (
+	// The answer came from a stale read on a node that is not the leader,
+	// or the leader has not heard the worker since it took office (less
+	// than grace ago) and does not time it.
+	WorkerState_WORKER_STATE_UNKNOWN WorkerState = 0
+	WorkerState_WORKER_STATE_ACTIVE  WorkerState = 1 // heard within grace
+	// Silent past grace: the leader announced it (worker.unreachable) and it
+	// gets no new lease; its leases expire at toleration. Also a worker
+	// holding no lease that the leader has not heard in more than grace
+	// since it took office.
+	WorkerState_WORKER_STATE_UNREACHABLE WorkerState = 2
+)
+
+// Enum value maps for WorkerState.
+var (
+	WorkerState_name = map[int32]string{
+		0: "WORKER_STATE_UNKNOWN",
+		1: "WORKER_STATE_ACTIVE",
+		2: "WORKER_STATE_UNREACHABLE",
+	}
+	WorkerState_value = map[string]int32{
+		"WORKER_STATE_UNKNOWN":     0,
+		"WORKER_STATE_ACTIVE":      1,
+		"WORKER_STATE_UNREACHABLE": 2,
+	}
+)
+
+func (x WorkerState) Enum() *WorkerState {
+	p := new(WorkerState)
+	*p = x
+	return p
+}
+
+func (x WorkerState) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (WorkerState) Descriptor() protoreflect.EnumDescriptor {
+	return file_leasehold_v1_types_proto_enumTypes[6].Descriptor()
+}
+
+func (WorkerState) Type() protoreflect.EnumType {
+	return &file_leasehold_v1_types_proto_enumTypes[6]
+}
+
+func (x WorkerState) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use WorkerState.Descriptor instead.
+func (WorkerState) EnumDescriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
+}
+
 type JobSpec struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
 	Id              string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -787,11 +849,27 @@ func (x *LeaseRef) GetToken() uint64 {
 }
 
 type Worker struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Capacity      uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
-	RegisteredAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Capacity     uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"` // live leases it may hold at once
+	RegisteredAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=registered_at,json=registeredAt,proto3" json:"registered_at,omitempty"`
+	UpdatedAt    *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"` // its last registration
+	State        WorkerState            `protobuf:"varint,5,opt,name=state,proto3,enum=leasehold.v1.WorkerState" json:"state,omitempty"`
+	// How long the leader has not heard the worker, measured on the
+	// leader's clock as of the answer; unset when unknown (state unknown,
+	// or never heard by this leader). A lease holder counts as heard at
+	// the leader's takeover.
+	Silence *durationpb.Duration `protobuf:"bytes,6,opt,name=silence,proto3" json:"silence,omitempty"`
+	// When the leader last heard the worker, on the leader's wall clock
+	// (its wall clock now, less silence); unset with silence.
+	LastHeard  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_heard,json=lastHeard,proto3" json:"last_heard,omitempty"`
+	LeaseCount uint32                 `protobuf:"varint,8,opt,name=lease_count,json=leaseCount,proto3" json:"lease_count,omitempty"` // live leases it holds
+	// Those leases, by token. ListWorkers names them only while the
+	// cluster holds at most 10,000 live leases (lease_count is always
+	// set); GetWorker always does.
+	Leases []*LeaseRef `protobuf:"bytes,9,rep,name=leases,proto3" json:"leases,omitempty"`
+	// The version it said at its last registration; empty if it did not.
+	Version       string `protobuf:"bytes,10,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -852,6 +930,48 @@ func (x *Worker) GetUpdatedAt() *timestamppb.Timestamp {
 		return x.UpdatedAt
 	}
 	return nil
+}
+
+func (x *Worker) GetState() WorkerState {
+	if x != nil {
+		return x.State
+	}
+	return WorkerState_WORKER_STATE_UNKNOWN
+}
+
+func (x *Worker) GetSilence() *durationpb.Duration {
+	if x != nil {
+		return x.Silence
+	}
+	return nil
+}
+
+func (x *Worker) GetLastHeard() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastHeard
+	}
+	return nil
+}
+
+func (x *Worker) GetLeaseCount() uint32 {
+	if x != nil {
+		return x.LeaseCount
+	}
+	return 0
+}
+
+func (x *Worker) GetLeases() []*LeaseRef {
+	if x != nil {
+		return x.Leases
+	}
+	return nil
+}
+
+func (x *Worker) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 // The executor timings the cluster runs with.
@@ -1184,13 +1304,22 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
-	"\x05token\x18\x02 \x01(\x04R\x05token\"\xb0\x01\n" +
+	"\x05token\x18\x02 \x01(\x04R\x05token\"\xbc\x03\n" +
 	"\x06Worker\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12?\n" +
 	"\rregistered_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\fregisteredAt\x129\n" +
 	"\n" +
-	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\"\xa6\x01\n" +
+	"updated_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tupdatedAt\x12/\n" +
+	"\x05state\x18\x05 \x01(\x0e2\x19.leasehold.v1.WorkerStateR\x05state\x123\n" +
+	"\asilence\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\asilence\x129\n" +
+	"\n" +
+	"last_heard\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tlastHeard\x12\x1f\n" +
+	"\vlease_count\x18\b \x01(\rR\n" +
+	"leaseCount\x12.\n" +
+	"\x06leases\x18\t \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\x12\x18\n" +
+	"\aversion\x18\n" +
+	" \x01(\tR\aversion\"\xa6\x01\n" +
 	"\aTimings\x12/\n" +
 	"\x05renew\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\x05renew\x12/\n" +
 	"\x05grace\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x05grace\x129\n" +
@@ -1252,7 +1381,11 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x10LOST_POLICY_FAIL\x10\x02*B\n" +
 	"\vConsistency\x12\x1c\n" +
 	"\x18CONSISTENCY_LINEARIZABLE\x10\x00\x12\x15\n" +
-	"\x11CONSISTENCY_STALE\x10\x01BGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x11CONSISTENCY_STALE\x10\x01*^\n" +
+	"\vWorkerState\x12\x18\n" +
+	"\x14WORKER_STATE_UNKNOWN\x10\x00\x12\x17\n" +
+	"\x13WORKER_STATE_ACTIVE\x10\x01\x12\x1c\n" +
+	"\x18WORKER_STATE_UNREACHABLE\x10\x02BGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_types_proto_rawDescOnce sync.Once
@@ -1266,7 +1399,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_types_proto_rawDescData
 }
 
-var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
 var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
@@ -1275,43 +1408,48 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(Outcome)(0),                  // 3: leasehold.v1.Outcome
 	(LostPolicy)(0),               // 4: leasehold.v1.LostPolicy
 	(Consistency)(0),              // 5: leasehold.v1.Consistency
-	(*JobSpec)(nil),               // 6: leasehold.v1.JobSpec
-	(*Lease)(nil),                 // 7: leasehold.v1.Lease
-	(*Job)(nil),                   // 8: leasehold.v1.Job
-	(*LeaseRef)(nil),              // 9: leasehold.v1.LeaseRef
-	(*Worker)(nil),                // 10: leasehold.v1.Worker
-	(*Timings)(nil),               // 11: leasehold.v1.Timings
-	(*Event)(nil),                 // 12: leasehold.v1.Event
-	(*ErrorDetail)(nil),           // 13: leasehold.v1.ErrorDetail
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 15: google.protobuf.Duration
+	(WorkerState)(0),              // 6: leasehold.v1.WorkerState
+	(*JobSpec)(nil),               // 7: leasehold.v1.JobSpec
+	(*Lease)(nil),                 // 8: leasehold.v1.Lease
+	(*Job)(nil),                   // 9: leasehold.v1.Job
+	(*LeaseRef)(nil),              // 10: leasehold.v1.LeaseRef
+	(*Worker)(nil),                // 11: leasehold.v1.Worker
+	(*Timings)(nil),               // 12: leasehold.v1.Timings
+	(*Event)(nil),                 // 13: leasehold.v1.Event
+	(*ErrorDetail)(nil),           // 14: leasehold.v1.ErrorDetail
+	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
 	4,  // 0: leasehold.v1.JobSpec.on_worker_lost:type_name -> leasehold.v1.LostPolicy
 	1,  // 1: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
 	2,  // 2: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
-	14, // 3: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
-	14, // 4: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
-	14, // 5: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	15, // 3: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
+	15, // 4: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
+	15, // 5: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	3,  // 6: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
-	6,  // 7: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
+	7,  // 7: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
 	0,  // 8: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	14, // 9: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	14, // 10: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	14, // 11: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	7,  // 12: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
-	14, // 13: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	14, // 14: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 15: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	15, // 16: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	15, // 17: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	14, // 18: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	15, // 19: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	15, // 9: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	15, // 10: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	15, // 11: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	8,  // 12: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
+	15, // 13: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	15, // 14: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 15: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
+	16, // 16: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	15, // 17: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	10, // 18: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
+	16, // 19: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	16, // 20: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	16, // 21: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	15, // 22: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	16, // 23: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	24, // [24:24] is the sub-list for method output_type
+	24, // [24:24] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -1324,7 +1462,7 @@ func file_leasehold_v1_types_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
-			NumEnums:      6,
+			NumEnums:      7,
 			NumMessages:   8,
 			NumExtensions: 0,
 			NumServices:   0,

@@ -75,9 +75,14 @@ func (Verdict) EnumDescriptor() ([]byte, []int) {
 }
 
 type RegisterWorkerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Capacity      uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Capacity uint32                 `protobuf:"varint,2,opt,name=capacity,proto3" json:"capacity,omitempty"`
+	// What the worker runs (its binary's version), shown in its record;
+	// optional, printable ASCII without spaces, at most 64 bytes. A server
+	// from before this field refuses a request that sets it (strict
+	// decoding): send it empty there.
+	Version       string `protobuf:"bytes,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +129,13 @@ func (x *RegisterWorkerRequest) GetCapacity() uint32 {
 		return x.Capacity
 	}
 	return 0
+}
+
+func (x *RegisterWorkerRequest) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type RegisterWorkerResponse struct {
@@ -179,8 +191,11 @@ func (x *RegisterWorkerResponse) GetTimings() *Timings {
 }
 
 type DeregisterWorkerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	// Settle the leases as a lost worker's instead of releasing them. A
+	// server from before this field refuses a request that sets it.
+	Lost          bool `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -220,6 +235,13 @@ func (x *DeregisterWorkerRequest) GetWorkerId() string {
 		return x.WorkerId
 	}
 	return ""
+}
+
+func (x *DeregisterWorkerRequest) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
 }
 
 type DeregisterWorkerResponse struct {
@@ -1322,19 +1344,117 @@ func (x *ListWorkersResponse) GetWorkers() []*Worker {
 	return nil
 }
 
+type GetWorkerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Consistency   Consistency            `protobuf:"varint,2,opt,name=consistency,proto3,enum=leasehold.v1.Consistency" json:"consistency,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkerRequest) Reset() {
+	*x = GetWorkerRequest{}
+	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkerRequest) ProtoMessage() {}
+
+func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkerRequest.ProtoReflect.Descriptor instead.
+func (*GetWorkerRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *GetWorkerRequest) GetWorkerId() string {
+	if x != nil {
+		return x.WorkerId
+	}
+	return ""
+}
+
+func (x *GetWorkerRequest) GetConsistency() Consistency {
+	if x != nil {
+		return x.Consistency
+	}
+	return Consistency_CONSISTENCY_LINEARIZABLE
+}
+
+type GetWorkerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Worker        *Worker                `protobuf:"bytes,1,opt,name=worker,proto3" json:"worker,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetWorkerResponse) Reset() {
+	*x = GetWorkerResponse{}
+	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetWorkerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetWorkerResponse) ProtoMessage() {}
+
+func (x *GetWorkerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetWorkerResponse.ProtoReflect.Descriptor instead.
+func (*GetWorkerResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetWorkerResponse) GetWorker() *Worker {
+	if x != nil {
+		return x.Worker
+	}
+	return nil
+}
+
 var File_leasehold_v1_workers_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/v1/workers.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18leasehold/v1/types.proto\"P\n" +
+	"\x1aleasehold/v1/workers.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x18leasehold/v1/types.proto\"j\n" +
 	"\x15RegisterWorkerRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x1a\n" +
-	"\bcapacity\x18\x02 \x01(\rR\bcapacity\"w\n" +
+	"\bcapacity\x18\x02 \x01(\rR\bcapacity\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\tR\aversion\"w\n" +
 	"\x16RegisterWorkerResponse\x12,\n" +
 	"\x06worker\x18\x01 \x01(\v2\x14.leasehold.v1.WorkerR\x06worker\x12/\n" +
-	"\atimings\x18\x02 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"6\n" +
+	"\atimings\x18\x02 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"J\n" +
 	"\x17DeregisterWorkerRequest\x12\x1b\n" +
-	"\tworker_id\x18\x01 \x01(\tR\bworkerId\"N\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x12\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost\"N\n" +
 	"\x18DeregisterWorkerResponse\x122\n" +
 	"\breleased\x18\x01 \x03(\v2\x16.leasehold.v1.LeaseRefR\breleased\"\xd1\x01\n" +
 	"\x0eAcquireRequest\x12\x1b\n" +
@@ -1406,12 +1526,17 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x12ListWorkersRequest\x12;\n" +
 	"\vconsistency\x18\x01 \x01(\x0e2\x19.leasehold.v1.ConsistencyR\vconsistency\"E\n" +
 	"\x13ListWorkersResponse\x12.\n" +
-	"\aworkers\x18\x01 \x03(\v2\x14.leasehold.v1.WorkerR\aworkers*X\n" +
+	"\aworkers\x18\x01 \x03(\v2\x14.leasehold.v1.WorkerR\aworkers\"l\n" +
+	"\x10GetWorkerRequest\x12\x1b\n" +
+	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12;\n" +
+	"\vconsistency\x18\x02 \x01(\x0e2\x19.leasehold.v1.ConsistencyR\vconsistency\"A\n" +
+	"\x11GetWorkerResponse\x12,\n" +
+	"\x06worker\x18\x01 \x01(\v2\x14.leasehold.v1.WorkerR\x06worker*X\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fVERDICT_KEEP\x10\x01\x12\x10\n" +
 	"\fVERDICT_STOP\x10\x02\x12\x10\n" +
-	"\fVERDICT_LOST\x10\x032\xcc\x06\n" +
+	"\fVERDICT_LOST\x10\x032\x9a\a\n" +
 	"\rWorkerService\x12[\n" +
 	"\x0eRegisterWorker\x12#.leasehold.v1.RegisterWorkerRequest\x1a$.leasehold.v1.RegisterWorkerResponse\x12a\n" +
 	"\x10DeregisterWorker\x12%.leasehold.v1.DeregisterWorkerRequest\x1a&.leasehold.v1.DeregisterWorkerResponse\x12F\n" +
@@ -1424,7 +1549,8 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\aRelease\x12\x1c.leasehold.v1.ReleaseRequest\x1a\x1d.leasehold.v1.ReleaseResponse\x12O\n" +
 	"\n" +
 	"ListLeases\x12\x1f.leasehold.v1.ListLeasesRequest\x1a .leasehold.v1.ListLeasesResponse\x12R\n" +
-	"\vListWorkers\x12 .leasehold.v1.ListWorkersRequest\x1a!.leasehold.v1.ListWorkersResponseBGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\vListWorkers\x12 .leasehold.v1.ListWorkersRequest\x1a!.leasehold.v1.ListWorkersResponse\x12L\n" +
+	"\tGetWorker\x12\x1e.leasehold.v1.GetWorkerRequest\x1a\x1f.leasehold.v1.GetWorkerResponseBGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_workers_proto_rawDescOnce sync.Once
@@ -1439,7 +1565,7 @@ func file_leasehold_v1_workers_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_workers_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_leasehold_v1_workers_proto_goTypes = []any{
 	(Verdict)(0),                     // 0: leasehold.v1.Verdict
 	(*RegisterWorkerRequest)(nil),    // 1: leasehold.v1.RegisterWorkerRequest
@@ -1464,67 +1590,73 @@ var file_leasehold_v1_workers_proto_goTypes = []any{
 	(*ListLeasesResponse)(nil),       // 20: leasehold.v1.ListLeasesResponse
 	(*ListWorkersRequest)(nil),       // 21: leasehold.v1.ListWorkersRequest
 	(*ListWorkersResponse)(nil),      // 22: leasehold.v1.ListWorkersResponse
-	(*Worker)(nil),                   // 23: leasehold.v1.Worker
-	(*Timings)(nil),                  // 24: leasehold.v1.Timings
-	(*LeaseRef)(nil),                 // 25: leasehold.v1.LeaseRef
-	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
-	(*Job)(nil),                      // 27: leasehold.v1.Job
-	(*Lease)(nil),                    // 28: leasehold.v1.Lease
-	(Revoke)(0),                      // 29: leasehold.v1.Revoke
-	(Outcome)(0),                     // 30: leasehold.v1.Outcome
-	(JobState)(0),                    // 31: leasehold.v1.JobState
-	(Consistency)(0),                 // 32: leasehold.v1.Consistency
+	(*GetWorkerRequest)(nil),         // 23: leasehold.v1.GetWorkerRequest
+	(*GetWorkerResponse)(nil),        // 24: leasehold.v1.GetWorkerResponse
+	(*Worker)(nil),                   // 25: leasehold.v1.Worker
+	(*Timings)(nil),                  // 26: leasehold.v1.Timings
+	(*LeaseRef)(nil),                 // 27: leasehold.v1.LeaseRef
+	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
+	(*Job)(nil),                      // 29: leasehold.v1.Job
+	(*Lease)(nil),                    // 30: leasehold.v1.Lease
+	(Revoke)(0),                      // 31: leasehold.v1.Revoke
+	(Outcome)(0),                     // 32: leasehold.v1.Outcome
+	(JobState)(0),                    // 33: leasehold.v1.JobState
+	(Consistency)(0),                 // 34: leasehold.v1.Consistency
 }
 var file_leasehold_v1_workers_proto_depIdxs = []int32{
-	23, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
-	24, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
-	25, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
-	26, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	27, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
-	28, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	25, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	26, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
+	27, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
+	28, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	29, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
+	30, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
 	6,  // 6: leasehold.v1.AcquireResponse.grants:type_name -> leasehold.v1.Grant
-	28, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	25, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
+	30, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	27, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
 	0,  // 9: leasehold.v1.LeaseStatus.verdict:type_name -> leasehold.v1.Verdict
-	29, // 10: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
+	31, // 10: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
 	11, // 11: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	28, // 12: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
-	24, // 13: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
+	30, // 12: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
+	26, // 13: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
 	10, // 14: leasehold.v1.HeartbeatStreamRequest.heartbeat:type_name -> leasehold.v1.HeartbeatRequest
 	12, // 15: leasehold.v1.HeartbeatStreamResponse.heartbeat:type_name -> leasehold.v1.HeartbeatResponse
-	30, // 16: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
-	30, // 17: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
-	31, // 18: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
-	27, // 19: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	32, // 20: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
+	32, // 16: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
+	32, // 17: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
+	33, // 18: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
+	29, // 19: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	34, // 20: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
 	6,  // 21: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
-	32, // 22: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
-	23, // 23: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
-	1,  // 24: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
-	3,  // 25: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
-	5,  // 26: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 27: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
-	10, // 28: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	13, // 29: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
-	15, // 30: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
-	17, // 31: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	19, // 32: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	21, // 33: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	2,  // 34: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
-	4,  // 35: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
-	7,  // 36: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 37: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
-	12, // 38: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	14, // 39: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
-	16, // 40: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
-	18, // 41: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	20, // 42: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	22, // 43: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	34, // [34:44] is the sub-list for method output_type
-	24, // [24:34] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	34, // 22: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
+	25, // 23: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
+	34, // 24: leasehold.v1.GetWorkerRequest.consistency:type_name -> leasehold.v1.Consistency
+	25, // 25: leasehold.v1.GetWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	1,  // 26: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
+	3,  // 27: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
+	5,  // 28: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 29: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
+	10, // 30: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	13, // 31: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
+	15, // 32: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
+	17, // 33: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	19, // 34: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	21, // 35: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	23, // 36: leasehold.v1.WorkerService.GetWorker:input_type -> leasehold.v1.GetWorkerRequest
+	2,  // 37: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
+	4,  // 38: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
+	7,  // 39: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 40: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
+	12, // 41: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	14, // 42: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
+	16, // 43: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
+	18, // 44: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	20, // 45: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	22, // 46: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	24, // 47: leasehold.v1.WorkerService.GetWorker:output_type -> leasehold.v1.GetWorkerResponse
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_workers_proto_init() }
@@ -1539,7 +1671,7 @@ func file_leasehold_v1_workers_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_workers_proto_rawDesc), len(file_leasehold_v1_workers_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -59,14 +59,21 @@ const (
 	// WorkerServiceListWorkersProcedure is the fully-qualified name of the WorkerService's ListWorkers
 	// RPC.
 	WorkerServiceListWorkersProcedure = "/leasehold.v1.WorkerService/ListWorkers"
+	// WorkerServiceGetWorkerProcedure is the fully-qualified name of the WorkerService's GetWorker RPC.
+	WorkerServiceGetWorkerProcedure = "/leasehold.v1.WorkerService/GetWorker"
 )
 
 // WorkerServiceClient is a client for the leasehold.v1.WorkerService service.
 type WorkerServiceClient interface {
-	// Register (or update the capacity of) a worker; returns the cluster's
-	// timings the worker must heartbeat by.
+	// Register (or update the capacity and version of) a worker; returns the
+	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
-	// Remove a worker; its live leases are released.
+	// Remove a worker. Its live leases are released: each job is queued
+	// again at once, no attempt used (a revoked one ends cancelled); or,
+	// with lost, settled as a lost worker's, exactly as their expiry would:
+	// a loss counted, then by the job's on_worker_lost policy (run-style:
+	// lost; evaluation-style: queued again). The worker's later calls on
+	// them are refused as stale. The answer names the leases ended.
 	DeregisterWorker(context.Context, *connect.Request[v1.DeregisterWorkerRequest]) (*connect.Response[v1.DeregisterWorkerResponse], error)
 	// Take up to max leases, waiting up to wait for a job (a long poll). A
 	// retried request_id returns the first answer, never a second lease.
@@ -92,7 +99,12 @@ type WorkerServiceClient interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// The live leases of a worker: a restarted worker re-attaches from them.
 	ListLeases(context.Context, *connect.Request[v1.ListLeasesRequest]) (*connect.Response[v1.ListLeasesResponse], error)
+	// The registered workers, each with its state, silence and leases as
+	// the leader knows them (a stale read on a follower: state unknown).
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// One registered worker, like ListWorkers; NOT_FOUND when it is not
+	// registered (never, deregistered, or removed as idle).
+	GetWorker(context.Context, *connect.Request[v1.GetWorkerRequest]) (*connect.Response[v1.GetWorkerResponse], error)
 }
 
 // NewWorkerServiceClient constructs a client for the leasehold.v1.WorkerService service. By
@@ -166,6 +178,12 @@ func NewWorkerServiceClient(httpClient connect.HTTPClient, baseURL string, opts 
 			connect.WithSchema(workerServiceMethods.ByName("ListWorkers")),
 			connect.WithClientOptions(opts...),
 		),
+		getWorker: connect.NewClient[v1.GetWorkerRequest, v1.GetWorkerResponse](
+			httpClient,
+			baseURL+WorkerServiceGetWorkerProcedure,
+			connect.WithSchema(workerServiceMethods.ByName("GetWorker")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -181,6 +199,7 @@ type workerServiceClient struct {
 	release          *connect.Client[v1.ReleaseRequest, v1.ReleaseResponse]
 	listLeases       *connect.Client[v1.ListLeasesRequest, v1.ListLeasesResponse]
 	listWorkers      *connect.Client[v1.ListWorkersRequest, v1.ListWorkersResponse]
+	getWorker        *connect.Client[v1.GetWorkerRequest, v1.GetWorkerResponse]
 }
 
 // RegisterWorker calls leasehold.v1.WorkerService.RegisterWorker.
@@ -233,12 +252,22 @@ func (c *workerServiceClient) ListWorkers(ctx context.Context, req *connect.Requ
 	return c.listWorkers.CallUnary(ctx, req)
 }
 
+// GetWorker calls leasehold.v1.WorkerService.GetWorker.
+func (c *workerServiceClient) GetWorker(ctx context.Context, req *connect.Request[v1.GetWorkerRequest]) (*connect.Response[v1.GetWorkerResponse], error) {
+	return c.getWorker.CallUnary(ctx, req)
+}
+
 // WorkerServiceHandler is an implementation of the leasehold.v1.WorkerService service.
 type WorkerServiceHandler interface {
-	// Register (or update the capacity of) a worker; returns the cluster's
-	// timings the worker must heartbeat by.
+	// Register (or update the capacity and version of) a worker; returns the
+	// cluster's timings the worker must heartbeat by.
 	RegisterWorker(context.Context, *connect.Request[v1.RegisterWorkerRequest]) (*connect.Response[v1.RegisterWorkerResponse], error)
-	// Remove a worker; its live leases are released.
+	// Remove a worker. Its live leases are released: each job is queued
+	// again at once, no attempt used (a revoked one ends cancelled); or,
+	// with lost, settled as a lost worker's, exactly as their expiry would:
+	// a loss counted, then by the job's on_worker_lost policy (run-style:
+	// lost; evaluation-style: queued again). The worker's later calls on
+	// them are refused as stale. The answer names the leases ended.
 	DeregisterWorker(context.Context, *connect.Request[v1.DeregisterWorkerRequest]) (*connect.Response[v1.DeregisterWorkerResponse], error)
 	// Take up to max leases, waiting up to wait for a job (a long poll). A
 	// retried request_id returns the first answer, never a second lease.
@@ -264,7 +293,12 @@ type WorkerServiceHandler interface {
 	Release(context.Context, *connect.Request[v1.ReleaseRequest]) (*connect.Response[v1.ReleaseResponse], error)
 	// The live leases of a worker: a restarted worker re-attaches from them.
 	ListLeases(context.Context, *connect.Request[v1.ListLeasesRequest]) (*connect.Response[v1.ListLeasesResponse], error)
+	// The registered workers, each with its state, silence and leases as
+	// the leader knows them (a stale read on a follower: state unknown).
 	ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error)
+	// One registered worker, like ListWorkers; NOT_FOUND when it is not
+	// registered (never, deregistered, or removed as idle).
+	GetWorker(context.Context, *connect.Request[v1.GetWorkerRequest]) (*connect.Response[v1.GetWorkerResponse], error)
 }
 
 // NewWorkerServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -334,6 +368,12 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 		connect.WithSchema(workerServiceMethods.ByName("ListWorkers")),
 		connect.WithHandlerOptions(opts...),
 	)
+	workerServiceGetWorkerHandler := connect.NewUnaryHandler(
+		WorkerServiceGetWorkerProcedure,
+		svc.GetWorker,
+		connect.WithSchema(workerServiceMethods.ByName("GetWorker")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.WorkerService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case WorkerServiceRegisterWorkerProcedure:
@@ -356,6 +396,8 @@ func NewWorkerServiceHandler(svc WorkerServiceHandler, opts ...connect.HandlerOp
 			workerServiceListLeasesHandler.ServeHTTP(w, r)
 		case WorkerServiceListWorkersProcedure:
 			workerServiceListWorkersHandler.ServeHTTP(w, r)
+		case WorkerServiceGetWorkerProcedure:
+			workerServiceGetWorkerHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -403,4 +445,8 @@ func (UnimplementedWorkerServiceHandler) ListLeases(context.Context, *connect.Re
 
 func (UnimplementedWorkerServiceHandler) ListWorkers(context.Context, *connect.Request[v1.ListWorkersRequest]) (*connect.Response[v1.ListWorkersResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.WorkerService.ListWorkers is not implemented"))
+}
+
+func (UnimplementedWorkerServiceHandler) GetWorker(context.Context, *connect.Request[v1.GetWorkerRequest]) (*connect.Response[v1.GetWorkerResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.WorkerService.GetWorker is not implemented"))
 }
