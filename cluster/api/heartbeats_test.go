@@ -154,7 +154,10 @@ func TestHeartbeatStreamFollowerSendsToLeader(t *testing.T) {
 		return addr == leader.APIAddr
 	})
 	s := openBeats(t, f, "")
-	sendBeat(t, s, 1, "w1", refs...)
+	// The follower may end the stream before the beat is written: Send
+	// then fails ("write envelope: EOF"), and Receive has the follower's
+	// answer, which is what is checked.
+	_ = s.Send(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: &pb.HeartbeatRequest{WorkerId: "w1", Leases: refs}})
 	m, err := receive(t, s)
 	if err == nil {
 		t.Fatalf("a follower answered a beat: %v", m)
@@ -351,16 +354,27 @@ func TestHeartbeatStreamEndsWithTheTerm(t *testing.T) {
 	c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
 }
 
-// A stream ends, and its goroutines with it, when its client goes away,
-// when no beat comes for the idle bound, and when the server shuts down.
-func TestHeartbeatStreamEnds(t *testing.T) {
+// idleBound is idleBoundCluster's body_timeout: its heartbeat streams end
+// after this long without a beat (renew is shorter).
+const idleBound = time.Second
+
+// idleBoundCluster is an open 3-node cluster with body_timeout idleBound.
+func idleBoundCluster(t *testing.T) *clustertest.Cluster {
+	t.Helper()
 	l := api.DefaultLimits()
-	l.BodyTimeout = time.Second
+	l.BodyTimeout = idleBound
 	c := clustertest.Prepare(t, 3)
 	c.API = func(_ int, o *api.Options) { o.Limits = l }
 	for i := range c.Nodes {
 		c.Start(i)
 	}
+	return c
+}
+
+// A stream ends, and its goroutines with it, when its client goes away,
+// when no beat comes for the idle bound, and when the server shuts down.
+func TestHeartbeatStreamEnds(t *testing.T) {
+	c := idleBoundCluster(t)
 	leader := c.Leader()
 	refs := holding(t, leader, "", "w1", "j1")
 
@@ -383,8 +397,8 @@ func TestHeartbeatStreamEnds(t *testing.T) {
 		if err == nil || reasonOf(err) != transport.ReasonTimeout {
 			t.Fatalf("an idle stream: %v, %v; want TIMEOUT", m, err)
 		}
-		if waited := time.Since(start); waited < l.BodyTimeout {
-			t.Fatalf("ended after %s of silence, before the bound %s", waited, l.BodyTimeout)
+		if waited := time.Since(start); waited < idleBound {
+			t.Fatalf("ended after %s of silence, before the bound %s", waited, idleBound)
 		}
 		c.WaitFor(10*time.Second, "the stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
 	})
@@ -438,13 +452,7 @@ func TestHeartbeatStreamReloadReachesOpenStreams(t *testing.T) {
 // stream: once flow control stops the answers, they must be written within
 // the idle bound, and the stream ends.
 func TestHeartbeatStreamUnreadAnswersEnd(t *testing.T) {
-	l := api.DefaultLimits()
-	l.BodyTimeout = time.Second
-	c := clustertest.Prepare(t, 3)
-	c.API = func(_ int, o *api.Options) { o.Limits = l }
-	for i := range c.Nodes {
-		c.Start(i)
-	}
+	c := idleBoundCluster(t)
 	leader := c.Leader()
 	holding(t, leader, "", "w1", "j1")
 
