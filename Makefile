@@ -25,6 +25,7 @@ dev: build
 # The one test command: vet, then every package's tests with the race detector.
 test: vet
 	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) test $(TESTFLAGS) -tags chaos -run 'TestSkewClock' ./cmd/leasehold
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

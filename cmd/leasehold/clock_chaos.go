@@ -36,6 +36,7 @@ type skewClock struct {
 	anchored time.Duration // skewed offset accumulated at anchor
 	offset   time.Duration // the file's offset
 	rate     float64
+	timers   map[*skewTimer]time.Time // pending timers and when (real) each is due
 }
 
 func (c *skewClock) refresh(real time.Time) {
@@ -60,7 +61,19 @@ func (c *skewClock) refresh(real time.Time) {
 		c.anchored = c.skew(real)
 		c.anchor, c.rate = real, rate
 	}
-	c.offset = time.Duration(off * float64(time.Second))
+	next := time.Duration(off * float64(time.Second))
+	if jump := next - c.offset; jump > 0 {
+		// A jump ahead is time this process did not see pass, as after a
+		// suspend: every timer due within it fires now, as a resumed
+		// process's overdue timers do.
+		for t, due := range c.timers {
+			if due.Sub(real) <= jump {
+				t.fireNow()
+				delete(c.timers, t)
+			}
+		}
+	}
+	c.offset = next
 }
 
 // skew is how far the bent clock is from the real one at real, from the
@@ -90,9 +103,52 @@ func (c *skewClock) Wall() time.Time {
 }
 
 // NewTimer scales the wait by the rate: a fast clock's timers fire early.
+// A jump ahead fires the timers due within it (see refresh).
 func (c *skewClock) NewTimer(d time.Duration) cluster.Timer {
 	c.mu.Lock()
-	rate := c.rate
-	c.mu.Unlock()
-	return c.base.NewTimer(time.Duration(float64(d) / rate))
+	defer c.mu.Unlock()
+	wait := time.Duration(float64(d) / c.rate)
+	t := &skewTimer{base: c.base.NewTimer(wait), c: make(chan time.Time, 1), jumped: make(chan struct{}), stopped: make(chan struct{})}
+	if c.timers == nil {
+		c.timers = map[*skewTimer]time.Time{}
+	}
+	c.timers[t] = c.base.Now().Add(wait)
+	go func() {
+		defer func() {
+			c.mu.Lock()
+			delete(c.timers, t)
+			c.mu.Unlock()
+		}()
+		select {
+		case v := <-t.base.C():
+			t.c <- v
+		case <-t.jumped:
+			t.base.Stop()
+			t.c <- c.base.Now()
+		case <-t.stopped:
+		}
+	}()
+	return t
+}
+
+// skewTimer is a timer that a jump of its clock can fire early.
+type skewTimer struct {
+	base    cluster.Timer
+	c       chan time.Time
+	jumped  chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+}
+
+func (t *skewTimer) C() <-chan time.Time { return t.c }
+
+func (t *skewTimer) fireNow() { t.once.Do(func() { close(t.jumped) }) }
+
+func (t *skewTimer) Stop() bool {
+	stopped := false
+	t.once.Do(func() {
+		stopped = t.base.Stop()
+		close(t.stopped)
+	})
+	return stopped
 }
