@@ -152,15 +152,23 @@ func applyRaiseTokenFloor(s *state, cmd Command) (any, error) {
 func applySetNode(s *state, cmd Command) (any, error) {
 	c := cmd.(*SetNode)
 	old := s.nodes[c.NodeID]
-	if old != nil && old.RaftAddr == c.RaftAddr && old.APIAddr == c.APIAddr {
+	level, version := c.Level, c.Version
+	if level == 0 && old != nil {
+		level, version = old.Level, old.Version // addresses only: the level stays
+	}
+	if old != nil && old.RaftAddr == c.RaftAddr && old.APIAddr == c.APIAddr && old.Level == level && old.Version == version {
 		return *old, nil
 	}
 	if old == nil && len(s.nodes) >= MaxNodes {
 		return nil, fmt.Errorf("%w: %d nodes known", ErrTooLarge, len(s.nodes))
 	}
-	n := &Node{ID: c.NodeID, RaftAddr: c.RaftAddr, APIAddr: c.APIAddr, UpdatedAt: s.lastTime}
+	n := &Node{ID: c.NodeID, RaftAddr: c.RaftAddr, APIAddr: c.APIAddr, UpdatedAt: s.lastTime, Level: level, Version: version}
 	s.nodes[n.ID] = n
-	s.emit(Event{Type: EventNodeSet, Detail: fmt.Sprintf("%s raft=%s api=%s", n.ID, n.RaftAddr, n.APIAddr)})
+	detail := fmt.Sprintf("%s raft=%s api=%s", n.ID, n.RaftAddr, n.APIAddr)
+	if level != 0 {
+		detail += fmt.Sprintf(" level=%d version=%s", level, version)
+	}
+	s.emit(Event{Type: EventNodeSet, Detail: detail})
 	return *n, nil
 }
 

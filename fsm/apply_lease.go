@@ -232,8 +232,21 @@ func applyRelease(s *state, cmd Command) (any, error) {
 		return nil, err
 	}
 	j = s.editJob(j.Seq)
-	s.releaseLease(j, c.Reason)
+	if c.Lost {
+		s.expireLease(j, lostReason(c.Reason))
+	} else {
+		s.releaseLease(j, c.Reason)
+	}
 	return j.export(), nil
+}
+
+// lostReason is the expiry event's detail for a lease its worker settled
+// as lost.
+func lostReason(reason string) string {
+	if reason == "" {
+		return "settled as lost by its worker"
+	}
+	return "settled as lost by its worker: " + reason
 }
 
 // releaseLease ends a job's live lease without an attempt: the job is queued

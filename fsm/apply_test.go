@@ -557,6 +557,42 @@ func TestDeregisterAsLostSettlesByPolicy(t *testing.T) {
 	}
 }
 
+// A worker that finds an execution gone (its command vanished with the
+// machine) settles its lease as lost: as an expiry would, by the job's
+// policy, one loss and no attempt; a plain release queues the job with
+// neither.
+func TestReleaseAsLostSettlesByPolicy(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 3)
+	run := spec("run")
+	run.OnWorkerLost = LostFail
+	m.submit(run)
+	m.submit(spec("eval"))
+	m.submit(spec("plain"))
+	m.acquire("w1", 3)
+	for _, id := range []string{"run", "eval"} {
+		m.do(&Release{WorkerID: "w1", JobID: id, Token: m.job(id).Leases[0].Token, Reason: "command gone", Lost: true})
+	}
+	m.do(&Release{WorkerID: "w1", JobID: "plain", Token: m.job("plain").Leases[0].Token})
+	for id, want := range map[string]struct {
+		state  JobState
+		losses int
+		lease  LeaseState
+	}{"run": {JobLost, 1, LeaseExpired}, "eval": {JobQueued, 1, LeaseExpired}, "plain": {JobQueued, 0, LeaseReleased}} {
+		j := m.job(id)
+		if j.State != want.state || int(j.Losses) != want.losses || j.Attempts != 0 || j.Leases[0].State != want.lease {
+			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %+v, no attempt", id, j.State, j.Losses, j.Attempts, j.Leases[0].State, want)
+		}
+	}
+	if j := m.job("run"); j.Reason != ReasonWorkerLost {
+		t.Fatalf("run's reason %q", j.Reason)
+	}
+	// The lease is over: the same release again is stale.
+	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: m.job("run").Leases[0].Token, Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {
+		t.Fatalf("a second release as lost: %v", err)
+	}
+}
+
 // The leader removes a worker it has not heard from for long with
 // RemoveIdle. One that holds a live lease (an acquire that committed after
 // the leader decided) or is not registered is kept, and never loses a

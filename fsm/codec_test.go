@@ -24,6 +24,7 @@ func sampleCommands() []Command {
 		&Start{WorkerID: "w1", JobID: "job-1", Token: 42},
 		&Report{WorkerID: "w1", JobID: "job-1", Token: 42, ReportID: "rep", Outcome: OutcomeFailed, Retryable: true, Ref: "commit abc", Message: "exit 3\nsee log"},
 		&Release{WorkerID: "w1", JobID: "job-1", Token: 42, Reason: "shutdown"},
+		&Release{WorkerID: "w1", JobID: "job-1", Token: 42, Reason: "command gone", Lost: true},
 		&Cancel{JobID: "job-1", Kill: true, Reason: "user"},
 		&CancelSubmitter{Submitter: "exec", Limit: 100, Reason: "executor stopped"},
 		&Expire{Leases: []LeaseRef{{"job-1", 42}, {"job-2", 43}}, Reason: "toleration"},
@@ -31,6 +32,7 @@ func sampleCommands() []Command {
 		&RaiseTokenFloor{Floor: 1 << 40},
 		&RecordEvent{Event: EventWorkerUnreachable, WorkerID: "w1", Detail: "silent 50s"},
 		&SetNode{NodeID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:7001"},
+		&SetNode{NodeID: "node-1", RaftAddr: "10.0.0.1:7000", APIAddr: "[::1]:7001", Level: 4, Version: "v0.9.0"},
 		&RemoveNode{NodeID: "node-1"},
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
@@ -177,6 +179,39 @@ func TestCodecVersion3OnlyWhenNeeded(t *testing.T) {
 		(&RegisterWorker{WorkerID: "w1", Capacity: 4, Version: bad}).encode(&e)
 		if _, err := Decode(seal(e.b)); !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("an entry with version %q: %v", bad, err)
+		}
+	}
+}
+
+// Version 4 carries a node's level and a release as lost; without them the
+// same commands are written as version 2 wrote them, so a node of an
+// older build applies every entry it can until the leader knows every
+// voter is at level 4.
+func TestCodecVersion4OnlyWhenNeeded(t *testing.T) {
+	for _, c := range []struct {
+		cmd  Command
+		want byte
+	}{
+		{&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2"}, codecV2},
+		{&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2", Level: 4, Version: "v1"}, codecV4},
+		{&Release{WorkerID: "w", JobID: "j", Token: 1}, codecV2},
+		{&Release{WorkerID: "w", JobID: "j", Token: 1, Lost: true}, codecV4},
+	} {
+		data, err := Encode(7, c.cmd)
+		if err != nil || data[0] != c.want || CodecOf(c.cmd) != c.want {
+			t.Fatalf("%+v: codec %d (CodecOf %d), want %d (%v)", c.cmd, data[0], CodecOf(c.cmd), c.want, err)
+		}
+		if env, err := Decode(data); err != nil || !reflect.DeepEqual(env.Command, c.cmd) {
+			t.Fatalf("%+v: decoded %+v %v", c.cmd, env.Command, err)
+		}
+	}
+	if Level < codecV4 {
+		t.Fatalf("this build's level %d does not cover the codec it writes", Level)
+	}
+	// A version without a level, or a level below 2, is refused.
+	for _, bad := range []*SetNode{{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2", Version: "v1"}, {NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2", Level: 1}} {
+		if _, err := Encode(7, bad); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("%+v: %v", bad, err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"math"
 )
 
 // CommandType numbers the commands in the log. Append only: a number, once
@@ -115,11 +116,17 @@ type Report struct {
 
 // Release gives a lease back; the job is queued again at once and no
 // attempt is counted.
+//
+// With Lost the worker says the execution is gone (its command vanished,
+// as after a reboot): the lease ends as a lost worker's does (a loss
+// counted, never an attempt; then the job's on_worker_lost policy: a
+// run-style job ends lost). Only codec version 4 carries Lost.
 type Release struct {
 	WorkerID string
 	JobID    string
 	Token    uint64
 	Reason   string
+	Lost     bool
 }
 
 // Cancel cancels a queued job, or revokes a leased one (Kill: stop now).
@@ -167,11 +174,17 @@ type RecordEvents struct {
 const MaxRecordBatch = 1024
 
 // SetNode records a cluster node's addresses, so every node can tell a
-// client where the leader's API is.
+// client where the leader's API is, and with Level what the node's build
+// can apply (see Level): the leader proposes an entry only when every
+// voter can apply it. A SetNode without Level keeps what the table says
+// of the node's level and version. Only codec version 4 carries Level and
+// Version.
 type SetNode struct {
 	NodeID   string
 	RaftAddr string
 	APIAddr  string
+	Level    uint8  // the newest codec the node applies (and snapshot it reads); 0: unchanged
+	Version  string // the node's build version, with Level
 }
 
 // RemoveNode forgets a node that left the cluster.
@@ -417,7 +430,15 @@ func (c *SetNode) Validate() error {
 	if err := checkAddr("raft_addr", c.RaftAddr); err != nil {
 		return err
 	}
-	return checkAddr("api_addr", c.APIAddr)
+	if err := checkAddr("api_addr", c.APIAddr); err != nil {
+		return err
+	}
+	if c.Level != 0 || c.Version != "" { // a version comes with a level
+		if err := checkRange("level", uint64(c.Level), codecV2, math.MaxUint8); err != nil {
+			return err
+		}
+	}
+	return checkVersion("version", c.Version)
 }
 
 func (c *RemoveNode) Validate() error { return checkID("node_id", c.NodeID) }
@@ -570,6 +591,9 @@ func (c *Release) encode(e *encoder) {
 	e.str(c.JobID)
 	e.uvarint(c.Token)
 	e.str(c.Reason)
+	if e.codec >= codecV4 {
+		e.bool(c.Lost)
+	}
 }
 
 func (c *Release) decode(d *decoder) {
@@ -577,6 +601,16 @@ func (c *Release) decode(d *decoder) {
 	c.JobID = d.str(MaxIDLen)
 	c.Token = d.uvarint()
 	c.Reason = d.str(MaxMessageLen)
+	if d.codec >= codecV4 {
+		c.Lost = d.bool()
+	}
+}
+
+func (c *Release) codecVersion() byte {
+	if c.Lost {
+		return codecV4
+	}
+	return codecV2
 }
 
 func (c *Cancel) encode(e *encoder) { e.str(c.JobID); e.bool(c.Kill); e.str(c.Reason) }
@@ -640,11 +674,31 @@ func (c *RecordEvent) decode(d *decoder) {
 	c.Detail = d.str(MaxMessageLen)
 }
 
-func (c *SetNode) encode(e *encoder) { e.str(c.NodeID); e.str(c.RaftAddr); e.str(c.APIAddr) }
+func (c *SetNode) encode(e *encoder) {
+	e.str(c.NodeID)
+	e.str(c.RaftAddr)
+	e.str(c.APIAddr)
+	if e.codec >= codecV4 {
+		e.byte1(c.Level)
+		e.str(c.Version)
+	}
+}
+
 func (c *SetNode) decode(d *decoder) {
 	c.NodeID = d.str(MaxIDLen)
 	c.RaftAddr = d.str(MaxAddrLen)
 	c.APIAddr = d.str(MaxAddrLen)
+	if d.codec >= codecV4 {
+		c.Level = d.byte1()
+		c.Version = d.str(MaxVersionLen)
+	}
+}
+
+func (c *SetNode) codecVersion() byte {
+	if c.Level != 0 {
+		return codecV4
+	}
+	return codecV2
 }
 
 func (c *RecordEvents) encode(e *encoder) {
@@ -681,7 +735,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // damaged on disk, in memory or on the way is refused as corrupt rather
 // than applied. Version 1, the logs written before, has no checksum and
 // still decodes. Version 3 is version 2 with fields added at the end of
-// some commands (RegisterWorker's Version, DeregisterWorker's Lost). Encode writes each command in
+// some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
+// 4 adds SetNode's Level and Version and Release's Lost. Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -689,8 +744,22 @@ const (
 	codecV1     = 1
 	codecV2     = 2
 	codecV3     = 3
+	codecV4     = 4
 	checksumLen = 4
 )
+
+// Level is the newest codec version this build applies, and the newest
+// snapshot version it reads: what a node publishes, so that the leader
+// proposes an entry only when every voter can apply it (CodecOf).
+const Level = codecV4
+
+// BaseLevel is the level of a node that does not say: every build since
+// entries carry checksums applies version 2.
+const BaseLevel = codecV2
+
+// CodecOf is the codec version an entry of c is written in: only a node
+// whose level is at least this applies it.
+func CodecOf(c Command) uint8 { return codecOf(c) }
 
 // versioned is a command that may need a codec version above 2.
 type versioned interface {
@@ -761,7 +830,7 @@ func Encode(time int64, c Command) ([]byte, error) {
 	return binary.LittleEndian.AppendUint32(e.b, crc32.Checksum(e.b, castagnoli)), nil
 }
 
-// VerifyChecksum checks a version 2 or 3 entry's checksum without decoding the
+// VerifyChecksum checks a version 2, 3 or 4 entry's checksum without decoding the
 // command, so a log store can check every entry it reads from disk for the
 // price of a CRC. Entries of other versions pass: version 1 has none, and
 // Decode refuses versions it does not know.
@@ -772,7 +841,7 @@ func VerifyChecksum(b []byte) error {
 
 // checkedBody returns the entry without its checksum, after checking it.
 func checkedBody(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] != codecV2 && b[0] != codecV3 {
+	if len(b) == 0 || b[0] < codecV2 || b[0] > codecV4 {
 		return b, nil
 	}
 	n := len(b) - checksumLen
@@ -795,7 +864,7 @@ func Decode(b []byte) (Envelope, error) {
 		return Envelope{}, err
 	}
 	d := decoder{b: body}
-	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > codecV3) {
+	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > codecV4) {
 		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)
 	}
 	t := CommandType(d.byte1())

@@ -518,7 +518,12 @@ func (m *refModel) releaseCmd(c *Release) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.release(j)
+	if c.Lost {
+		// Settled as lost by its worker: exactly what an expiry does.
+		m.expire(&Expire{Leases: []LeaseRef{{JobID: c.JobID, Token: c.Token}}})
+	} else {
+		m.release(j)
+	}
 	return copyJob(j), nil
 }
 
@@ -1204,7 +1209,7 @@ func (g *modelGen) next() (Command, bool) {
 		return g.report(), false
 	case actRelease:
 		t := g.target()
-		return &Release{WorkerID: t.worker, JobID: t.job, Token: t.token, Reason: g.text()}, false
+		return &Release{WorkerID: t.worker, JobID: t.job, Token: t.token, Reason: g.text(), Lost: g.pct(30)}, false
 	case actCancel:
 		id := "nojob"
 		if len(g.m.jobs) > 0 && g.pct(90) {

@@ -24,21 +24,21 @@ func crafted(t testing.TB, f *FSM, edit func(h *snapHeader, jobs []*Job, events 
 	}
 	edit(&hdr, jobs, events)
 	var buf bytes.Buffer
-	sw := newSnapWriter(&buf, snapVersion)
+	sw := newSnapWriter(&buf, snapVersionFor(snap.nodes))
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
 	slices.SortFunc(snap.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range snap.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, snapVersion) })
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
 	}
 	for _, j := range jobs {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
 	}
 	for _, ev := range events {
-		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, ev, snapVersion) })
+		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, ev, sw.version) })
 	}
 	slices.SortFunc(snap.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	for _, n := range snap.nodes {
-		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
+		sw.record(tagNode, func(e *encoder) { encodeNode(e, n, sw.version) })
 	}
 	if err := sw.finish(); err != nil {
 		t.Fatal(err)

@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 3:
+// Snapshot stream format, version 4:
 //
-//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01, \x02 or \x03)
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x04)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
@@ -24,11 +24,15 @@ import (
 // the same state write the same bytes, and Hash is a hash of them.
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
-// event; 3 adds the worker's version at the end of each worker. Every
-// version ever written stays readable; the writer writes the newest.
+// event; 3 adds the worker's version at the end of each worker; 4 adds the
+// node's level and version at the end of each node. Every version ever
+// written stays readable. The writer writes version 4 only once a node's
+// level is recorded (which the leader does only when every voter is at
+// level 4 or more), and version 3 before, so that a node of the build
+// before levels can still install the snapshots of a mixed cluster.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT"
-	snapVersion   = 3
+	snapVersion   = 4
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
@@ -130,6 +134,17 @@ func (sw *snapWriter) finish() error {
 	return sw.err
 }
 
+// snapVersionFor is the version a snapshot of these nodes is written in: 4
+// once any node's level is recorded, 3 before.
+func snapVersionFor(nodes []*Node) byte {
+	for _, n := range nodes {
+		if n.Level != 0 {
+			return snapVersion
+		}
+	}
+	return 3
+}
+
 func newSnapWriter(w io.Writer, version byte) *snapWriter {
 	sw := &snapWriter{version: version, w: bufio.NewWriterSize(w, 256<<10), crc: crc32.New(castagnoli)}
 	sw.write(append([]byte(snapMagic), version))
@@ -138,7 +153,7 @@ func newSnapWriter(w io.Writer, version byte) *snapWriter {
 
 // WriteTo streams the snapshot. It never touches the live state.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	sw := newSnapWriter(w, snapVersion)
+	sw := newSnapWriter(w, snapVersionFor(s.nodes))
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
 	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range s.workers {
@@ -153,7 +168,7 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	}
 	slices.SortFunc(s.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	for _, n := range s.nodes {
-		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
+		sw.record(tagNode, func(e *encoder) { encodeNode(e, n, sw.version) })
 	}
 	err := sw.finish()
 	return sw.n, err
@@ -346,7 +361,7 @@ func readState(r io.Reader) (*state, error) {
 			s.events.push(ev)
 		case tagNode:
 			n := new(Node)
-			if err := decodeRecord(body, func(d *decoder) { decodeNode(d, n) }); err != nil {
+			if err := decodeRecord(body, func(d *decoder) { decodeNode(d, n, sr.version) }); err != nil {
 				return nil, err
 			}
 			if s.nodes[n.ID] != nil || len(s.nodes) >= MaxNodes {
@@ -463,20 +478,28 @@ func decodeWorker(d *decoder, w *Worker, version byte) {
 	}
 }
 
-func encodeNode(e *encoder, n *Node) {
+func encodeNode(e *encoder, n *Node, version byte) {
 	e.str(n.ID)
 	e.str(n.RaftAddr)
 	e.str(n.APIAddr)
 	e.varint(n.UpdatedAt)
+	if version >= 4 {
+		e.byte1(n.Level)
+		e.str(n.Version)
+	}
 }
 
-func decodeNode(d *decoder, n *Node) {
+func decodeNode(d *decoder, n *Node, version byte) {
 	n.ID = d.str(MaxIDLen)
 	n.RaftAddr = d.str(MaxAddrLen)
 	n.APIAddr = d.str(MaxAddrLen)
 	n.UpdatedAt = d.varint()
+	if version >= 4 {
+		n.Level = d.byte1()
+		n.Version = d.str(MaxVersionLen)
+	}
 	if d.err == nil {
-		if err := (&SetNode{NodeID: n.ID, RaftAddr: n.RaftAddr, APIAddr: n.APIAddr}).Validate(); err != nil {
+		if err := (&SetNode{NodeID: n.ID, RaftAddr: n.RaftAddr, APIAddr: n.APIAddr, Level: n.Level, Version: n.Version}).Validate(); err != nil {
 			d.fail("node %q: %v", n.ID, err)
 		}
 	}

@@ -101,7 +101,7 @@ func writeOldSnapshot(t *testing.T, snap *Snapshot, version byte) (old, newest b
 		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, snap.events.at(i), version) })
 	}
 	for _, n := range snap.nodes {
-		sw.record(tagNode, func(e *encoder) { encodeNode(e, n) })
+		sw.record(tagNode, func(e *encoder) { encodeNode(e, n, sw.version) })
 	}
 	if err := sw.finish(); err != nil {
 		t.Fatal(err)
@@ -131,8 +131,8 @@ func TestSnapshotVersion2StillReads(t *testing.T) {
 	if _, err := PrepareRestore(&prepared, bytes.NewReader(v2.Bytes()), RestorePlan{Index: g.LastIndex(), Floor: 1 << 40, Latest: m.now}); err != nil {
 		t.Fatal(err)
 	}
-	if prepared.Bytes()[len(snapMagic)] != snapVersion || snapVersion != 3 {
-		t.Fatal("a prepared restore is not written in version 3")
+	if prepared.Bytes()[len(snapMagic)] != 3 {
+		t.Fatal("a prepared restore without node levels is not written in version 3")
 	}
 	if err := New().Restore(&prepared); err != nil {
 		t.Fatalf("prepared version 2 snapshot refused: %v", err)
@@ -177,8 +177,8 @@ func TestSnapshotVersion1StillReads(t *testing.T) {
 	if _, err := PrepareRestore(&prepared, bytes.NewReader(v1.Bytes()), RestorePlan{Index: g.LastIndex(), Floor: 1 << 40, Latest: m.now}); err != nil {
 		t.Fatal(err)
 	}
-	if prepared.Bytes()[len(snapMagic)] != snapVersion {
-		t.Fatal("a prepared restore is not written in the newest version")
+	if prepared.Bytes()[len(snapMagic)] != snapVersionFor(nil) {
+		t.Fatal("a prepared restore is not written in the version of its state")
 	}
 	r := New()
 	if err := r.Restore(&prepared); err != nil {
@@ -448,5 +448,32 @@ func TestNodes(t *testing.T) {
 	m.do(&RemoveNode{NodeID: "a"})
 	if _, ok := m.f.Node("a"); ok {
 		t.Fatal("removed node still known")
+	}
+}
+
+// A node's level is kept by an address-only SetNode and survives a
+// snapshot. Snapshots are written in version 3 until a level is recorded
+// (a node of the build before levels reads them), and in version 4 after.
+func TestNodeLevels(t *testing.T) {
+	m := newMachine(t)
+	m.do(&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2"})
+	version := func() byte {
+		var buf bytes.Buffer
+		if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes()[len(snapMagic)]
+	}
+	if v := version(); v != 3 {
+		t.Fatalf("snapshot version %d before any level, want 3", v)
+	}
+	m.do(&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2", Level: 4, Version: "v9"})
+	m.do(&SetNode{NodeID: "a", RaftAddr: "h:5", APIAddr: "h:2"}) // moved: the level stays
+	if v := version(); v != 4 {
+		t.Fatalf("snapshot version %d with a level, want 4", v)
+	}
+	m.roundTrip()
+	if n, _ := m.f.Node("a"); n.Level != 4 || n.Version != "v9" || n.RaftAddr != "h:5" {
+		t.Fatalf("node after a move and a restore: %+v", n)
 	}
 }

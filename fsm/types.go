@@ -257,6 +257,11 @@ type Node struct {
 	RaftAddr  string
 	APIAddr   string
 	UpdatedAt int64
+	// Level is the newest codec version the node's build applies, as the
+	// leader last recorded it; 0 when never recorded (the node is taken
+	// to apply BaseLevel). Version is its build's version.
+	Level   uint8
+	Version string
 }
 
 // LeaseRef names one lease.
