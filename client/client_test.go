@@ -47,6 +47,7 @@ var reasonTable = map[string]struct {
 	transport.ReasonRateLimited:     {client.ErrRateLimited, true},
 	transport.ReasonQuotaExceeded:   {client.ErrQuotaExceeded, false},
 	transport.ReasonDiskFull:        {client.ErrDiskFull, true},
+	transport.ReasonUpgradeRequired: {client.ErrUpgradeRequired, false},
 }
 
 // Every reason the API defines has its own sentinel, matched by errors.Is

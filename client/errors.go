@@ -77,6 +77,10 @@ var (
 	// ErrDiskFull: the node that answered cannot write its log
 	// (Error.NodeID). Retried, on another node.
 	ErrDiskFull = errors.New("disk full")
+	// ErrUpgradeRequired: the request needs an entry some voter's build
+	// cannot apply (a rolling upgrade in progress); the message names the
+	// nodes to upgrade.
+	ErrUpgradeRequired = errors.New("upgrade required")
 
 	// ErrUnavailable: no server answered (dial failure, broken connection,
 	// a proxy's 502/503/504). Retried until the context ends.
@@ -115,6 +119,14 @@ var (
 	// retryable failure. Wrap an error with Retryable, or wrap ErrRetryable
 	// itself with %w.
 	ErrRetryable = errors.New("retryable")
+	// ErrExecutionLost: a handler error that matches it says the execution
+	// is gone without a result (the command vanished with the machine, say)
+	// and must be settled as a lost worker's would be: the worker releases
+	// the lease as lost (Client.ReleaseAsLost), so a run-style job ends
+	// lost, never runs again, and no attempt is counted. On a cluster that
+	// cannot apply that yet (ErrUpgradeRequired) the worker reports a
+	// failure with the error's message instead.
+	ErrExecutionLost = errors.New("worker lost")
 	// ErrWorkerRunning: Run was called on a Worker that already ran.
 	ErrWorkerRunning = errors.New("worker already running")
 )
@@ -143,6 +155,7 @@ var sentinels = map[string]error{
 	transport.ReasonRateLimited:     ErrRateLimited,
 	transport.ReasonQuotaExceeded:   ErrQuotaExceeded,
 	transport.ReasonDiskFull:        ErrDiskFull,
+	transport.ReasonUpgradeRequired: ErrUpgradeRequired,
 	transport.ReasonInternal:        ErrInternal,
 }
 

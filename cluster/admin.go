@@ -42,7 +42,8 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 			n.auditRefusal(by, "cluster.join", target+": refused: "+err.Error())
 		}
 	}()
-	if err := n.confirmClaim(ctx, a); err != nil {
+	level, err := n.confirmClaim(ctx, a)
+	if err != nil {
 		return err
 	}
 	timeout := n.cfg.ApplyTimeout
@@ -60,6 +61,11 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 			}
 		}
 	}
+	// Entries of the table's highest level may be in the log: a node that
+	// cannot apply them would stop at the first.
+	if floor := n.joinFloor(); level < floor {
+		return &UpgradeError{Need: floor, Level: floor, Nodes: []string{fmt.Sprintf("%s (level %d)", a.ID, level)}}
+	}
 	if !member {
 		if err := n.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.RaftAddr), 0, timeout).Error(); err != nil {
 			return n.raftError(err)
@@ -73,25 +79,29 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 // claimTimeout bounds asking a node to confirm who it is.
 func (n *Node) claimTimeout() time.Duration { return min(n.cfg.ApplyTimeout, 5*time.Second) }
 
-// confirmClaim asks the node at a.RaftAddr who it is; it must be a, exactly.
-func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) error {
+// confirmClaim asks the node at a.RaftAddr who it is; it must be a,
+// exactly. It returns the node's level (levels.go).
+func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) (uint8, error) {
 	if a.ID == n.id {
 		if a != n.self() {
-			return fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)
+			return 0, fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)
 		}
-		return nil
+		return n.level(), nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, n.claimTimeout())
 	defer cancel()
 	var info transport.PeerInfo
 	if err := n.peers.CallNode(cctx, a.RaftAddr, a.ID, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info); err != nil {
-		return fmt.Errorf("%w: no answer as node %s at %s: %v", ErrClaimRefused, a.ID, a.RaftAddr, err)
+		return 0, fmt.Errorf("%w: no answer as node %s at %s: %v", ErrClaimRefused, a.ID, a.RaftAddr, err)
 	}
 	if info.Node != a {
-		return fmt.Errorf("%w: the node at %s is %s with api %s, not %s with api %s",
+		return 0, fmt.Errorf("%w: the node at %s is %s with api %s, not %s with api %s",
 			ErrClaimRefused, a.RaftAddr, info.Node.ID, info.Node.APIAddr, a.ID, a.APIAddr)
 	}
-	return nil
+	if info.Level < fsm.BaseLevel || info.Level > 255 {
+		return fsm.BaseLevel, nil
+	}
+	return uint8(info.Level), nil
 }
 
 // answersAs reports whether the node at addr answers as id.

@@ -111,6 +111,17 @@ func tokenOf(cmd fsm.Command) uint64 {
 // raftApply stamps the leader's wall time on a command, validates and
 // encodes it (nothing invalid reaches the log), and waits for it to apply.
 func (n *Node) raftApply(ctx context.Context, cmd fsm.Command) (any, error) {
+	cmd, err := n.checkLevel(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	return n.raftApplyUnchecked(ctx, cmd)
+}
+
+// raftApplyUnchecked is raftApply without the level check: for the leader's
+// record of the voters' levels, proposed only when every voter said it
+// applies it (levels.go).
+func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, error) {
 	data, err := fsm.Encode(n.clock.Wall().UnixNano(), cmd)
 	if err != nil {
 		return nil, err

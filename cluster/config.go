@@ -30,6 +30,14 @@ type Config struct {
 	// APIAddr is the address clients reach this node's API on. It is
 	// replicated so any node can point a client at the leader's API.
 	APIAddr string
+	// Version is this build's version, shown with the node's level in the
+	// node table (optional).
+	Version string
+	// For tests (export_test.go): the level this node says it is at (0:
+	// fsm.Level), as a node of an older build would, and how often the
+	// leader asks (0: levelInterval).
+	sayLevel   uint8
+	levelEvery time.Duration
 
 	// BootstrapExpect is the number of voters to wait for before forming a
 	// new cluster (3 or 5; 1 for a single-node development cluster; 0 never

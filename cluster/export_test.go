@@ -4,6 +4,13 @@ import "time"
 
 // Hooks for the tests of package cluster_test; compiled into tests only.
 
+// SayLevel has the node say it is at level l, as a node of an older build
+// does (l = fsm.BaseLevel: a build from before levels).
+func SayLevel(c *Config, l uint8) { c.sayLevel = l }
+
+// AskLevelsEvery sets how often the leader asks the voters for their levels.
+func AskLevelsEvery(c *Config, d time.Duration) { c.levelEvery = d }
+
 // RaftSnapshot has Raft take a snapshot now and waits until it is on disk.
 func (n *Node) RaftSnapshot() error { return n.raft.Snapshot().Error() }
 

@@ -86,6 +86,14 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		n.compactLoop(ctx)
 	}()
 	defer func() { <-compacted }()
+	// The voters' levels are asked beside the timers too: a voter slow to
+	// answer never delays an expiry.
+	leveled := make(chan struct{})
+	go func() {
+		defer close(leveled)
+		n.levelLoop(ctx)
+	}()
+	defer func() { <-leveled }()
 
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
 	for {
@@ -155,6 +163,7 @@ func (n *Node) revokeLeadership() {
 	n.mu.Lock()
 	was := n.leader
 	n.leader = nil
+	n.heardLevels = nil // the next term asks afresh
 	n.mu.Unlock()
 	if was != nil {
 		close(was.done)

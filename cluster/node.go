@@ -60,6 +60,9 @@ type Node struct {
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node is the established leader
+	// heardLevels is what each voter said of its level when this node,
+	// leading, last asked (levels.go).
+	heardLevels map[string]heardLevel
 	// lastTable is the newest expiry table this node built, kept after it
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable

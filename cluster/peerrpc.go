@@ -33,7 +33,7 @@ func (n *Node) handlePeerInfo(ctx context.Context, body json.RawMessage) (any, e
 	leader, leaderID := n.raft.LeaderWithID()
 	return transport.PeerInfo{
 		Node: n.self(), InCluster: n.inCluster(), BootstrapExpect: n.cfg.BootstrapExpect, Members: n.memberSet(),
-		LeaderID: string(leaderID), LeaderRaftAddr: string(leader),
+		LeaderID: string(leaderID), LeaderRaftAddr: string(leader), Level: int(n.level()), Version: n.cfg.Version,
 	}, nil
 }
 

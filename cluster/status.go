@@ -16,6 +16,10 @@ type Member struct {
 	APIAddr  string // empty until the node table knows it
 	Voter    bool
 	Leader   bool
+	// Level and Version are what the node table records of the node's
+	// build (levels.go); 0 and "" until the leader records them.
+	Level   uint8
+	Version string
 }
 
 // Members lists the Raft configuration with each member's API address.
@@ -29,7 +33,7 @@ func (n *Node) Members() ([]Member, error) {
 	for _, s := range f.Configuration().Servers {
 		m := Member{ID: string(s.ID), RaftAddr: string(s.Address), Voter: s.Suffrage == raft.Voter, Leader: s.ID == leader}
 		if node, ok := n.fsm.Node(m.ID); ok {
-			m.APIAddr = node.APIAddr
+			m.APIAddr, m.Level, m.Version = node.APIAddr, node.Level, node.Version
 		}
 		out = append(out, m)
 	}

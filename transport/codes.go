@@ -42,6 +42,9 @@ const (
 	// ReasonDiskFull: the answering node cannot write its log; details:
 	// node_id.
 	ReasonDiskFull = "DISK_FULL"
+	// ReasonUpgradeRequired: the request needs an entry some voter's build
+	// cannot apply; the message names the nodes to upgrade.
+	ReasonUpgradeRequired = "UPGRADE_REQUIRED"
 )
 
 var reasonCodes = map[string]connect.Code{
@@ -67,6 +70,7 @@ var reasonCodes = map[string]connect.Code{
 	ReasonRateLimited:     connect.CodeResourceExhausted,
 	ReasonQuotaExceeded:   connect.CodeResourceExhausted,
 	ReasonDiskFull:        connect.CodeResourceExhausted,
+	ReasonUpgradeRequired: connect.CodeFailedPrecondition,
 }
 
 // Reasons lists every reason code, for tests that must cover them all.

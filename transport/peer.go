@@ -36,6 +36,11 @@ type PeerInfo struct {
 	Members        []string `json:"members"`
 	LeaderID       string   `json:"leader_id,omitempty"`
 	LeaderRaftAddr string   `json:"leader_raft_addr,omitempty"`
+	// Level is the newest log codec version the node's build applies;
+	// Version its build's version. A node of a build from before levels
+	// says neither (its level is taken as 2).
+	Level   int    `json:"level,omitempty"`
+	Version string `json:"version,omitempty"`
 }
 
 // PeerJoinRequest asks the leader to add a node as a voter (idempotent: a

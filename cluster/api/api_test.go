@@ -67,6 +67,7 @@ func TestErrorReasons(t *testing.T) {
 		{errRateLimited, transport.ReasonRateLimited, connect.CodeResourceExhausted, nil},
 		{cluster.ErrQuotaExceeded, transport.ReasonQuotaExceeded, connect.CodeResourceExhausted, nil},
 		{cluster.ErrDiskFull, transport.ReasonDiskFull, connect.CodeResourceExhausted, nil},
+		{&cluster.UpgradeError{Need: 4, Level: 2, Nodes: []string{"n3 (level 2, version unknown)"}}, transport.ReasonUpgradeRequired, connect.CodeFailedPrecondition, nil},
 		{&cluster.DiskFullError{NodeID: "n3", Err: errors.New("write raft.db: no space left on device")}, transport.ReasonDiskFull,
 			connect.CodeResourceExhausted, func(d *pb.ErrorDetail) bool { return d.GetNodeId() == "n3" }},
 	}

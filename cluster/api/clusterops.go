@@ -58,7 +58,8 @@ func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.Mem
 	}
 	out := &pb.MembersResponse{}
 	for _, m := range members {
-		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader})
+		out.Members = append(out.Members, &pb.Member{Id: m.ID, RaftAddr: m.RaftAddr, ApiAddr: m.APIAddr, Voter: m.Voter, Leader: m.Leader,
+			Level: uint32(m.Level), Version: m.Version})
 	}
 	return connect.NewResponse(out), nil
 }

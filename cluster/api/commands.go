@@ -68,5 +68,5 @@ func reportOf(r *pb.ReportRequest) (*fsm.Report, error) {
 }
 
 func releaseOf(r *pb.ReleaseRequest) (*fsm.Release, error) {
-	return &fsm.Release{WorkerID: r.GetWorkerId(), JobID: r.GetJobId(), Token: r.GetToken(), Reason: r.GetReason()}, nil
+	return &fsm.Release{WorkerID: r.GetWorkerId(), JobID: r.GetJobId(), Token: r.GetToken(), Reason: r.GetReason(), Lost: r.GetLost()}, nil
 }

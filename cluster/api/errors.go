@@ -44,6 +44,7 @@ var errorTable = []struct {
 	{errRateLimited, transport.ReasonRateLimited},
 	{cluster.ErrQuotaExceeded, transport.ReasonQuotaExceeded},
 	{cluster.ErrDiskFull, transport.ReasonDiskFull},
+	{cluster.ErrUpgradeRequired, transport.ReasonUpgradeRequired},
 	{context.DeadlineExceeded, transport.ReasonTimeout},
 }
 

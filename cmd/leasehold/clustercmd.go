@@ -67,16 +67,25 @@ func clusterCommand() *cli.Command {
 						APIAddr  string `json:"api_addr"`
 						Voter    bool   `json:"voter"`
 						Leader   bool   `json:"leader"`
+						Level    uint32 `json:"level"`   // 0: not recorded yet
+						Version  string `json:"version"` // the node's build
 					}
 					views := make([]view, len(ms))
 					for i, m := range ms {
-						views[i] = view{m.GetId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetVoter(), m.GetLeader()}
+						views[i] = view{m.GetId(), m.GetRaftAddr(), m.GetApiAddr(), m.GetVoter(), m.GetLeader(), m.GetLevel(), m.GetVersion()}
 					}
 					return output(c, views, func() {
 						w := newTable()
-						fmt.Fprintln(w, "ID\tRAFT\tAPI\tVOTER\tLEADER")
+						fmt.Fprintln(w, "ID\tRAFT\tAPI\tVOTER\tLEADER\tLEVEL\tVERSION")
 						for _, v := range views {
-							fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%t\n", v.ID, v.RaftAddr, v.APIAddr, v.Voter, v.Leader)
+							level, version := "-", v.Version
+							if v.Level != 0 {
+								level = fmt.Sprint(v.Level)
+							}
+							if version == "" {
+								version = "-"
+							}
+							fmt.Fprintf(w, "%s\t%s\t%s\t%t\t%t\t%s\t%s\n", v.ID, v.RaftAddr, v.APIAddr, v.Voter, v.Leader, level, version)
 						}
 						w.Flush()
 					})

@@ -16,6 +16,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
 	"github.com/leasehold/leasehold/transport"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // ServerConfig is the server's configuration as an operator writes it
@@ -236,6 +237,9 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 		cfg.APIAddr = c.APIBind
 	}
 	cfg.BootstrapExpect, cfg.Join = c.BootstrapExpect, c.Join
+	if rules.CheckVersion("version", version) == nil {
+		cfg.Version = version // shown with the node's level in the node table
+	}
 	e := c.Plugins.Executor
 	cfg.Renew, cfg.Grace, cfg.Toleration = seconds(e.RenewSeconds), seconds(e.GraceSeconds), seconds(e.TolerationSeconds)
 	cfg.WorkerGCThreshold, cfg.MaxWorkers = seconds(e.WorkerGCSeconds), e.MaxWorkers

@@ -364,12 +364,17 @@ func (x *StatusResponse) GetStateQuotaBytes() int64 {
 }
 
 type Member struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	RaftAddr      string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	ApiAddr       string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
-	Voter         bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
-	Leader        bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	RaftAddr string                 `protobuf:"bytes,2,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	ApiAddr  string                 `protobuf:"bytes,3,opt,name=api_addr,json=apiAddr,proto3" json:"api_addr,omitempty"`
+	Voter    bool                   `protobuf:"varint,4,opt,name=voter,proto3" json:"voter,omitempty"`
+	Leader   bool                   `protobuf:"varint,5,opt,name=leader,proto3" json:"leader,omitempty"`
+	// level: the newest log codec the node's build applies, as the leader
+	// recorded it (0: not recorded yet, or a cluster with a voter from before
+	// levels); version: the node's build version, with it.
+	Level         uint32 `protobuf:"varint,6,opt,name=level,proto3" json:"level,omitempty"`
+	Version       string `protobuf:"bytes,7,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -437,6 +442,20 @@ func (x *Member) GetLeader() bool {
 		return x.Leader
 	}
 	return false
+}
+
+func (x *Member) GetLevel() uint32 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *Member) GetVersion() string {
+	if x != nil {
+		return x.Version
+	}
+	return ""
 }
 
 type MembersRequest struct {
@@ -826,13 +845,15 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\bapi_auth\x18\x17 \x01(\bR\aapiAuth\x12\x1f\n" +
 	"\vstate_bytes\x18\x18 \x01(\x03R\n" +
 	"stateBytes\x12*\n" +
-	"\x11state_quota_bytes\x18\x19 \x01(\x03R\x0fstateQuotaBytes\"~\n" +
+	"\x11state_quota_bytes\x18\x19 \x01(\x03R\x0fstateQuotaBytes\"\xae\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
 	"\bapi_addr\x18\x03 \x01(\tR\aapiAddr\x12\x14\n" +
 	"\x05voter\x18\x04 \x01(\bR\x05voter\x12\x16\n" +
-	"\x06leader\x18\x05 \x01(\bR\x06leader\"\x10\n" +
+	"\x06leader\x18\x05 \x01(\bR\x06leader\x12\x14\n" +
+	"\x05level\x18\x06 \x01(\rR\x05level\x12\x18\n" +
+	"\aversion\x18\a \x01(\tR\aversion\"\x10\n" +
 	"\x0eMembersRequest\"A\n" +
 	"\x0fMembersResponse\x12.\n" +
 	"\amembers\x18\x01 \x03(\v2\x14.leasehold.v1.MemberR\amembers\"X\n" +

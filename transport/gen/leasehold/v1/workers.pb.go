@@ -1049,11 +1049,17 @@ func (x *ReportResponse) GetRequeued() bool {
 }
 
 type ReleaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	Reason        string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	JobId    string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token    uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	Reason   string                 `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// lost: the execution is gone (its command vanished, as after a reboot):
+	// the lease ends as a lost worker's does, by the job's on_worker_lost
+	// policy (a run-style job ends lost), a loss counted and never an
+	// attempt. Refused with UPGRADE_REQUIRED while a voter runs a build that
+	// cannot apply it.
+	Lost          bool `protobuf:"varint,5,opt,name=lost,proto3" json:"lost,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1114,6 +1120,13 @@ func (x *ReleaseRequest) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *ReleaseRequest) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
 }
 
 type ReleaseResponse struct {
@@ -1510,12 +1523,13 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12/\n" +
 	"\aoutcome\x18\x03 \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12,\n" +
 	"\x05state\x18\x04 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x1a\n" +
-	"\brequeued\x18\x05 \x01(\bR\brequeued\"r\n" +
+	"\brequeued\x18\x05 \x01(\bR\brequeued\"\x86\x01\n" +
 	"\x0eReleaseRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\x12\x16\n" +
-	"\x06reason\x18\x04 \x01(\tR\x06reason\"6\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
+	"\x04lost\x18\x05 \x01(\bR\x04lost\"6\n" +
 	"\x0fReleaseResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"m\n" +
 	"\x11ListLeasesRequest\x12\x1b\n" +

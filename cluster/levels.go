@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
+)
+
+// Rolling upgrades. An entry a node cannot decode stops that node (rightly:
+// skipping it would fork its state), so the leader proposes an entry only
+// when every voter can apply it.
+//
+// A node's level is the newest codec version its build applies
+// (fsm.Level). Each node says its level and build version when asked
+// (peer.info); the leader asks every voter at takeover and every
+// levelInterval, and records in the replicated node table (SetNode with
+// Level) what it heard, once every voter is at a level that can apply that
+// record. The cluster's level is the lowest of the voters' levels: what
+// each said when last asked, or before that what the table records (a
+// voter of a build from before levels says nothing: fsm.BaseLevel). A command
+// whose entry needs a higher codec is refused with ErrUpgradeRequired,
+// naming the nodes to upgrade, except a worker's registration, which is
+// written without the worker's version instead.
+//
+// A node joins only when its level is at least the highest level the table
+// records (entries of that codec may be in the log). Going back to an older
+// build after the cluster reached a level is not supported: the leader
+// logs it and refuses what that node could not apply.
+
+// levelInterval is how often the leader asks the voters for their levels.
+const levelInterval = 10 * time.Second
+
+// ErrUpgradeRequired: the command needs a codec some voter's build cannot
+// apply. The error is an *UpgradeError naming the nodes.
+var ErrUpgradeRequired = errors.New("upgrade required")
+
+// UpgradeError is ErrUpgradeRequired for one command.
+type UpgradeError struct {
+	Need  uint8    // the codec version the command's entry needs
+	Level uint8    // the cluster's level
+	Nodes []string // the voters below Need, each "id (level L, version V)"
+}
+
+func (e *UpgradeError) Error() string {
+	return fmt.Sprintf("%s: this request needs every voter at level %d, the cluster is at level %d; upgrade %s",
+		ErrUpgradeRequired, e.Need, e.Level, strings.Join(e.Nodes, ", "))
+}
+
+func (e *UpgradeError) Unwrap() error { return ErrUpgradeRequired }
+
+// level is the level this node says it is at: its build's.
+func (n *Node) level() uint8 {
+	if n.cfg.sayLevel != 0 {
+		return n.cfg.sayLevel
+	}
+	return fsm.Level
+}
+
+// heardLevel is what a voter said of itself when the leader last asked.
+type heardLevel struct {
+	level   uint8 // fsm.BaseLevel when it did not say
+	version string
+}
+
+// voterLevels is each voter's level, and the cluster's level (the lowest).
+// A voter's level is what it said when the leader last asked; before the
+// leader has asked (or when the voter did not answer), what the table
+// records; a voter neither heard nor recorded counts as fsm.BaseLevel.
+func (n *Node) voterLevels() (levels map[string]heardLevel, cluster uint8) {
+	n.mu.Lock()
+	heard := n.heardLevels
+	n.mu.Unlock()
+	levels = map[string]heardLevel{}
+	cluster = fsm.Level
+	for _, s := range n.voters() {
+		id := string(s.ID)
+		l, ok := heard[id]
+		switch {
+		case id == n.id:
+			l = heardLevel{level: n.level(), version: n.cfg.Version}
+		case ok:
+		default:
+			l = heardLevel{level: fsm.BaseLevel}
+			if rec, ok := n.fsm.Node(id); ok && rec.Level != 0 {
+				l = heardLevel{level: rec.Level, version: rec.Version}
+			}
+		}
+		levels[id] = l
+		cluster = min(cluster, l.level)
+	}
+	return levels, cluster
+}
+
+// checkLevel refuses a command whose entry some voter cannot apply, or
+// returns the command to propose (a registration without its version).
+// A leader that has not asked the voters yet this term (it just took
+// office, and the table may not record them yet) asks them first.
+func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, error) {
+	need := fsm.CodecOf(cmd)
+	if need <= fsm.BaseLevel {
+		return cmd, nil
+	}
+	levels, cluster := n.voterLevels()
+	if need > cluster && n.raft.State() == raft.Leader {
+		n.mu.Lock()
+		asked := n.heardLevels != nil
+		n.mu.Unlock()
+		if !asked {
+			n.askLevels(ctx)
+			levels, cluster = n.voterLevels()
+		}
+	}
+	if need <= cluster {
+		return cmd, nil
+	}
+	if r, ok := cmd.(*fsm.RegisterWorker); ok {
+		plain := *r
+		plain.Version = "" // the version is shown, never relied on
+		if fsm.CodecOf(&plain) <= cluster {
+			return &plain, nil
+		}
+	}
+	err := &UpgradeError{Need: need, Level: cluster}
+	for _, id := range slices.Sorted(maps.Keys(levels)) {
+		if l := levels[id]; l.level < need {
+			v := l.version
+			if v == "" {
+				v = "unknown"
+			}
+			err.Nodes = append(err.Nodes, fmt.Sprintf("%s (level %d, version %s)", id, l.level, v))
+		}
+	}
+	return nil, err
+}
+
+// joinFloor is the lowest level a joining node may have: the highest the
+// table records, as entries of that codec may be in the log.
+func (n *Node) joinFloor() uint8 {
+	floor := uint8(fsm.BaseLevel)
+	for _, rec := range n.fsm.Nodes() {
+		floor = max(floor, rec.Level)
+	}
+	return floor
+}
+
+// levelLoop asks the voters for their levels and records them, at takeover
+// and every levelInterval, until leadership ends.
+func (n *Node) levelLoop(ctx context.Context) {
+	every := levelInterval
+	if n.cfg.levelEvery > 0 {
+		every = n.cfg.levelEvery
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n.recordLevels(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// recordLevels asks every voter for its level and records the changes,
+// when every voter can apply the records.
+func (n *Node) recordLevels(ctx context.Context) {
+	log := n.logger.Named("levels")
+	heard, addrs := n.askLevels(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	// A record is an entry of codec 4: only when every voter was heard at
+	// level 4 or more.
+	for _, s := range n.voters() {
+		if h, ok := heard[string(s.ID)]; !ok || h.level < fsm.CodecOf(&fsm.SetNode{Level: fsm.Level}) {
+			if ok {
+				log.Debug("levels_not_recorded", "node_id", s.ID, "level", h.level, "version", h.version)
+			}
+			return
+		}
+	}
+	for id, h := range heard {
+		rec, ok := n.fsm.Node(id)
+		if ok && rec.Level == h.level && rec.Version == h.version {
+			continue
+		}
+		if ok && rec.Level > h.level {
+			log.Error("node_downgraded", "node_id", id, "recorded_level", rec.Level, "level", h.level, "version", h.version)
+			continue // the table never goes down; checkLevel uses what was heard
+		}
+		a := addrs[id]
+		if ok {
+			a.RaftAddr, a.APIAddr = rec.RaftAddr, rec.APIAddr // addresses change only by a join
+		}
+		cmd := &fsm.SetNode{NodeID: id, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr, Level: h.level, Version: h.version}
+		if cmd.Validate() != nil {
+			continue
+		}
+		if _, err := n.raftApplyUnchecked(ctx, cmd); err != nil {
+			log.Warn("level_not_recorded", "node_id", id, "error", err)
+			return
+		}
+		log.Info("level_recorded", "node_id", id, "level", h.level, "version", h.version)
+	}
+}
+
+// askLevels asks every voter for its level (this node answers for itself)
+// and keeps what it heard for checkLevel. It returns what each voter said
+// and its addresses.
+func (n *Node) askLevels(ctx context.Context) (map[string]heardLevel, map[string]transport.NodeAddr) {
+	heard := map[string]heardLevel{}
+	addrs := map[string]transport.NodeAddr{}
+	for _, s := range n.voters() {
+		id, addr := string(s.ID), string(s.Address)
+		if id == n.id {
+			heard[id] = heardLevel{level: n.level(), version: n.cfg.Version}
+			addrs[id] = n.self()
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, n.claimTimeout())
+		var info transport.PeerInfo
+		err := n.peers.CallNode(cctx, addr, id, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info)
+		cancel()
+		if err != nil {
+			continue // not heard: what the table records stands
+		}
+		h := heardLevel{level: fsm.BaseLevel, version: info.Version}
+		if info.Level >= fsm.BaseLevel && info.Level <= 255 {
+			h.level = uint8(info.Level)
+		}
+		heard[id] = h
+		addrs[id] = info.Node
+	}
+	n.mu.Lock()
+	n.heardLevels = heard
+	n.mu.Unlock()
+	return heard, addrs
+}
