@@ -93,6 +93,8 @@ func (w *Worker) runTask(t *task) {
 		w.log.Warn("job stopped after its lease was lost; not reporting", "job_id", t.job.ID, "token", t.job.Token)
 	case errors.Is(cause, ErrShutdown) && err != nil:
 		w.release(t.job.ID, t.job.Token, "worker shut down before the job finished")
+	case errors.Is(err, ErrExecutionLost):
+		w.settleLost(t, err, cause)
 	default:
 		w.report(t, res, err, cause)
 	}
@@ -181,6 +183,28 @@ func (w *Worker) release(jobID string, token uint64, reason string) {
 		return
 	}
 	w.log.Info("lease released", "job_id", jobID, "token", token, "reason", reason)
+}
+
+// settleLost ends a task's lease as a lost worker's (ErrExecutionLost). A
+// cluster whose voters cannot all apply that yet gets a failure report
+// instead, which at least never runs a run-style job again.
+func (w *Worker) settleLost(t *task, herr, cause error) {
+	reason := clip(strings.ToValidUTF8(herr.Error(), "\uFFFD"), rules.MaxMessageLen)
+	req := &leaseholdv1.ReleaseRequest{WorkerId: w.id, JobId: t.job.ID, Token: t.job.Token, Reason: reason, Lost: true}
+	done := w.observer.observe("Release", req)
+	job, err := w.c.ReleaseAsLost(t.lease, w.id, t.job.ID, t.job.Token, reason)
+	ended(done, &leaseholdv1.ReleaseResponse{Job: job}, err)
+	switch {
+	case err == nil:
+		w.log.Warn("execution lost; lease settled as a lost worker's", "job_id", t.job.ID, "token", t.job.Token, "state", job.GetState(), "why", reason)
+	case errors.Is(err, ErrUpgradeRequired):
+		w.log.Warn("the cluster cannot settle a lease as lost yet (a voter runs an older build); reporting a failure", "job_id", t.job.ID, "token", t.job.Token)
+		w.report(t, Result{Outcome: leaseholdv1.Outcome_OUTCOME_FAILED, Message: reason}, nil, cause)
+	case errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrJobFinished):
+		w.log.Debug("lease already ended", "job_id", t.job.ID, "token", t.job.Token)
+	default:
+		w.log.Error("settling a lost execution failed", "job_id", t.job.ID, "token", t.job.Token, "error", err)
+	}
 }
 
 // releaseLocked releases a lease the worker is not running, in the

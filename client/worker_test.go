@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -306,6 +308,46 @@ func TestWorkerReattach(t *testing.T) {
 	lreq := h.node.requests("ListLeases")[0].msg.(*leaseholdv1.ListLeasesRequest)
 	if lreq.GetWorkerId() != workerID {
 		t.Fatalf("listed leases of %q", lreq.GetWorkerId())
+	}
+}
+
+// A handler that says its execution is gone (ErrExecutionLost) has the
+// lease released as lost, and nothing reported; a cluster that cannot apply
+// that yet (UPGRADE_REQUIRED) gets a failure report instead.
+func TestWorkerSettlesLostExecutions(t *testing.T) {
+	for _, upgrading := range []bool{false, true} {
+		h := newWorkerHarness(t)
+		if upgrading {
+			h.node.on("Release", func(context.Context, proto.Message, http.Header) (proto.Message, error) {
+				return nil, reasonErr(transport.ReasonUpgradeRequired, nil)()
+			})
+		}
+		h.live = []*leaseholdv1.Grant{grant("gone", "k", 91, "")}
+		w := h.run(client.WorkerOptions{
+			Handlers: map[string]client.Handler{"k": newBlockingHandler().handle},
+			Reattach: func(context.Context, *client.Job) (client.Handler, bool) {
+				return func(context.Context, *client.Job) (client.Result, error) {
+					return client.Result{}, fmt.Errorf("%w: the command is not running", client.ErrExecutionLost)
+				}, true
+			},
+		})
+		waitFor(t, "the release as lost", func() bool { return len(h.released()) == 1 })
+		rel := h.node.requests("Release")[0].msg.(*leaseholdv1.ReleaseRequest)
+		if !rel.GetLost() || rel.GetToken() != 91 || !strings.Contains(rel.GetReason(), "the command is not running") {
+			t.Fatalf("release %v, want token 91 released as lost with the handler's reason", rel)
+		}
+		if upgrading {
+			waitFor(t, "the failure report", func() bool { return len(h.reports()) == 1 })
+			if r := h.reports()[0]; r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_FAILED || !strings.HasPrefix(r.GetMessage(), "worker lost") {
+				t.Fatalf("report %v, want failed, worker lost", r)
+			}
+		}
+		if err := w.stop(); err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		if !upgrading && len(h.reports()) != 0 {
+			t.Fatalf("reports %v: a lost execution reports nothing", h.reports())
+		}
 	}
 }
 

@@ -123,8 +123,21 @@ func (c *Client) Report(ctx context.Context, req *leaseholdv1.ReportRequest) (*l
 // lease. That refusal is then returned as ErrOutcomeUnknown: the lease is
 // over either way, but whether this release ended it is not known.
 func (c *Client) Release(ctx context.Context, workerID, jobID string, token uint64, reason string) (*leaseholdv1.Job, error) {
+	return c.release(ctx, &leaseholdv1.ReleaseRequest{WorkerId: workerID, JobId: jobID, Token: token, Reason: reason})
+}
+
+// ReleaseAsLost ends a lease whose execution is gone (its command vanished
+// with the machine) as a lost worker's lease ends: by the job's
+// on_worker_lost policy, so a run-style job ends lost and never runs again,
+// with a loss counted and no attempt. A cluster with a voter whose build
+// cannot apply it refuses with ErrUpgradeRequired.
+func (c *Client) ReleaseAsLost(ctx context.Context, workerID, jobID string, token uint64, reason string) (*leaseholdv1.Job, error) {
+	return c.release(ctx, &leaseholdv1.ReleaseRequest{WorkerId: workerID, JobId: jobID, Token: token, Reason: reason, Lost: true})
+}
+
+func (c *Client) release(ctx context.Context, req *leaseholdv1.ReleaseRequest) (*leaseholdv1.Job, error) {
 	maybeApplied := false
-	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ReleaseRequest{WorkerId: workerID, JobId: jobID, Token: token, Reason: reason},
+	resp, err := unary(ctx, c, callOpts{}, req,
 		workerSvc, func(s workersAPI, ctx context.Context, r *connect.Request[leaseholdv1.ReleaseRequest]) (*connect.Response[leaseholdv1.ReleaseResponse], error) {
 			resp, err := s.Release(ctx, r)
 			if err != nil && mayHaveApplied(err) {

@@ -33,11 +33,11 @@
 // A restarted worker settles a job whose command it cannot find (no
 // supervisor, no result, or a command the supervisor stopped at the
 // deadline) by the job's kind: an evaluation is released, a run-style job
-// is reported failed with "worker lost". The product's rule would end the
-// run-style job `lost` without an attempt, as an expiry does; the API has
-// no call for a worker to say that of its own lease (it would need a new
-// log command, which waits for a way to roll it out to every voter first),
-// and a release would run the job a second time.
+// is settled as lost: the worker releases its lease as a lost worker's
+// (client.ErrExecutionLost, Client.ReleaseAsLost), so the job ends `lost`
+// without an attempt, exactly as an expiry would end it, and never runs a
+// second time. On a cluster where a voter still runs a build that cannot
+// apply that, it is reported failed with "worker lost" instead.
 //
 // Signals from the worker to a supervisor: SIGTERM asks for a graceful stop
 // (SIGTERM to the command's group, SIGKILL after the kill-after grace; a

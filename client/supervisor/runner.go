@@ -29,10 +29,6 @@ const ExitRetryable = 75
 // worker started it.
 const startBound = time.Second
 
-// ReasonWorkerLost is the message of a run-style job settled because its
-// command could not be found after a worker restart.
-const ReasonWorkerLost = "worker lost"
-
 // Options configure a Runner.
 type Options struct {
 	// Dir is the worker's state directory. Required.
@@ -152,8 +148,8 @@ func (r *Runner) RemoveStale(live map[uint64]bool) {
 
 // Run is a client.Handler: it runs the job's command under a new
 // supervisor and returns its result. A supervisor that dies without one
-// (killed) leaves a job settled by its kind: a run-style job fails with
-// "worker lost", an evaluation fails retryably.
+// (killed) leaves a job settled by its kind: a run-style job is settled
+// as lost (client.ErrExecutionLost), an evaluation fails retryably.
 func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) {
 	dir := r.jobDir(j.Token)
 	defer r.finish(dir)
@@ -208,8 +204,9 @@ func (r *Runner) env(j *client.Job, dir string) []string {
 // waits for (or returns) that result under the job's lease. A job whose
 // command is gone is settled by its kind: an evaluation (requeued when its
 // worker is lost) is released, false; a run-style job gets a handler that
-// reports it failed with reason "worker lost", since the command may have
-// done part of its work and must not run again.
+// returns client.ErrExecutionLost, so the worker settles its lease as a
+// lost worker's (the job ends lost, no attempt counted), since the command
+// may have done part of its work and must not run again.
 func (r *Runner) Reattach(ctx context.Context, j *client.Job) (client.Handler, bool) {
 	dir := r.jobDir(j.Token)
 	var res Result
@@ -252,9 +249,9 @@ func (r *Runner) Reattach(ctx context.Context, j *client.Job) (client.Handler, b
 		r.log.Warn("releasing a job whose command is not running", "job_id", j.ID, "token", j.Token, "why", why)
 		return nil, false
 	}
-	r.log.Warn("settling a run-style job whose command is not running as failed: worker lost", "job_id", j.ID, "token", j.Token, "why", why)
+	r.log.Warn("settling a run-style job whose command is not running as lost", "job_id", j.ID, "token", j.Token, "why", why)
 	return func(context.Context, *client.Job) (client.Result, error) {
-		return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Message: ReasonWorkerLost + ": the command's " + why}, nil
+		return client.Result{}, fmt.Errorf("%w: the command is not running: %s", client.ErrExecutionLost, why)
 	}, true
 }
 
@@ -296,7 +293,7 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 			// run again; an evaluation may.
 			err := fmt.Errorf("the supervisor of job %s exited without a result", j.ID)
 			if j.Spec.GetOnWorkerLost() == pb.LostPolicy_LOST_POLICY_FAIL {
-				return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Message: ReasonWorkerLost + ": " + err.Error()}, nil
+				return client.Result{}, fmt.Errorf("%w: %w", client.ErrExecutionLost, err)
 			}
 			return client.Result{}, client.Retryable(err)
 		}

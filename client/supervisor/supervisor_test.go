@@ -174,9 +174,8 @@ func TestReattachWaitsForASupervisorStarting(t *testing.T) {
 	if !ok {
 		t.Fatal("a run-style job without a supervisor was released")
 	}
-	res, err := h(context.Background(), nil)
-	if err != nil || res.Outcome != pb.Outcome_OUTCOME_FAILED || !strings.HasPrefix(res.Message, ReasonWorkerLost) {
-		t.Fatalf("settled run-style job: %+v, %v; want failed, worker lost", res, err)
+	if _, err := h(context.Background(), nil); !errors.Is(err, client.ErrExecutionLost) {
+		t.Fatalf("settled run-style job: %v; want ErrExecutionLost (released as lost)", err)
 	}
 	for _, token := range []uint64{2, 3} {
 		if _, err := os.Stat(r.jobDir(token)); !os.IsNotExist(err) {
@@ -223,11 +222,10 @@ func TestWaitSupervisorDiedWithoutResult(t *testing.T) {
 	if !errors.Is(err, client.ErrRetryable) || !strings.Contains(err.Error(), "without a result") {
 		t.Fatalf("wait = %v, want a retryable error: the supervisor exited without a result", err)
 	}
-	// A run-style job: failed, worker lost.
+	// A run-style job: settled as lost.
 	run := &client.Job{ID: "j9", Token: 9, Spec: &pb.JobSpec{OnWorkerLost: pb.LostPolicy_LOST_POLICY_FAIL}}
-	res, err := r.wait(context.Background(), run, dir, supProc, exited)
-	if err != nil || res.Outcome != pb.Outcome_OUTCOME_FAILED || res.Retryable || !strings.HasPrefix(res.Message, ReasonWorkerLost) {
-		t.Fatalf("wait = %+v, %v; want failed, worker lost", res, err)
+	if _, err := r.wait(context.Background(), run, dir, supProc, exited); !errors.Is(err, client.ErrExecutionLost) {
+		t.Fatalf("wait = %v; want ErrExecutionLost (released as lost)", err)
 	}
 	select {
 	case <-reaped:

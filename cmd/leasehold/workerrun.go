@@ -40,7 +40,8 @@ func workerRunCommand() *cli.Command {
 			"restarted with the same --id re-attaches: it lists its leases, finds each job's supervisor,\n" +
 			"heartbeats the lease again and reports the command's result under the same token. A job whose\n" +
 			"command is gone (the machine rebooted) is settled by its kind: an evaluation is released to the\n" +
-			"queue, a run-style job is reported failed with \"worker lost\" (it must not run twice).\n" +
+			"queue; a run-style job's lease is released as lost, so the job ends lost (\"worker lost\", no\n" +
+			"attempt counted) and never runs twice.\n" +
 			"At every acknowledged heartbeat the worker writes its self-stop deadline into the state\n" +
 			"directory; while the worker is down, a supervisor whose deadline passes stops its command\n" +
 			"(SIGTERM, then SIGKILL) before the lease can expire.\n" +

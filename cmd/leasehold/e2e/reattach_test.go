@@ -238,8 +238,9 @@ func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 
 // The supervisor is gone too (the machine rebooted, or someone killed it):
 // a restarted worker settles the job by its kind. An evaluation is released
-// to the queue, no attempt used; a run-style job must not run twice, and is
-// reported failed, "worker lost". A command left running without its
+// to the queue, no attempt used; a run-style job must not run twice: its
+// lease is released as lost, so it ends lost, "worker lost", no attempt
+// counted, as an expiry would end it. A command left running without its
 // supervisor is killed.
 func TestSupervisorGoneSettlesByKind(t *testing.T) {
 	t.Parallel()
@@ -280,11 +281,11 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		})
 		w2 := c.startWorker(t, "gw-run", "--once", "--queue", "elsewhere", "--", "false")
 		if code := w2.wait(t, jobBound); code != 1 {
-			t.Fatalf("restarted worker exited %d, want 1 (its job failed)", code)
+			t.Fatalf("restarted worker exited %d, want 1 (its job did not succeed)", code)
 		}
-		j := c.waitJob(t, "gone-run", "reported")
-		if j.Outcome != "failed" || len(j.Leases) != 1 || j.Token != first.Token || !strings.Contains(j.Leases[0].Message, "worker lost") {
-			t.Fatalf("job %+v; want reported failed, worker lost, under token %d", j, first.Token)
+		j := c.waitJob(t, "gone-run", "lost")
+		if j.Reason != "worker lost" || j.Attempts != 0 || len(j.Leases) != 1 || j.Leases[0].Token != first.Token || j.Leases[0].State != "expired" {
+			t.Fatalf("job %+v; want lost (worker lost), no attempt, its lease %d ended as a lost worker's", j, first.Token)
 		}
 		waitFor(t, exitBound, "the unwatched command to be killed", func() error {
 			if !processGone(rec.Command.PID) {
