@@ -21,6 +21,7 @@ leader_lease_timeout = "150ms"
 
 type node struct {
 	id, raftAddr, apiAddr string
+	args                  []string // the server's command line, for a restart
 	proc                  *proc
 	killed                bool // by the test, on purpose
 }
@@ -39,6 +40,8 @@ type cluster struct {
 	// the same id finds its state directory again.
 	stateHome string
 	token     string // the CLI's bearer token, when auth is on
+	// binOf names the binary a node runs ("" or nil: the one under test).
+	binOf func(id string) string
 }
 
 // startCluster starts n servers (1 or 3) with fast timings and waits until
@@ -53,7 +56,12 @@ func startCluster(t testing.TB, n int, extra ...string) *cluster {
 // file, and the CLI's bearer token.
 func startClusterWith(t testing.TB, n int, toml, token string, extra ...string) *cluster {
 	t.Helper()
-	c := &cluster{stateHome: t.TempDir(), token: token}
+	return startClusterOf(t, &cluster{stateHome: t.TempDir(), token: token}, n, toml, extra...)
+}
+
+// startClusterOf starts the servers of c.
+func startClusterOf(t testing.TB, c *cluster, n int, toml string, extra ...string) *cluster {
+	t.Helper()
 	var joins []string
 	for i := range n {
 		nd := &node{id: fmt.Sprintf("node-%d", i+1), raftAddr: freeAddr(t), apiAddr: freeAddr(t)}
@@ -71,8 +79,12 @@ func startClusterWith(t testing.TB, n int, toml, token string, extra ...string) 
 		if n > 1 {
 			args = append(args, "--join", strings.Join(joins, ","))
 		}
-		args = append(args, extra...)
-		nd.proc = startProc(t, nd.id, 0, baseEnv(), args...)
+		nd.args = append(args, extra...)
+		bin := leaseholdBin
+		if c.binOf != nil && c.binOf(nd.id) != "" {
+			bin = c.binOf(nd.id)
+		}
+		nd.proc = startProcBin(t, bin, nd.id, 0, baseEnv(), nd.args...)
 	}
 	c.waitReady(t)
 	return c

@@ -77,9 +77,15 @@ type proc struct {
 // for; its output is logged if the test failed.
 func startProc(t testing.TB, name string, grace time.Duration, env []string, args ...string) *proc {
 	t.Helper()
+	return startProcBin(t, leaseholdBin, name, grace, env, args...)
+}
+
+// startProcBin is startProc with another leasehold binary (an older build).
+func startProcBin(t testing.TB, bin, name string, grace time.Duration, env []string, args ...string) *proc {
+	t.Helper()
 	requireBinary(t)
 	p := &proc{name: name, done: make(chan struct{})}
-	p.cmd = exec.Command(leaseholdBin, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = env
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	// A worker's command runs in a process group of its own; should one

@@ -1,0 +1,104 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+)
+
+// oldBinEnv names a leasehold binary built from a commit before levels
+// (make upgrade-test builds one); without it the upgrade test is skipped.
+const oldBinEnv = "LEASEHOLD_E2E_OLD_BIN"
+
+// A rolling upgrade from a build before levels (issue 15's proof). With one
+// voter on the old build the cluster serves, the old node applies every
+// entry the others write and stays up, and a request that would need an
+// entry it cannot apply (a worker deregistered as lost, codec 3) is
+// refused UPGRADE_REQUIRED naming it. Once it runs this build too, the
+// levels are recorded and the same request goes through.
+func TestMixedClusterUpgrade(t *testing.T) {
+	old := os.Getenv(oldBinEnv)
+	if old == "" {
+		t.Skipf("%s is not set (make upgrade-test sets it)", oldBinEnv)
+	}
+	t.Parallel()
+	c := startClusterOf(t, &cluster{stateHome: t.TempDir(), binOf: func(id string) string {
+		if id == "node-3" {
+			return old
+		}
+		return ""
+	}}, 3, "")
+	oldNode := c.node("node-3")
+
+	// Work goes on: a run-style job submitted, leased and reported by a
+	// worker of the new build; every node applies it.
+	c.cli(t, "job", "submit", "--id", "mixed-1", "--kind", "run", "--payload", "x")
+	w := c.startWorker(t, "mw", "--once", "--", "true")
+	if code := w.wait(t, jobBound); code != 0 {
+		t.Fatalf("worker exited %d", code)
+	}
+	c.waitJob(t, "mixed-1", "reported")
+
+	// A leader of the old build writes only what it knows, which every
+	// newer build applies; the gate is a new leader's. Hand leadership to
+	// a node of this build.
+	if leader := c.waitReady(t); leader == oldNode {
+		c.cli(t, "cluster", "transfer-leader", "node-1")
+		waitFor(t, readyBound, "node-1 to lead", func() error {
+			if leader := c.waitReady(t); leader.id != "node-1" {
+				return fmt.Errorf("%s leads", leader.id)
+			}
+			return nil
+		})
+	}
+	// A deregistration as lost needs codec 3: refused, naming node-3.
+	r := runCLI(t, c.env(), "worker", "deregister", "mw")
+	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 2") {
+		t.Fatalf("deregister as lost in a mixed cluster: exit %d, %s", r.code, r.stderr)
+	}
+	if oldNode.proc.exited() {
+		t.Fatalf("the old node stopped: %s", tail(oldNode.proc.stderr.String()))
+	}
+	if levels := memberLevels(t, c); levels["node-1"] != 0 || levels["node-3"] != 0 {
+		t.Fatalf("levels recorded while node-3 cannot apply the record: %v", levels)
+	}
+
+	// node-3 upgraded in place: same data, this build.
+	oldNode.proc.stop(exitBound)
+	oldNode.proc = startProcBin(t, leaseholdBin, oldNode.id, 0, baseEnv(), oldNode.args...)
+	c.waitReady(t)
+	waitFor(t, jobBound, "every node's level recorded", func() error {
+		levels := memberLevels(t, c)
+		for _, id := range []string{"node-1", "node-2", "node-3"} {
+			if levels[id] < 4 {
+				return fmt.Errorf("levels %v", levels)
+			}
+		}
+		return nil
+	})
+	c.cli(t, "worker", "deregister", "mw")
+	for _, n := range c.nodes {
+		if n.proc.exited() {
+			t.Fatalf("%s stopped: %s", n.id, tail(n.proc.stderr.String()))
+		}
+	}
+}
+
+// memberLevels is each member's recorded level, from `cluster members`.
+func memberLevels(t *testing.T, c *cluster) map[string]int {
+	t.Helper()
+	var members []struct {
+		ID    string `json:"id"`
+		Level int    `json:"level"`
+	}
+	if err := json.Unmarshal([]byte(c.cli(t, "cluster", "members", "-o", "json")), &members); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, m := range members {
+		out[m.ID] = m.Level
+	}
+	return out
+}
