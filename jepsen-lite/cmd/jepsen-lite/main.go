@@ -41,7 +41,7 @@ func main() {
 		Name:  "jepsen-lite",
 		Usage: "prove leasehold's promises under partitions, kills, pauses and clock faults",
 		Commands: []*cli.Command{
-			runCommand(), profileCommand(), checkCommand(), workerCommand(), cleanCommand(),
+			runCommand(), profileCommand(), checkCommand(), workerCommand(), shellJobCommand(), shellWatchCommand(), cleanCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -110,6 +110,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "3 or 5"},
 			&cli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
 			&cli.IntFlag{Name: "concurrency", Value: 3, Usage: "jobs each worker runs at once"},
+			&cli.IntFlag{Name: "shell-workers", Usage: "`leasehold worker run` processes beside the workers (ids s1...), each job's command (jepsen-lite shell-job) under a supervisor; the shell family needs them"},
 			&cli.StringSliceFlag{Name: "nemesis", Value: cli.NewStringSlice("mixed"), Usage: "families or kinds, comma-separated; none for no faults"},
 			&cli.DurationFlag{Name: "duration", Value: 30 * time.Second, Usage: "fault phase (every kind chosen runs at least once)"},
 			&cli.Int64Flag{Name: "seed", Usage: "seed of every random choice (default: from the time)"},
@@ -133,7 +134,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
-				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
+				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"), ShellWorkers: c.Int("shell-workers"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
 				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"), LogStore: c.String("log-store"),
 				Flood: c.Bool("flood"), DiskSize: c.Int64("disk-size"),
@@ -302,6 +303,73 @@ func workerCommand() *cli.Command {
 				DrainTimeout: c.Duration("drain-timeout"),
 				Logger:       hclog.New(&hclog.LoggerOptions{Name: c.String("process"), Output: os.Stderr, Level: hclog.Info}),
 			})
+		},
+	}
+}
+
+// shellJobCommand is the command a shell worker (`leasehold worker run`)
+// runs for each job, under a supervisor: workload.RunShellJob.
+func shellJobCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "shell-job",
+		Usage:  "a shell worker's command for one job (run by `leasehold worker run`)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "history-dir", Required: true},
+			&cli.StringFlag{Name: "sink", Required: true},
+			&cli.StringFlag{Name: "deadline-file", Usage: "the worker's self-stop deadline (STATE_DIR/deadline)"},
+			&cli.DurationFlag{Name: "renew"},
+			&cli.DurationFlag{Name: "toleration"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := workload.ShellJobFromEnv(os.Stdin)
+			if err != nil {
+				return err
+			}
+			if cfg.Self, err = self(); err != nil {
+				return err
+			}
+			cfg.HistoryDir, cfg.SinkURL, cfg.DeadlineFile = c.String("history-dir"), c.String("sink"), c.String("deadline-file")
+			cfg.Renew, cfg.Toleration = c.Duration("renew"), c.Duration("toleration")
+			if code := workload.RunShellJob(cfg); code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
+}
+
+// shellWatchCommand is a shell-job's watcher: it records the command's
+// stop if the command dies without recording it (SIGKILL). The pipe from
+// the command is its file descriptor 3.
+func shellWatchCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "shell-watch",
+		Usage:  "record a shell-job's stop when it is killed (started by shell-job)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "history", Required: true},
+			&cli.StringFlag{Name: "process", Required: true},
+			&cli.StringFlag{Name: "job-id", Required: true},
+			&cli.Uint64Flag{Name: "token", Required: true},
+			&cli.StringFlag{Name: "worker-id", Required: true},
+			&cli.StringFlag{Name: "deadline-file"},
+			&cli.DurationFlag{Name: "renew"},
+			&cli.DurationFlag{Name: "toleration"},
+		},
+		Action: func(c *cli.Context) error {
+			// Signals from a terminal or a session ending are not a stop of
+			// the command's: only the pipe says when it ended.
+			signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+			pipe := os.NewFile(3, "shell-job")
+			defer pipe.Close()
+			code := workload.RunShellWatch(workload.ShellWatchConfig{History: c.String("history"), Process: c.String("process"),
+				Exec:         history.Exec{JobID: c.String("job-id"), Token: c.Uint64("token"), WorkerID: c.String("worker-id")},
+				DeadlineFile: c.String("deadline-file"), Renew: c.Duration("renew"), Toleration: c.Duration("toleration")}, pipe)
+			if code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
 		},
 	}
 }
