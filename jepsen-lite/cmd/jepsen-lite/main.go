@@ -97,6 +97,10 @@ func runCommand() *cli.Command {
 			"\ndisk: as root, each node's data dir is on a tmpfs of its own (--disk-size) that a fault fills to the last\n" +
 			"byte (a follower's; the leader's) and then frees; the fault's end waits until the node is ready again\n" +
 			"(/readyz) and records when (I12 bounds it). Without root the disk faults are skipped with a note.\n" +
+			"\nshell: with --shell-workers N, N `leasehold worker run` processes (ids s1...) take jobs beside the workers, each job's\n" +
+			"command (jepsen-lite shell-job) under a supervisor that outlives them; the faults kill -9 a worker run process alone\n" +
+			"(restarted within the self-stop deadline, after it, or after the expiry) or reboot it with its supervisors and commands.\n" +
+			"I3 and I4 cover the commands' executions; I10 leaves out the jobs a shell worker held (its calls are not recorded).\n" +
 			"\n--flood runs a hostile client beside the load, from an address of its own: gzip bombs and oversized\n" +
 			"bodies (4/s), 150 connections that send headers and never a body, heartbeats (10/s) and acquires (5/s)\n" +
 			"from made-up workers, and with --secure calls with a wrong token (5/s), admin calls with a non-admin\n" +
