@@ -29,7 +29,13 @@
 //
 // Where a checker needs something the history lacks (final states, a
 // complete event log, the timings) it says so in its notes rather than
-// guess. The files, one per invariant, open with what they decide and what
+// guess. Executions are the exec_start/exec_stop spans of whoever ran the
+// job: a Go worker's handler, or a shell worker's command (a process of its
+// own, WORKER/TOKEN/PID, whose stop a watcher records if it was
+// SIGKILLed), judged alike by I3 and I4. A worker whose calls are not
+// recorded (history.Run's unrecorded: a shell worker) leaves its jobs'
+// lease operations partly unseen; I10 leaves those jobs out. The files,
+// one per invariant, open with what they decide and what
 // they leave alone. I10's model of a job is in model.go; histories of
 // correct clusters with random interleavings (sim_test.go) keep the
 // checkers honest about false positives.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/anishathalye/porcupine"
@@ -25,7 +26,9 @@ const maxLinRefs = 50
 // left out). Heartbeats, list_leases and stale reads are not part of it:
 // they promise no linearizability. A job Porcupine cannot decide within
 // Options.LinearizabilityTimeout is noted. A failing job's visualization
-// goes to Options.OutDir.
+// goes to Options.OutDir. A job that a worker whose calls the history does
+// not hold (history.Run's unrecorded: a shell worker) held a lease of is
+// left out, counted: its lease operations are only partly seen.
 func checkLinearizable(v *view, r *Result) {
 	envCancel := false
 	for i := range v.ops {
@@ -34,8 +37,12 @@ func checkLinearizable(v *view, r *Result) {
 		}
 	}
 	clients := map[string]int{}
-	checked, nops, unknown := 0, 0, 0
+	checked, nops, unknown, unseen := 0, 0, 0, 0
 	for _, job := range v.jobs {
+		if v.heldByUnrecorded(job) {
+			unseen++
+			continue
+		}
 		ops, hasSubmit := v.linOps(job, clients)
 		if len(ops) == 0 {
 			continue
@@ -65,6 +72,29 @@ func checkLinearizable(v *view, r *Result) {
 	r.Stats["jobs_checked"] = float64(checked)
 	r.Stats["operations"] = float64(nops)
 	r.Stats["jobs_timed_out"] = float64(unknown)
+	if unseen > 0 {
+		r.Stats["jobs_unrecorded_holder"] = float64(unseen)
+		r.note(fmt.Sprintf("%d jobs left out: a worker whose calls are not recorded (a shell worker) held a lease of each", unseen))
+	}
+}
+
+// heldByUnrecorded reports whether a worker whose calls the history does
+// not hold was granted a lease of job, by the events or a final state.
+func (v *view) heldByUnrecorded(job string) bool {
+	if v.run == nil || len(v.run.Unrecorded) == 0 {
+		return false
+	}
+	for _, e := range v.events {
+		if e.ev.JobID == job && e.ev.Type == history.EventLeaseAcquired && slices.Contains(v.run.Unrecorded, e.ev.WorkerID) {
+			return true
+		}
+	}
+	for _, f := range v.finals {
+		if j, ok := f.jobs[job]; ok && slices.ContainsFunc(j.Leases, func(l history.Lease) bool { return slices.Contains(v.run.Unrecorded, l.WorkerID) }) {
+			return true
+		}
+	}
+	return false
 }
 
 // linOps turns job's calls into Porcupine operations, and says whether a

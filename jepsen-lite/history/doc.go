@@ -135,7 +135,9 @@
 //
 //	exec.job_id, exec.token, exec.worker_id   required
 //	exec.cause             (stop, required) completed | revoked | lost |
-//	                       self_stop | shutdown | killed_process
+//	                       self_stop | shutdown | killed_process |
+//	                       signalled (a shell worker's command, on its
+//	                       supervisor's SIGTERM)
 //	exec.last_ack_send_ns  (stop) send time of the worker's last
 //	                       acknowledged heartbeat when the job stopped, 0
 //	                       if unknown; the self-stop deadline is this +
@@ -146,6 +148,17 @@
 // A process killed cannot record its stop: an exec_start left open ends at
 // the first kill fault (or worker_gone) naming its process or worker after
 // it started; one with neither runs to the end of time.
+//
+// A shell worker's command (`leasehold worker run`, jepsen-lite shell-job)
+// is a process of its own, named WORKER/TOKEN/PID, which records its own
+// start and its stop (completed, or signalled on SIGTERM). A command
+// SIGKILLed (its supervisor stops a command at the self-stop deadline or
+// on a lost lease with SIGTERM then SIGKILL at once) cannot: a watcher
+// process outside its process group, holding the other end of a pipe
+// from it, records exec_stop (killed_process) when the pipe closes, which
+// is after the command has died. Its last_ack_send_ns is derived from the
+// worker's deadline file (the deadline − toleration + 2 × renew), so the
+// self-stop check holds commands to the deadline the supervisor enforces.
 //
 // # sink_write
 //

@@ -103,6 +103,10 @@ type Run struct {
 	// FloodSource is the address the flood calls from; empty: the run
 	// has no flood.
 	FloodSource string `json:"flood_source,omitempty"`
+	// Unrecorded are workers whose API calls the history does not hold:
+	// shell workers (`leasehold worker run`), whose commands record their
+	// executions but whose acquires, heartbeats and reports go unseen.
+	Unrecorded []string `json:"unrecorded,omitempty"`
 }
 
 // Member is one node of a cluster's membership: its id and addresses.
@@ -262,6 +266,7 @@ const (
 	CauseSelfStop      StopCause = "self_stop"      // heartbeats unacknowledged past the self-stop deadline
 	CauseShutdown      StopCause = "shutdown"       // the worker shut down
 	CauseKilledProcess StopCause = "killed_process" // the process running it was killed
+	CauseSignalled     StopCause = "signalled"      // a shell worker's command stopped on its supervisor's SIGTERM
 )
 
 // Sink names.

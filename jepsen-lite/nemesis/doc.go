@@ -11,10 +11,14 @@
 // node's peer port, and a full disk under a follower or the leader (each
 // node's data dir on a small tmpfs of its own, package disk, filled to the
 // last byte and freed; the fault's end waits until the node says it is
-// ready again and records when).
+// ready again and records when), and for shell workers (`leasehold worker
+// run`) a kill -9 of the worker run process alone (its supervisors and
+// commands run on; it comes back within the self-stop deadline, after it,
+// or after the expiry) and a reboot (its supervisors and commands killed
+// with it).
 //
 // Faults come in families; a run takes one family or several, or "mixed"
-// for all. Plan orders them: every kind of the families in turn, in an
+// for all but the shell family (a run has shell workers only when asked). Plan orders them: every kind of the families in turn, in an
 // order shuffled by the seed, each held for a time scaled to the cluster's
 // timings, with a quiet spell after each. Nemesis carries a plan out on a
 // Cluster (the runner's processes and network), recording every fault's

@@ -25,6 +25,9 @@ type Kind struct {
 	// Disk: the kind fills a node's disk (the nodes' data dirs must be on
 	// disks of their own, which needs root).
 	Disk bool
+	// Shell: the kind acts on shell workers (`leasehold worker run`),
+	// which the run must have.
+	Shell bool
 	// hold is how long the fault lasts, scaled to the cluster's timings.
 	hold  func(t Timings, rng *rand.Rand) time.Duration
 	start func(ctx context.Context, e *Env) (*Active, error)
@@ -73,11 +76,14 @@ const (
 	FamilyWorker    = "worker"
 	FamilyOutsider  = "outsider"
 	FamilyDisk      = "disk"
+	// FamilyShell acts on shell workers; mixed leaves it out (a run has
+	// shell workers only when asked).
+	FamilyShell = "shell"
 )
 
 // Families lists every family.
 func Families() []string {
-	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker, FamilyOutsider, FamilyDisk}
+	return []string{FamilyPartition, FamilyKill, FamilyPause, FamilyClock, FamilyNet, FamilyTransfer, FamilyWorker, FamilyOutsider, FamilyDisk, FamilyShell}
 }
 
 // Catalog is every kind of fault.
@@ -131,6 +137,30 @@ func Catalog() []*Kind {
 
 		{Name: "outsider", Family: FamilyOutsider, hold: toleration, start: outsiderAttack},
 
+		{Name: "kill-shell-worker", Family: FamilyShell, Shell: true, start: killShellWorker, hold: func(t Timings, rng *rand.Rand) time.Duration {
+			// Back within the self-stop deadline (it re-attaches to its
+			// commands, still running, and reports them under their
+			// tokens); back after the deadline but maybe before the
+			// expiry (the supervisors stopped the commands: it settles
+			// the jobs it still holds); or back after its leases expired
+			// (the commands had to stop before the expiry).
+			switch rng.IntN(3) {
+			case 0:
+				return t.Grace
+			case 1:
+				return t.Toleration - t.Renew
+			}
+			return t.Toleration + t.Grace
+		}},
+		{Name: "reboot-shell-worker", Family: FamilyShell, Shell: true, start: rebootShellWorker, hold: func(t Timings, rng *rand.Rand) time.Duration {
+			// Back before its leases expire (it finds its commands gone
+			// and settles their jobs by kind), or after.
+			if rng.IntN(2) == 0 {
+				return t.Grace
+			}
+			return t.Toleration + t.Grace
+		}},
+
 		{Name: "disk-follower", Family: FamilyDisk, Disk: true, hold: toleration, start: fillDisk(pickFollower)},
 		{Name: "disk-leader", Family: FamilyDisk, Disk: true, hold: pastGrace, start: fillDisk(pickLeader)},
 	}
@@ -147,7 +177,7 @@ func Select(names []string, nodes int, shaping bool) ([]*Kind, error) {
 		switch {
 		case n == "mixed":
 			for _, f := range Families() {
-				want[f] = true
+				want[f] = f != FamilyShell
 			}
 		case slices.Contains(Families(), n) || slices.ContainsFunc(all, func(k *Kind) bool { return k.Name == n }):
 			want[n] = true
@@ -412,6 +442,51 @@ func killWorker(ctx context.Context, e *Env) (*Active, error) {
 	}
 	return &Active{At: history.Now(), Targets: []string{w, proc}, Kill: true, Detail: "kill -9",
 		stop: func(ctx context.Context) error { return e.C.Restart(ctx, w) }}, nil
+}
+
+// killShellWorker SIGKILLs a shell worker's `worker run` process, busy if
+// one is, and restarts it with the same id at the stop. Only that process
+// dies: its supervisors and their commands run on (each in a session of
+// its own), so the fault names the process, not the worker, and no
+// execution of its commands ends at the kill.
+func killShellWorker(ctx context.Context, e *Env) (*Active, error) {
+	w := e.C.BusyShellWorker(ctx)
+	if w == "" {
+		ws := e.C.ShellWorkers()
+		if len(ws) == 0 {
+			return nil, errors.New("nemesis: no shell workers")
+		}
+		w = ws[e.Rng.IntN(len(ws))]
+	}
+	proc := e.C.Process(w)
+	if err := e.C.Kill(w); err != nil {
+		return nil, err
+	}
+	return &Active{At: history.Now(), Targets: []string{proc}, Kill: true,
+		Detail: "kill -9 of " + w + "'s worker run process; its supervisors and commands run on",
+		stop:   func(ctx context.Context) error { return e.C.Restart(ctx, w) }}, nil
+}
+
+// rebootShellWorker kills a shell worker's worker run process with its
+// supervisors and commands, as a reboot of its machine would, and
+// restarts the worker run process at the stop. The commands' stops are
+// recorded by their watchers, which are the harness's.
+func rebootShellWorker(ctx context.Context, e *Env) (*Active, error) {
+	w := e.C.BusyShellWorker(ctx)
+	if w == "" {
+		ws := e.C.ShellWorkers()
+		if len(ws) == 0 {
+			return nil, errors.New("nemesis: no shell workers")
+		}
+		w = ws[e.Rng.IntN(len(ws))]
+	}
+	proc := e.C.Process(w)
+	if err := e.C.RebootShellWorker(w); err != nil {
+		return nil, err
+	}
+	return &Active{At: history.Now(), Targets: []string{proc}, Kill: true,
+		Detail: "reboot of " + w + ": its worker run process, supervisors and commands killed",
+		stop:   func(ctx context.Context) error { return e.C.Restart(ctx, w) }}, nil
 }
 
 func pauseNodes(pick picker) func(ctx context.Context, e *Env) (*Active, error) {

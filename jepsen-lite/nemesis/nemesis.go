@@ -43,7 +43,18 @@ type Cluster interface {
 	// BusyWorker is a worker that holds a lease now, preferring one that
 	// runs a long job; "" if none.
 	BusyWorker(ctx context.Context, long bool) string
-	// Kill kills a node or worker process with SIGKILL and waits for it.
+	// ShellWorkers are the shell workers' ids (`leasehold worker run`
+	// processes; none in most runs); BusyShellWorker is one holding a
+	// lease now, "" if none.
+	ShellWorkers() []string
+	BusyShellWorker(ctx context.Context) string
+	// RebootShellWorker kills a shell worker's `worker run` process and
+	// every supervisor and command it started, as its machine's reboot
+	// would; the harness's watchers record the commands' stops. Restart
+	// starts the worker run process again.
+	RebootShellWorker(name string) error
+	// Kill kills a node or worker process with SIGKILL and waits for it
+	// (a shell worker's `worker run` process alone: not its supervisors).
 	Kill(name string) error
 	// Restart starts a killed node or worker process again.
 	Restart(ctx context.Context, name string) error

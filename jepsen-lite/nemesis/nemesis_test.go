@@ -44,8 +44,14 @@ func TestSelect(t *testing.T) {
 		}
 	}
 	withShaping, _ := Select([]string{"mixed"}, 5, true)
-	if len(withShaping) != len(Catalog()) {
-		t.Fatalf("mixed on 5 nodes with shaping: %d kinds of %d", len(withShaping), len(Catalog()))
+	shell, _ := Select([]string{"shell"}, 3, false)
+	if len(shell) == 0 || len(withShaping)+len(shell) != len(Catalog()) {
+		t.Fatalf("mixed on 5 nodes with shaping: %d kinds, and %d of the shell family, of %d", len(withShaping), len(shell), len(Catalog()))
+	}
+	for _, k := range withShaping {
+		if k.Shell || k.Family == FamilyShell {
+			t.Fatalf("mixed has %s: a run has shell workers only when asked", k.Name)
+		}
 	}
 	if ks, err := Select([]string{"sigstop-all-long", "clock-all-sleep"}, 3, false); err != nil || len(ks) != 2 {
 		t.Fatalf("two kinds by name: %v %v", names(ks), err)
@@ -135,7 +141,7 @@ type fakeCluster struct {
 
 func newFakeCluster(n int) *fakeCluster {
 	c := &fakeCluster{leader: "n1", blocked: map[[2]string]bool{}, shaped: map[[2]string]bool{}, clocks: map[string]string{}, slept: map[string]time.Duration{},
-		paused: map[string]bool{}, dead: map[string]bool{}, incarn: map[string]int{"w1": 1, "w2": 1},
+		paused: map[string]bool{}, dead: map[string]bool{}, incarn: map[string]int{"w1": 1, "w2": 1, "s1": 1, "s2": 1},
 		full: map[string]bool{}, stuck: map[string]bool{}}
 	for i := 1; i <= n; i++ {
 		c.nodes = append(c.nodes, fmt.Sprintf("n%d", i))
@@ -163,6 +169,12 @@ func (c *fakeCluster) Process(w string) string {
 	return fmt.Sprintf("%s#%d", w, c.incarn[w])
 }
 func (c *fakeCluster) BusyWorker(context.Context, bool) string { return "w2" }
+func (c *fakeCluster) ShellWorkers() []string                  { return []string{"s1", "s2"} }
+func (c *fakeCluster) BusyShellWorker(context.Context) string  { return "s2" }
+func (c *fakeCluster) RebootShellWorker(name string) error {
+	c.note("reboot %s", name)
+	return c.Kill(name)
+}
 func (c *fakeCluster) Kill(name string) error {
 	c.note("kill %s", name)
 	c.mu.Lock()
@@ -341,8 +353,14 @@ func TestEveryKindStartsAndStops(t *testing.T) {
 			}
 			// A worker fault names the worker process, except where the
 			// worker is only a bystander of a pause (naming it would
-			// excuse it).
-			if strings.Contains(k.Name, "worker") && !start.Pause && !slices.Contains(start.Targets, "w2#1") {
+			// excuse it). A shell worker's names its `worker run` process
+			// only: the commands, which outlive it, are not ended by it.
+			switch {
+			case k.Shell:
+				if !slices.Equal(start.Targets, []string{"s2#1"}) {
+					t.Fatalf("a shell worker fault's targets %v: want the busy one's worker run process alone", start.Targets)
+				}
+			case strings.Contains(k.Name, "worker") && !start.Pause && !slices.Contains(start.Targets, "w2#1"):
 				t.Fatalf("a worker fault's targets %v lack the process", start.Targets)
 			}
 			if err := n.Stop(context.Background(), id); err != nil {

@@ -35,8 +35,10 @@ type cluster struct {
 	net     netem.Network
 	secrets *secrets // nil unless cfg.Secure
 	nodes   []*proc
-	// workers are filled in once the sinks serve.
+	// workers are filled in once the sinks serve; shells too (the shell
+	// workers, `leasehold worker run`).
 	workers []*proc
+	shells  []*proc
 	http    *http.Client // the runner's, from its own address
 	// The runner's clients, each with the least role that does its job
 	// (in a secure run; otherwise all are open): client for the
@@ -234,6 +236,51 @@ func (c *cluster) addWorkers(self, sinkURL string) {
 	}
 }
 
+// ShellName names shell worker s (1-based).
+func ShellName(s int) string { return "s" + strconv.Itoa(s) }
+
+// addShellWorkers makes the shell worker processes (not started): `worker
+// run` of the chaos build, each with a state directory of its own under
+// the run's (state/ID, kept across its restarts, so a restarted one
+// re-attaches), running jepsen-lite shell-job for each job. They dial the
+// cluster from the runner's address (the CLI binds no source address): no
+// network fault of a run names them. In a secure run the token goes in the
+// environment, not on the command line.
+func (c *cluster) addShellWorkers(self, sinkURL string) error {
+	t := c.cfg.Timings
+	var secure []string
+	env := childEnv()
+	if c.secrets != nil {
+		secure = []string{"--ca-file", c.secrets.caFile}
+		env = childEnv("LEASEHOLD_TOKEN=" + c.token(roleWorker))
+	}
+	for s := 1; s <= c.cfg.ShellWorkers; s++ {
+		id := ShellName(s)
+		state := c.dir("state", id)
+		if err := os.MkdirAll(state, 0o700); err != nil {
+			return err
+		}
+		argv := append(append([]string{c.cfg.Bin, "worker", "run", "--id", id, "--endpoints", strings.Join(c.endpoints(), ","),
+			"--queue", workload.QueueMain, "--kind", strings.Join([]string{workload.KindShort, workload.KindLong, workload.KindRun}, ","),
+			"--concurrency", strconv.Itoa(c.cfg.Concurrency), "--state-dir", state,
+			"--kill-after", time.Second.String(), "--drain", (2 * t.Renew).String()}, secure...),
+			"--", self, "shell-job", "--history-dir", c.cfg.Out, "--sink", sinkURL,
+			"--deadline-file", filepath.Join(state, "deadline"), "--renew", t.Renew.String(), "--toleration", t.Toleration.String())
+		c.shells = append(c.shells, &proc{name: id, argv: func(int) []string { return argv }, env: env,
+			logPath: c.dir("logs", id+".log")})
+	}
+	return nil
+}
+
+// ShellWorkers are the shell workers' ids.
+func (c *cluster) ShellWorkers() []string {
+	var out []string
+	for _, p := range c.shells {
+		out = append(out, p.name)
+	}
+	return out
+}
+
 func (c *cluster) Nodes() []string {
 	var out []string
 	for _, p := range c.nodes {
@@ -300,7 +347,7 @@ func (c *cluster) startFlood(ctx context.Context, rec *history.Recorder, log hcl
 }
 
 func (c *cluster) proc(name string) (*proc, error) {
-	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
+	for _, p := range c.all() {
 		if p.name == name {
 			return p, nil
 		}
@@ -315,6 +362,11 @@ func (c *cluster) nodeIndex(name string) int {
 		}
 	}
 	return -1
+}
+
+// all is every process: nodes, workers, shell workers.
+func (c *cluster) all() []*proc {
+	return append(append(slices.Clone(c.nodes), c.workers...), c.shells...)
 }
 
 // Process is a worker's current process name.
@@ -421,6 +473,18 @@ func lastLine(path string) string {
 // BusyWorker is a live, unpaused worker process holding a lease,
 // preferring the one whose (long) job started last.
 func (c *cluster) BusyWorker(ctx context.Context, long bool) string {
+	return c.busy(ctx, long, c.workers)
+}
+
+// BusyShellWorker is a live shell worker (its `worker run` process) holding
+// a lease, preferring one whose long job started last.
+func (c *cluster) BusyShellWorker(ctx context.Context) string {
+	return c.busy(ctx, true, c.shells)
+}
+
+// busy is a live, unpaused process among procs holding a lease,
+// preferring the one whose (long) job started last.
+func (c *cluster) busy(ctx context.Context, long bool, procs []*proc) string {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	resp, err := c.client.Jobs(ctx, &leaseholdv1.ListJobsRequest{State: leaseholdv1.JobState_JOB_STATE_RUNNING,
@@ -435,8 +499,8 @@ func (c *cluster) BusyWorker(ctx context.Context, long bool) string {
 			continue
 		}
 		l := ls[len(ls)-1]
-		p, err := c.proc(l.GetWorkerId())
-		if err != nil || !p.alive() || p.isPaused() {
+		i := slices.IndexFunc(procs, func(p *proc) bool { return p.name == l.GetWorkerId() })
+		if i < 0 || !procs[i].alive() || procs[i].isPaused() {
 			continue
 		}
 		isLong := j.GetSpec().GetKind() == workload.KindLong
@@ -570,7 +634,7 @@ func (c *cluster) Transfer(ctx context.Context) (string, error) {
 // one but the workers killed for good.
 func (c *cluster) HealProcesses(ctx context.Context) error {
 	var errs []error
-	for _, p := range append(slices.Clone(c.nodes), c.workers...) {
+	for _, p := range c.all() {
 		switch {
 		case p.alive() && p.isPaused():
 			errs = append(errs, p.signal(sigcont))
@@ -594,7 +658,7 @@ func (c *cluster) markGone(name string) {
 // release), then nodes.
 func (c *cluster) shutdown() {
 	var wg sync.WaitGroup
-	for _, p := range c.workers {
+	for _, p := range append(slices.Clone(c.workers), c.shells...) {
 		wg.Go(func() { p.stop(5 * time.Second) })
 	}
 	wg.Wait()

@@ -53,6 +53,11 @@ type Config struct {
 	// Nodes is 3 or 5; Workers the worker processes, each running
 	// Concurrency jobs at once.
 	Nodes, Workers, Concurrency int
+	// ShellWorkers are `leasehold worker run` processes (the chaos build,
+	// ids s1, s2, ...) beside the Go workers, taking the same jobs; each
+	// job runs `jepsen-lite shell-job` under a supervisor of its own, with
+	// Concurrency jobs at once. The shell family's faults need them.
+	ShellWorkers int
 	// Nemesis names families, kinds, or "mixed"; empty or "none" for a
 	// run without faults.
 	Nemesis []string
@@ -110,6 +115,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Workers == 0 {
 		c.Workers = 3
+	}
+	if c.ShellWorkers < 0 || c.ShellWorkers > 9 {
+		return c, fmt.Errorf("runner: --shell-workers %d: 0 to 9", c.ShellWorkers)
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = 3

@@ -15,7 +15,10 @@
 // data/ and unmounted at the end. A run with Config.Flood starts the flood
 // (workload.Flood) beside the load, from another address of its own, and
 // stops it with the load; the final states also sum up each node's event
-// log, for F1.
+// log, for F1. A run with Config.ShellWorkers starts shell workers beside
+// the Go workers: `leasehold worker run` of the chaos build, state under
+// the run's state/, running `jepsen-lite shell-job` for each job (package
+// workload); each command's history file is merged with the others.
 //
 // A run's phases, in a history's terms:
 //

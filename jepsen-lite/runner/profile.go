@@ -55,6 +55,7 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 			mk("transfer-worker", b.Real, 3, "transfer,worker", 20*time.Second),
 			mk("net", b.Real, 3, "net", 15*time.Second),
 			mk("mixed", b.Real, 3, "mixed", 40*time.Second),
+			mk("shell-worker", b.Real, 3, "shell", 20*time.Second),
 		}
 		runs[1].KillWorkerAtEnd = true // an orphan to re-lease (I12)
 		runs[1].Secure = true
@@ -64,6 +65,10 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		runs[2].LogStore = "boltdb"
 		runs[6].Flood = true
 		runs[5].Net = NetProxy // delay and loss need the proxies
+		// Two shell workers (`leasehold worker run`, each job's command
+		// under a supervisor that outlives it) take the jobs beside one Go
+		// worker; their worker run processes are killed and come back.
+		runs[7].Workers, runs[7].ShellWorkers = 1, 2
 		// The fenced sink asks the cluster; with fence checks off it keeps
 		// the stale writer's writes.
 		nofence := mk("broken-nofence", b.NoFence, 3, "none", 10*time.Second)

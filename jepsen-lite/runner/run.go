@@ -113,8 +113,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 			}()
 		}
 	}
-	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "nemesis", cfg.Nemesis, "seed", cfg.Seed,
-		"flood", cfg.Flood)
+	if cfg.ShellWorkers == 0 && slices.ContainsFunc(kinds, isShellKind) {
+		return nil, fmt.Errorf("runner: the shell family's faults need shell workers (--shell-workers)")
+	}
+	log.Info("run", "net", n.Mode(), "nodes", cfg.Nodes, "workers", cfg.Workers, "shell_workers", cfg.ShellWorkers,
+		"nemesis", cfg.Nemesis, "seed", cfg.Seed, "flood", cfg.Flood)
 
 	histFile, err := os.Create(filepath.Join(cfg.Out, "history-runner.jsonl"))
 	if err != nil {
@@ -151,8 +154,11 @@ func Run(ctx context.Context, cfg Config) (*Outcome, error) {
 	if err := rec.Err(); err != nil {
 		problems("runner history: %v", err)
 	}
+	// The worker processes' files, then the shell workers' commands' (one
+	// per command, history-sN-cmd-TOKEN-PID.jsonl).
 	files, _ := filepath.Glob(filepath.Join(cfg.Out, "history-w*.jsonl"))
-	for _, f := range files {
+	cmdFiles, _ := filepath.Glob(filepath.Join(cfg.Out, "history-s*-cmd-*.jsonl"))
+	for _, f := range append(files, cmdFiles...) {
 		es, err := readHistory(f)
 		if err != nil {
 			problems("%s: %v", filepath.Base(f), err)
@@ -205,10 +211,10 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 		floodSource = c.net.FloodIP()
 	}
 	rec.Append(history.Entry{Kind: history.KindRun, Process: "runner", Run: &history.Run{
-		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: workerNames(cfg.Workers),
+		Format: history.FormatVersion, Name: cfg.Name, Seed: cfg.Seed, Nodes: c.Nodes(), Workers: append(workerNames(cfg.Workers), shellNames(cfg.ShellWorkers)...),
 		Nemeses: cfg.Nemesis, RenewNs: int64(t.Renew), GraceNs: int64(t.Grace), TolerationNs: int64(t.Toleration),
 		ElectionTimeoutNs: int64(t.Election), HeartbeatTimeoutNs: int64(t.Heartbeat), Members: c.configured(), Secure: cfg.Secure,
-		FloodSource: floodSource}})
+		FloodSource: floodSource, Unrecorded: shellNames(cfg.ShellWorkers)}})
 
 	for _, p := range c.nodes {
 		if err := p.start(); err != nil {
@@ -243,7 +249,10 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	}
 	defer ss.Close()
 	c.addWorkers(cfg.Self, ss.URL())
-	for _, p := range c.workers {
+	if err := c.addShellWorkers(cfg.Self, ss.URL()); err != nil {
+		return err
+	}
+	for _, p := range append(slices.Clone(c.workers), c.shells...) {
 		if err := p.start(); err != nil {
 			return err
 		}
@@ -340,11 +349,11 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	// Workers stop in order (they have nothing left to run), then the
 	// final states are read from every node.
 	var sw sync.WaitGroup
-	for _, p := range c.workers {
+	for _, p := range append(slices.Clone(c.workers), c.shells...) {
 		sw.Go(func() { p.stop(2*t.Renew + 5*time.Second) })
 	}
 	sw.Wait()
-	for _, p := range c.workers {
+	for _, p := range append(slices.Clone(c.workers), c.shells...) {
 		if err := p.exitErr(); err != nil && !p.gone {
 			problem("worker %s exited: %v (log %s)", p.name, err, p.logPath)
 		}
@@ -372,7 +381,7 @@ func removeRunFiles(dir string) error {
 		}
 		paths = append(paths, m...)
 	}
-	for _, d := range []string{"data", "logs", "clock", "pki", "disk"} {
+	for _, d := range []string{"data", "logs", "clock", "pki", "disk", "state"} {
 		paths = append(paths, filepath.Join(dir, d))
 	}
 	for _, p := range paths {
@@ -384,6 +393,8 @@ func removeRunFiles(dir string) error {
 }
 
 func isDiskKind(k *nemesis.Kind) bool { return k.Disk }
+
+func isShellKind(k *nemesis.Kind) bool { return k.Shell }
 
 // waitBusy waits until workers hold leases, up to bound.
 func (c *cluster) waitBusy(ctx context.Context, bound time.Duration) bool {
@@ -426,6 +437,14 @@ func workerNames(n int) []string {
 	var out []string
 	for w := 1; w <= n; w++ {
 		out = append(out, netem.WorkerName(w))
+	}
+	return out
+}
+
+func shellNames(n int) []string {
+	var out []string
+	for s := 1; s <= n; s++ {
+		out = append(out, ShellName(s))
 	}
 	return out
 }

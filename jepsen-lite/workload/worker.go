@@ -189,18 +189,7 @@ func ref(job *client.Job) string { return fmt.Sprintf("ref-%s-%d", job.ID, job.T
 // handler must stop, as a real job's would be: a self-stop is on time only
 // if the job's I/O ends with it.
 func (w *workerProc) write(ctx context.Context, job *client.Job, n int) {
-	for _, sink := range []string{history.SinkFenced, history.SinkUnfenced} {
-		if ctx.Err() != nil {
-			return
-		}
-		wctx, cancel := context.WithTimeout(ctx, sinkTimeout)
-		_, err := w.sinks.Write(wctx, SinkWrite{Sink: sink, JobID: job.ID, Token: job.Token, WorkerID: w.cfg.ID,
-			Key: fmt.Sprintf("%s/%d/%d", job.ID, job.Token, n)})
-		cancel()
-		if err != nil && ctx.Err() == nil {
-			w.log.Warn("sink write failed", "sink", sink, "job_id", job.ID, "token", job.Token, "error", err)
-		}
-	}
+	writeSinks(ctx, w.sinks, w.log, job.ID, job.Token, w.cfg.ID, n)
 }
 
 // causeOf says why a handler stopped.

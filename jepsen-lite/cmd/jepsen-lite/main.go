@@ -41,7 +41,7 @@ func main() {
 		Name:  "jepsen-lite",
 		Usage: "prove leasehold's promises under partitions, kills, pauses and clock faults",
 		Commands: []*cli.Command{
-			runCommand(), profileCommand(), checkCommand(), workerCommand(), cleanCommand(),
+			runCommand(), profileCommand(), checkCommand(), workerCommand(), shellJobCommand(), shellWatchCommand(), cleanCommand(),
 		},
 	}
 	if err := app.Run(os.Args); err != nil {
@@ -97,6 +97,10 @@ func runCommand() *cli.Command {
 			"\ndisk: as root, each node's data dir is on a tmpfs of its own (--disk-size) that a fault fills to the last\n" +
 			"byte (a follower's; the leader's) and then frees; the fault's end waits until the node is ready again\n" +
 			"(/readyz) and records when (I12 bounds it). Without root the disk faults are skipped with a note.\n" +
+			"\nshell: with --shell-workers N, N `leasehold worker run` processes (ids s1...) take jobs beside the workers, each job's\n" +
+			"command (jepsen-lite shell-job) under a supervisor that outlives them; the faults kill -9 a worker run process alone\n" +
+			"(restarted within the self-stop deadline, after it, or after the expiry) or reboot it with its supervisors and commands.\n" +
+			"I3 and I4 cover the commands' executions; I10 leaves out the jobs a shell worker held (its calls are not recorded).\n" +
 			"\n--flood runs a hostile client beside the load, from an address of its own: gzip bombs and oversized\n" +
 			"bodies (4/s), 150 connections that send headers and never a body, heartbeats (10/s) and acquires (5/s)\n" +
 			"from made-up workers, and with --secure calls with a wrong token (5/s), admin calls with a non-admin\n" +
@@ -110,6 +114,7 @@ func runCommand() *cli.Command {
 			&cli.IntFlag{Name: "nodes", Value: 3, Usage: "3 or 5"},
 			&cli.IntFlag{Name: "workers", Value: 3, Usage: "worker processes"},
 			&cli.IntFlag{Name: "concurrency", Value: 3, Usage: "jobs each worker runs at once"},
+			&cli.IntFlag{Name: "shell-workers", Usage: "`leasehold worker run` processes beside the workers (ids s1...), each job's command (jepsen-lite shell-job) under a supervisor; the shell family needs them"},
 			&cli.StringSliceFlag{Name: "nemesis", Value: cli.NewStringSlice("mixed"), Usage: "families or kinds, comma-separated; none for no faults"},
 			&cli.DurationFlag{Name: "duration", Value: 30 * time.Second, Usage: "fault phase (every kind chosen runs at least once)"},
 			&cli.Int64Flag{Name: "seed", Usage: "seed of every random choice (default: from the time)"},
@@ -133,7 +138,7 @@ func runCommand() *cli.Command {
 				return err
 			}
 			cfg := runner.Config{Name: filepath.Base(c.String("out")), Bin: c.String("bin"), Self: me, Out: c.String("out"),
-				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"),
+				Nodes: c.Int("nodes"), Workers: c.Int("workers"), Concurrency: c.Int("concurrency"), ShellWorkers: c.Int("shell-workers"),
 				Nemesis: splitAll(c.StringSlice("nemesis")), Duration: c.Duration("duration"), Seed: c.Int64("seed"),
 				Net: c.String("net"), Timings: t, KillWorkerAtEnd: c.Bool("kill-worker-at-end"), Secure: c.Bool("secure"), LogStore: c.String("log-store"),
 				Flood: c.Bool("flood"), DiskSize: c.Int64("disk-size"),
@@ -302,6 +307,73 @@ func workerCommand() *cli.Command {
 				DrainTimeout: c.Duration("drain-timeout"),
 				Logger:       hclog.New(&hclog.LoggerOptions{Name: c.String("process"), Output: os.Stderr, Level: hclog.Info}),
 			})
+		},
+	}
+}
+
+// shellJobCommand is the command a shell worker (`leasehold worker run`)
+// runs for each job, under a supervisor: workload.RunShellJob.
+func shellJobCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "shell-job",
+		Usage:  "a shell worker's command for one job (run by `leasehold worker run`)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "history-dir", Required: true},
+			&cli.StringFlag{Name: "sink", Required: true},
+			&cli.StringFlag{Name: "deadline-file", Usage: "the worker's self-stop deadline (STATE_DIR/deadline)"},
+			&cli.DurationFlag{Name: "renew"},
+			&cli.DurationFlag{Name: "toleration"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := workload.ShellJobFromEnv(os.Stdin)
+			if err != nil {
+				return err
+			}
+			if cfg.Self, err = self(); err != nil {
+				return err
+			}
+			cfg.HistoryDir, cfg.SinkURL, cfg.DeadlineFile = c.String("history-dir"), c.String("sink"), c.String("deadline-file")
+			cfg.Renew, cfg.Toleration = c.Duration("renew"), c.Duration("toleration")
+			if code := workload.RunShellJob(cfg); code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
+		},
+	}
+}
+
+// shellWatchCommand is a shell-job's watcher: it records the command's
+// stop if the command dies without recording it (SIGKILL). The pipe from
+// the command is its file descriptor 3.
+func shellWatchCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "shell-watch",
+		Usage:  "record a shell-job's stop when it is killed (started by shell-job)",
+		Hidden: true,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "history", Required: true},
+			&cli.StringFlag{Name: "process", Required: true},
+			&cli.StringFlag{Name: "job-id", Required: true},
+			&cli.Uint64Flag{Name: "token", Required: true},
+			&cli.StringFlag{Name: "worker-id", Required: true},
+			&cli.StringFlag{Name: "deadline-file"},
+			&cli.DurationFlag{Name: "renew"},
+			&cli.DurationFlag{Name: "toleration"},
+		},
+		Action: func(c *cli.Context) error {
+			// Signals from a terminal or a session ending are not a stop of
+			// the command's: only the pipe says when it ended.
+			signal.Ignore(syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGPIPE)
+			pipe := os.NewFile(3, "shell-job")
+			defer pipe.Close()
+			code := workload.RunShellWatch(workload.ShellWatchConfig{History: c.String("history"), Process: c.String("process"),
+				Exec:         history.Exec{JobID: c.String("job-id"), Token: c.Uint64("token"), WorkerID: c.String("worker-id")},
+				DeadlineFile: c.String("deadline-file"), Renew: c.Duration("renew"), Toleration: c.Duration("toleration")}, pipe)
+			if code != 0 {
+				return cli.Exit("", code)
+			}
+			return nil
 		},
 	}
 }
