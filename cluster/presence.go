@@ -21,6 +21,10 @@ const (
 	// longer than grace: the leader announces nothing about such a worker
 	// (it did not see it fall silent), but it has not heard it either.
 	ReachUnreachable
+	// ReachGone: silent past toleration, so its leases have expired; the
+	// leader removes it after WorkerGCThreshold of silence if it holds
+	// nothing. As unreachable, from the leader's point of view.
+	ReachGone
 )
 
 func (r Reachability) String() string {
@@ -29,6 +33,8 @@ func (r Reachability) String() string {
 		return "active"
 	case ReachUnreachable:
 		return "unreachable"
+	case ReachGone:
+		return "gone"
 	}
 	return "unknown"
 }
@@ -74,9 +80,12 @@ func (t *expiryTable) presence(ids []string, now, wall time.Time) []Presence {
 		silence := max(now.Sub(w.lastHeard), 0)
 		if w.unheard {
 			// lastHeard is the takeover (shifted with every deadline).
-			if silence > t.grace {
+			switch {
+			case silence > t.toleration:
+				out[i].State = ReachGone
+			case silence > t.grace:
 				out[i].State = ReachUnreachable
-			} else {
+			default:
 				out[i].State = ReachUnknown
 			}
 			continue
@@ -86,6 +95,9 @@ func (t *expiryTable) presence(ids []string, now, wall time.Time) []Presence {
 			// Announced and not heard since: one heard again is active
 			// at once, before the next tick announces it reachable.
 			out[i].State = ReachUnreachable
+			if silence > t.toleration {
+				out[i].State = ReachGone
+			}
 		}
 	}
 	return out

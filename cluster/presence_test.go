@@ -7,9 +7,9 @@ import (
 
 // The table's view of a worker follows its announcements: active while
 // heard within grace, unreachable from the tick that announces it until it
-// is heard again; an idle worker not heard since takeover is unknown, then
-// unreachable once the leader has been in office past grace; a worker the
-// table does not time is unknown.
+// is heard again, gone once silent past toleration; an idle worker not
+// heard since takeover is unknown, then unreachable once the leader has
+// been in office past grace; a worker the table does not time is unknown.
 func TestPresenceFollowsTheTable(t *testing.T) {
 	const grace, toleration = time.Second, 3 * time.Second
 	t0 := time.Unix(1000, 0)
@@ -67,5 +67,18 @@ func TestPresenceFollowsTheTable(t *testing.T) {
 	}
 	if p["idle"].State != ReachActive || !p["idle"].Heard {
 		t.Fatalf("an idle worker heard: %+v", p["idle"])
+	}
+
+	// Silent past toleration: gone (its leases expired); a worker unheard
+	// since takeover that long too. Heard again: active.
+	tab2 := newExpiryTable(expiryTimings{grace, toleration, time.Hour}, t0, []string{"held"}, []string{"idle"})
+	tickUntil(tab2, at(toleration+100*time.Millisecond))
+	ps := tab2.presence([]string{"held", "idle"}, at(toleration+200*time.Millisecond), wall)
+	if ps[0].State != ReachGone || ps[1].State != ReachGone || ps[0].State.String() != "gone" {
+		t.Fatalf("silent past toleration: %+v", ps)
+	}
+	tab2.heard("held", at(toleration+300*time.Millisecond))
+	if ps := tab2.presence([]string{"held"}, at(toleration+400*time.Millisecond), wall); ps[0].State != ReachActive {
+		t.Fatalf("a gone worker heard again: %+v", ps[0])
 	}
 }

@@ -108,6 +108,8 @@ func presenceToProto(out *pb.Worker, p cluster.Presence) {
 		out.State = pb.WorkerState_WORKER_STATE_ACTIVE
 	case cluster.ReachUnreachable:
 		out.State = pb.WorkerState_WORKER_STATE_UNREACHABLE
+	case cluster.ReachGone:
+		out.State = pb.WorkerState_WORKER_STATE_GONE
 	default:
 		out.State = pb.WorkerState_WORKER_STATE_UNKNOWN
 	}

@@ -121,8 +121,10 @@ func writeWorkers(out io.Writer, views []workerView, single bool) {
 func workerListCommand() *cli.Command {
 	return &cli.Command{
 		Name: "list", Usage: "list registered workers: state, last heard, leases, capacity, version", Flags: []cli.Flag{staleFlag},
-		Description: "State (active, unreachable, unknown) and last heard come from the leader's memory: a --stale\n" +
-			"read answered by a follower shows them unknown. A deregistered worker is no longer listed.",
+		Description: "State and last heard come from the leader's memory: active (heard within grace), unreachable\n" +
+			"(silent past grace: no new lease), gone (silent past toleration: its leases expired; removed after\n" +
+			"worker_gc_seconds if it holds nothing), unknown (a --stale read answered by a follower, or a worker\n" +
+			"the leader has not heard since it took office). A deregistered worker is no longer listed.",
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 			ws, err := cl.Workers(ctx, readOpts(c)...)
 			if err != nil {

@@ -349,9 +349,8 @@ func (Consistency) EnumDescriptor() ([]byte, []int) {
 // Whether the leader hears from a worker. Only the leader knows: its
 // record of when it last heard each worker is in its memory, never
 // replicated, and starts afresh when a new leader takes office.
-// Deregistered and removed workers are not kept, so a worker is never
-// shown as gone: it is no longer listed (its worker.deregistered event
-// stays in the event log).
+// Deregistered and removed workers are not kept: they are no longer listed
+// (their worker.deregistered event stays in the event log).
 type WorkerState int32
 
 const (
@@ -365,6 +364,10 @@ const (
 	// holding no lease that the leader has not heard in more than grace
 	// since it took office.
 	WorkerState_WORKER_STATE_UNREACHABLE WorkerState = 2
+	// Silent past toleration: its leases have expired (each job settled by
+	// its policy); the leader removes it after worker_gc_seconds of silence
+	// if it holds nothing. A worker that comes back is active again.
+	WorkerState_WORKER_STATE_GONE WorkerState = 3
 )
 
 // Enum value maps for WorkerState.
@@ -373,11 +376,13 @@ var (
 		0: "WORKER_STATE_UNKNOWN",
 		1: "WORKER_STATE_ACTIVE",
 		2: "WORKER_STATE_UNREACHABLE",
+		3: "WORKER_STATE_GONE",
 	}
 	WorkerState_value = map[string]int32{
 		"WORKER_STATE_UNKNOWN":     0,
 		"WORKER_STATE_ACTIVE":      1,
 		"WORKER_STATE_UNREACHABLE": 2,
+		"WORKER_STATE_GONE":        3,
 	}
 )
 
@@ -1381,11 +1386,12 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x10LOST_POLICY_FAIL\x10\x02*B\n" +
 	"\vConsistency\x12\x1c\n" +
 	"\x18CONSISTENCY_LINEARIZABLE\x10\x00\x12\x15\n" +
-	"\x11CONSISTENCY_STALE\x10\x01*^\n" +
+	"\x11CONSISTENCY_STALE\x10\x01*u\n" +
 	"\vWorkerState\x12\x18\n" +
 	"\x14WORKER_STATE_UNKNOWN\x10\x00\x12\x17\n" +
 	"\x13WORKER_STATE_ACTIVE\x10\x01\x12\x1c\n" +
-	"\x18WORKER_STATE_UNREACHABLE\x10\x02BGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\x18WORKER_STATE_UNREACHABLE\x10\x02\x12\x15\n" +
+	"\x11WORKER_STATE_GONE\x10\x03BGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_types_proto_rawDescOnce sync.Once
