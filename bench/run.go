@@ -338,7 +338,7 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 // heartbeating are the workloads whose heartbeats go over streams, or
 // with one call each when Unary (job-cycle's single heartbeat per cycle
 // is always a call).
-var heartbeating = map[string]bool{"heartbeat": true, "acquire": true, "mixed": true, "failover": true, "expiry": true}
+var heartbeating = map[string]bool{"heartbeat": true, "acquire": true, "mixed": true, "failover": true, "expiry": true, "scale": true}
 
 func leaderName(i int) string {
 	if i < 0 {

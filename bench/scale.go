@@ -57,6 +57,10 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	}
 	defer setupFleet.close()
 	fl := newScaleFleet(e, setupFleet, workers, per)
+	if !e.cfg.Unary {
+		fl.mux = newBeatMux(ctx, e.f)
+		defer fl.mux.close()
+	}
 	loop := startBeatLoop(ctx, workers, e.timings.renew, scaleMaxInFlight, fl.beat, fl.unsent)
 	defer loop.stop()
 

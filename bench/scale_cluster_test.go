@@ -37,6 +37,9 @@ func TestScale(t *testing.T) {
 		want(t, kv, k, 0)
 	}
 	want(t, kv, "workers", 200)
+	if kv["transport"] != "stream" {
+		t.Fatalf("transport=%s: scale's heartbeats travel over streams by default", kv["transport"])
+	}
 	want(t, kv, "c", 200)
 	want(t, kv, "leases", 2000)
 	want(t, kv, "live_leases", 2000)

@@ -27,6 +27,9 @@ type scaleFleet struct {
 	// the first workers already heartbeat, and must not queue behind their
 	// heartbeats for a stream.
 	setup *fleet
+	// mux carries the heartbeats over streams; nil with Unary (one call
+	// each).
+	mux   *beatMux
 	per   int
 	renew time.Duration
 	queue string
@@ -204,7 +207,13 @@ func newRequestID() string {
 func (s *scaleFleet) beat(ctx context.Context, i int, due time.Time, inWindow bool) {
 	cctx, cancel := context.WithDeadline(ctx, due.Add(s.renew))
 	sent := time.Now()
-	resp, err := s.e.f.pick().Heartbeat(cctx, s.workerID(i), s.refs(i))
+	var resp *pb.HeartbeatResponse
+	var err error
+	if s.mux != nil {
+		resp, err = s.mux.beat(cctx, s.workerID(i), s.refs(i))
+	} else {
+		resp, err = s.e.f.pick().Heartbeat(cctx, s.workerID(i), s.refs(i))
+	}
 	cancel()
 	lat := time.Since(due)
 	if ctx.Err() != nil {

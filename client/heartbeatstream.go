@@ -326,7 +326,14 @@ func (s *HeartbeatStream) answered(bc *beatConn, seq uint64) bool {
 	if i < 0 {
 		return false
 	}
-	bc.pending = slices.Delete(bc.pending, i, i+1)
+	if i == 0 {
+		// Answers mostly come in order: the oldest goes without moving
+		// the rest (a stream carrying many workers has thousands pending).
+		bc.pending[0] = queuedBeat{}
+		bc.pending = bc.pending[1:]
+	} else {
+		bc.pending = slices.Delete(bc.pending, i, i+1)
+	}
 	return true
 }
 
