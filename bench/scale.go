@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -130,6 +133,7 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	fl.mu.Lock()
 	st := fl.win
 	errsTotal, notKeepTotal := fl.errsTotal, fl.notKeepTotal
+	kindsTotal := maps.Clone(fl.kindsTotal)
 	fl.mu.Unlock()
 	p := &phase{start: win.from, end: win.to, ops: st.ok, errs: st.errs, hist: st.hist, errKinds: st.kinds}
 	r := e.result(p, between(a, b), 0)
@@ -192,6 +196,15 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 	r.add("restart_caught_up_s", num(caughtUp, 3))
 
 	r.add("hb_errs_total", errsTotal)
+	// What failed over the whole run (setup and restart included), by kind.
+	var kinds []string
+	for _, k := range slices.Sorted(maps.Keys(kindsTotal)) {
+		kinds = append(kinds, fmt.Sprintf("%s:%d", k, kindsTotal[k]))
+	}
+	if len(kinds) == 0 {
+		kinds = []string{"none"}
+	}
+	r.add("hb_errs_total_kinds", strings.Join(kinds, ","))
 	r.add("not_keep_total", notKeepTotal)
 	r.add("leases_lost", int64(leases)-int64(live))
 	return r, nil

@@ -52,6 +52,7 @@ type scaleFleet struct {
 	// heartbeats (the loop's stop aside) and leases answered anything but
 	// KEEP.
 	errsTotal, notKeepTotal int64
+	kindsTotal              map[string]int64 // errsTotal by kind
 }
 
 // beatStats are the figures of the heartbeats due in the window.
@@ -75,7 +76,7 @@ const lateSend = 10 * time.Millisecond
 func newScaleFleet(e *env, setup *fleet, workers, per int) *scaleFleet {
 	return &scaleFleet{e: e, setup: setup, per: per, renew: e.timings.renew, queue: e.run + "-scale",
 		jobs: make([]uint32, workers*per), tokens: make([]uint64, workers*per), lastAck: make([]atomic.Int64, workers),
-		win: beatStats{hist: newHist(), lag: newHist(), kinds: map[string]int64{}}}
+		win: beatStats{hist: newHist(), lag: newHist(), kinds: map[string]int64{}}, kindsTotal: map[string]int64{}}
 }
 
 func (s *scaleFleet) workerID(i int) string { return s.e.run + "-w" + strconv.Itoa(i) }
@@ -235,6 +236,7 @@ func (s *scaleFleet) beat(ctx context.Context, i int, due time.Time, inWindow bo
 	defer s.mu.Unlock()
 	if err != nil {
 		s.errsTotal++
+		s.kindsTotal[errKind(err)]++
 	}
 	s.notKeepTotal += int64(notKeep)
 	if !inWindow {
@@ -265,6 +267,7 @@ func (s *scaleFleet) unsent(i int, due time.Time, inWindow bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.errsTotal++
+	s.kindsTotal["UNSENT"]++
 	if !inWindow {
 		return
 	}

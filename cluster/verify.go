@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -13,16 +14,33 @@ import (
 // request arrived proves nothing about the moment after it. So one
 // VerifyLeader round trip serves every heartbeat and linearizable read
 // waiting at that moment.
+//
+// Under load the checks run back to back, each a round of RPCs to every
+// follower: at ten thousand heartbeats a second that was thousands of
+// rounds a second, a quarter of a core spent on the followers alone. So
+// once a batch is large (checkCoalesce callers or more), the next check
+// starts no sooner than checkGap after the previous one started, and
+// gathers everyone who arrives meanwhile. A caller alone, or a trickle of
+// them, never waits for the gap: one check each, at once. Waiting longer
+// before a check proves no less: it still starts after every caller in
+// its batch arrived.
 type leaderCheck struct {
 	verify func() error
+	now    func() time.Time    // time.Now; a test's fake
+	sleep  func(time.Duration) // time.Sleep; a test's fake
 
 	mu      sync.Mutex
 	waiting []chan error
 	running bool
 }
 
+const (
+	checkCoalesce = 8
+	checkGap      = 2 * time.Millisecond
+)
+
 func newLeaderCheck(r *raft.Raft) *leaderCheck {
-	return &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }}
+	return &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }, now: time.Now, sleep: time.Sleep}
 }
 
 // confirm returns nil once a quorum confirmed this node's leadership after
@@ -53,7 +71,14 @@ func (c *leaderCheck) confirmOn(ctx context.Context, ch chan error) error {
 // run checks until nobody waits. It exits on its own: VerifyLeader returns
 // promptly once Raft shuts down.
 func (c *leaderCheck) run() {
+	var last time.Time // when the previous check started
+	large := false     // the previous batch was large
 	for {
+		if large {
+			if wait := checkGap - c.now().Sub(last); wait > 0 {
+				c.sleep(wait) // gather the callers arriving meanwhile
+			}
+		}
 		c.mu.Lock()
 		batch := c.waiting
 		c.waiting = nil
@@ -63,6 +88,7 @@ func (c *leaderCheck) run() {
 			return
 		}
 		c.mu.Unlock()
+		last, large = c.now(), len(batch) >= checkCoalesce
 		err := c.verify()
 		for _, ch := range batch {
 			ch <- err
