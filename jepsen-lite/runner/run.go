@@ -35,6 +35,8 @@ type Outcome struct {
 	Passed bool
 	// Caught names the expected invariants that found violations.
 	Caught []string
+	// Found names every invariant that found violations, expected or not.
+	Found []string
 	// Problems are failures of the run itself (a node that never came up,
 	// a drain that did not finish); a run with problems does not pass.
 	Problems []string
@@ -487,6 +489,12 @@ func writeHistory(path string, entries []history.Entry) error {
 
 // judge decides whether the run passed.
 func (o *Outcome) judge() {
+	o.Found = nil
+	for _, r := range o.Report.Results {
+		if len(r.Violations) > 0 {
+			o.Found = append(o.Found, r.Invariant)
+		}
+	}
 	if len(o.Config.Expect) == 0 {
 		o.Passed = o.Report.OK() && len(o.Problems) == 0
 		return
