@@ -282,7 +282,8 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	tail, stopTail := context.WithCancel(ctx)
 	defer stopTail()
 	var tailWG sync.WaitGroup
-	tailWG.Go(func() { workload.NewReader(caller("reader"), jobs, t.Renew/2, seed).Run(tail) })
+	reader := &workload.Caller{Rec: rec, Process: "reader", Client: c.reader, Timeout: callTimeout}
+	tailWG.Go(func() { workload.NewReader(reader, jobs, t.Renew/2, seed).Run(tail) })
 	tailWG.Go(func() { workload.NewStaleWriter(workerCaller("stale"), jobs, sinks, t.Renew, seed).Run(tail) })
 	tailWG.Go(func() { workload.NewReporter(workerCaller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
 	defer func() { stopTail(); tailWG.Wait() }()
@@ -339,7 +340,11 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	dctx, dcancel := context.WithTimeout(healCtx, 10*time.Second)
 	workload.CancelSubmitter(dctx, rec, cc.Process, c.client.CancelSubmitterOnce, workload.SubmitterEarly)
 	dcancel()
-	if err := c.drain(ctx, 3*t.Toleration+30*time.Second); err != nil {
+	drainBound := 3*t.Toleration + 30*time.Second
+	if cfg.DrainBound > 0 {
+		drainBound = cfg.DrainBound
+	}
+	if err := c.drain(ctx, drainBound); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
