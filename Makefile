@@ -87,7 +87,7 @@ chaos-bins:
 	$(GO) build -o bin/jepsen-lite ./jepsen-lite/cmd/jepsen-lite
 	$(GO) build -tags chaos_noselfstop -o bin/jepsen-lite-noselfstop ./jepsen-lite/cmd/jepsen-lite
 
-# The CI profile (about 10 minutes on 2 cores): the real build under every
+# The CI profile (about 16 minutes on 2 cores): the real build under every
 # fault family must show no violation, each broken build must be caught.
 # Histories, logs and reports are left in CHAOS_OUT.
 chaos: chaos-bins
