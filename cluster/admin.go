@@ -82,6 +82,10 @@ func (n *Node) claimTimeout() time.Duration { return min(n.cfg.ApplyTimeout, 5*t
 // confirmClaim asks the node at a.RaftAddr who it is; it must be a,
 // exactly. It returns the node's level (levels.go).
 func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) (uint8, error) {
+	if !confirmJoinClaims {
+		// The broken chaos_openpeer build: the claim is taken as made.
+		return n.level(), nil
+	}
 	if a.ID == n.id {
 		if a != n.self() {
 			return 0, fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)

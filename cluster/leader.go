@@ -127,6 +127,15 @@ func (n *Node) establishLeadership(ctx context.Context) {
 		fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("takeover: clocks of %d leases of %d workers restarted at term %d", leases, workers, term)})
 	n.publishSelf(ctx)
+	if !keepTokenCounter {
+		// The broken chaos_tokenreuse build: the counter restarts from
+		// this node's last applied grant minus one.
+		if last := n.fsm.Stats().LastToken; last > 0 {
+			if _, err := n.raftApply(ctx, &fsm.RaiseTokenFloor{Floor: last - 1}); err != nil {
+				n.logger.Named("leader").Warn("token_counter_not_restarted", "error", err)
+			}
+		}
+	}
 }
 
 // restartClocks gives the leader state a fresh expiry table in which every

@@ -142,7 +142,7 @@ func applyCompact(s *state, cmd Command) (any, error) {
 
 func applyRaiseTokenFloor(s *state, cmd Command) (any, error) {
 	c := cmd.(*RaiseTokenFloor)
-	if c.Floor > s.lastToken {
+	if c.Floor > s.lastToken || (!floorOnlyRises && c.Floor != s.lastToken) {
 		s.emit(Event{Type: EventTokenFloorRaised, Detail: fmt.Sprintf("from %d to %d", s.lastToken, c.Floor)})
 		s.lastToken = c.Floor
 	}

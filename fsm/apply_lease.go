@@ -3,6 +3,7 @@ package fsm
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Handlers for the commands that grant, advance and end leases. Each one
@@ -28,12 +29,22 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 	}
 	heaps := s.candidateHeaps(c.Queues, c.Kinds)
 	var res AcquireResult
-	for range n {
+	for i := range n {
 		seq, ok := s.pickReady(heaps)
+		if !singleGrant && i == 0 {
+			if dseq, dok := s.doubleGrantable(w.ID, c.Queues, c.Kinds); dok {
+				seq, ok = dseq, true
+			}
+		}
 		if !ok {
 			break
 		}
 		j := s.editJob(seq)
+		if !singleGrant && j.State != JobQueued {
+			// The broken build takes the job over: its holder is not
+			// told, no event says the lease ended.
+			s.endLease(j, LeaseExpired)
+		}
 		s.lastToken++
 		l := Lease{
 			Token: s.lastToken, JobID: j.ID, WorkerID: w.ID, RequestID: c.RequestID,
@@ -53,6 +64,27 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l})
 	}
 	return res, nil
+}
+
+// doubleGrantable (the broken chaos_doublegrant build only) is the job of
+// the live lease with the smallest token that another worker holds, on a
+// job leased once, of the queues and kinds asked for.
+func (s *state) doubleGrantable(worker string, queues, kinds []string) (uint64, bool) {
+	var best, bestSeq uint64
+	for w, set := range s.workerLeases {
+		if w == worker {
+			continue
+		}
+		for tok, seq := range set {
+			j := s.job(seq)
+			if j == nil || len(j.Leases) != 1 || (best != 0 && tok > best) || !slices.Contains(queues, j.Queue) ||
+				(len(kinds) > 0 && !slices.Contains(kinds, j.Kind)) {
+				continue
+			}
+			best, bestSeq = tok, seq
+		}
+	}
+	return bestSeq, best != 0
 }
 
 // replayAcquire returns the grants of an acquire already served for this
@@ -170,7 +202,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 		return nil, err
 	}
 	if j := s.jobByID(c.JobID); j != nil {
-		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported {
+		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported && (reportIDIdempotent || l.ReportID != c.ReportID) {
 			return s.reportAgain(j, l, c)
 		}
 	}
@@ -303,6 +335,9 @@ func (s *state) expireLease(j *Job, reason string) {
 		j.Reason = ReasonPoison
 		s.setState(j, JobFailed)
 		s.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token, Detail: fmt.Sprintf("%s (%d)", j.Reason, j.Losses)})
+	case !requeueExpired:
+		// The broken chaos_norelease build: the job stays where it was,
+		// under its ended lease, never queued again.
 	default:
 		s.setState(j, JobQueued)
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: ReasonWorkerLost})

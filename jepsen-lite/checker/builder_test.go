@@ -287,7 +287,7 @@ type knobs struct {
 	j2Expiry    int64 // the expiry of j2's token 2 is seen
 	j3Expiry    int64 // the expiry of j3's token 3 is seen; w3 last renewed at 400
 	leaderAfter int64 // a leader is seen after the heal at 3000
-	j4Relet     int64 // j4 is leased again after the heal
+	j4Relet     int64 // j4 is leased again after the heal (-1: never)
 	j4Expiry    int64 // j4's orphaned lease expires
 }
 
@@ -364,6 +364,9 @@ func scenario(t testing.TB, k knobs) *hb {
 	b.sink(history.SinkUnfenced, "w2", "j2", 2, 3106, true)
 
 	b.expire("j4", 6, k.j4Expiry)
+	if k.j4Relet < 0 {
+		return b // never leased again
+	}
 	b.acquire("w1", "j4", 7, k.j4Relet, k.j4Relet+2)
 	b.exec("w1", "j4", 7, k.j4Relet+3, k.j4Relet+100, history.CauseCompleted, k.j4Relet+50)
 	b.heartbeat("w1", k.j4Relet+50, k.j4Relet+52, ref("j4", 7))

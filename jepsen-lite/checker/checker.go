@@ -176,6 +176,25 @@ var checkers = []struct {
 	{"flood", "F1", checkFlood},
 }
 
+// reportOrder is the order of Report.Results.
+var reportOrder = []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "O1", "F1"}
+
+// Checker names one checker: its invariant ("I1") and its name.
+type Checker struct{ Invariant, Name string }
+
+// Checkers lists every checker in the order of Report.Results.
+func Checkers() []Checker {
+	var out []Checker
+	for _, inv := range reportOrder {
+		for _, c := range checkers {
+			if c.invariant == inv {
+				out = append(out, Checker{Invariant: inv, Name: c.name})
+			}
+		}
+	}
+	return out
+}
+
 // Check runs every checker over a history and returns the report. The
 // entries are read, never changed. A history that cannot be indexed (an
 // op completed twice, say) yields a report with Errors and no results.
@@ -193,7 +212,7 @@ func Check(entries []history.Entry, opts Options) Report {
 		c.fn(v, r)
 		results[c.invariant] = r
 	}
-	for _, inv := range []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "O1", "F1"} {
+	for _, inv := range reportOrder {
 		rep.Results = append(rep.Results, *results[inv])
 	}
 	rep.fillHighlights(v)

@@ -367,6 +367,22 @@ func TestI12OrphanLate(t *testing.T) {
 	expectOnly(t, Check(scenario(t, k).finish(5000, true), Options{Slack: 500e6}))
 }
 
+// An orphan whose lease expired but whose job was never queued again (the
+// broken chaos_norelease build): the expiry is no recovery while a final
+// state shows the job unfinished with no later lease. A job the expiry
+// ended (run-style, lost) recovered by it.
+func TestI12OrphanExpiredNotRequeued(t *testing.T) {
+	k := defaults
+	k.j4Relet = -1
+	b := scenario(t, k)
+	b.job("j4").State = history.JobRunning
+	rep := Check(b.finish(5000, true), Options{})
+	expectOnly(t, rep, "I2", "I12") // I2: running with no live lease
+	b = scenario(t, k)
+	b.job("j4").State = history.JobLost
+	expectOnly(t, Check(b.finish(5000, true), Options{}))
+}
+
 // An orphan that expires in time but waits for a free worker is the
 // workload's doing: reported, not flagged.
 func TestI12OrphanWaitsForCapacity(t *testing.T) {

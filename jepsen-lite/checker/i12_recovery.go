@@ -138,7 +138,9 @@ func (v *view) goneAt(worker string) (int64, bool) {
 }
 
 // recovered is when an orphaned lease's job moved on: its next fresh
-// grant, else the lease's expiry seen.
+// grant, else the lease's expiry seen, unless a final state shows the job
+// unfinished with no lease after this one: then the expiry ended the lease
+// but the job was never queued again (nor ended), which is no recovery.
 func (v *view) recovered(k leaseKey) (int64, int) {
 	at, idx := never, -1
 	for _, g := range v.grants[k.job] {
@@ -149,10 +151,22 @@ func (v *view) recovered(k leaseKey) (int64, int) {
 	if at != never {
 		return at, idx
 	}
-	if obs, ok := v.expiries[k]; ok {
+	if obs, ok := v.expiries[k]; ok && !v.stranded(k) {
 		return obs.ns, obs.idx
 	}
 	return never, -1
+}
+
+// stranded: a final state lists k's job unfinished with no token above
+// k's.
+func (v *view) stranded(k leaseKey) bool {
+	for _, f := range v.finals {
+		j, ok := f.jobs[k.job]
+		if ok && !j.State.Terminal() && (len(j.Tokens) == 0 || j.Tokens[len(j.Tokens)-1] <= k.token) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkDiskRecovery: every node whose disk was freed is seen ready again

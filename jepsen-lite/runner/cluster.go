@@ -42,10 +42,12 @@ type cluster struct {
 	http    *http.Client // the runner's, from its own address
 	// The runner's clients, each with the least role that does its job
 	// (in a secure run; otherwise all are open): client for the
-	// submitters, the reader, the sinks' fence checks and the runner's
-	// own reads (submitter); workerClient for the reporter and the stale
-	// writer, which act as workers (worker); admin for transfers.
-	client, workerClient, admin *client.Client
+	// submitters, the sinks' fence checks and the runner's own reads
+	// (submitter); reader for the reader alone (submitter), a client that
+	// only reads, so only its reads' answers move it between nodes;
+	// workerClient for the reporter and the stale writer, which act as
+	// workers (worker); admin for transfers.
+	client, reader, workerClient, admin *client.Client
 	// stubs per node, for questions about one node (not followed to
 	// the leader), with the submitter's token.
 	status []leaseholdv1connect.ClusterServiceClient
@@ -153,7 +155,7 @@ func newCluster(cfg Config, n netem.Network, disks nodeDisks) (*cluster, error) 
 	for _, cl := range []struct {
 		to   **client.Client
 		role string
-	}{{&c.client, roleSubmitter}, {&c.workerClient, roleWorker}, {&c.admin, roleAdmin}} {
+	}{{&c.client, roleSubmitter}, {&c.reader, roleSubmitter}, {&c.workerClient, roleWorker}, {&c.admin, roleAdmin}} {
 		var err error
 		*cl.to, err = c.newClient(cl.role, 2*time.Second)
 		errs = append(errs, err)
@@ -666,7 +668,7 @@ func (c *cluster) shutdown() {
 		wg.Go(func() { p.stop(10 * time.Second) })
 	}
 	wg.Wait()
-	for _, cl := range []*client.Client{c.client, c.workerClient, c.admin} {
+	for _, cl := range []*client.Client{c.client, c.reader, c.workerClient, c.admin} {
 		cl.Close()
 	}
 	c.http.CloseIdleConnections()

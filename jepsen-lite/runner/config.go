@@ -87,6 +87,10 @@ type Config struct {
 	// DiskSize is the size of each node's tmpfs in a run with the disk
 	// family (default DefaultDiskSize).
 	DiskSize int64
+	// DrainBound bounds the drain (default 3 × toleration + 30 s): a
+	// broken build whose bug leaves jobs unfinished for good need not
+	// wait the whole default to show it.
+	DrainBound time.Duration
 	// Expect: the build is broken on purpose and the run must find
 	// violations of one of these invariants ("any" for any).
 	Expect []string

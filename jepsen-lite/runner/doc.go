@@ -37,10 +37,12 @@
 //	run_end                  whether the event log was read whole
 //
 // Profiles are series of runs: "ci" runs the real build under each fault
-// family and the broken builds (fencing off, absence rule off, leadership
-// check off) under the fault that exposes each; a broken build's run
-// passes only if the checkers catch it. "soak" is one long mixed run at
-// production timings on five nodes.
+// family and the broken builds (Builds: each turns one guarantee off)
+// under the fault that exposes each; a broken build's run passes only if
+// an expected checker catches it. After the table of runs, a table of
+// checkers says which broken builds each caught, and which checkers no
+// broken build exercises; the profile's directory gets a report.json of
+// both. "soak" is one long mixed run at production timings on five nodes.
 //
 // Every process the runner starts dies with it (parent-death signal), and
 // Run tears down the network it built also when its context is cancelled;

@@ -5,26 +5,48 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/leasehold/leasehold/jepsen-lite/checker"
 )
 
 // Builds are the leasehold binaries a profile runs, all built with -tags
 // chaos (the clock seam); the broken ones each turn one guarantee off.
+// NoSelfStop is a jepsen-lite binary instead: the guarantee it turns off
+// is the Go worker's (package client), which jepsen-lite's worker
+// processes run.
 type Builds struct {
-	Real      string // -tags chaos
-	NoFence   string // -tags chaos,chaos_nofence: fence checks always pass
-	NoAbsence string // -tags chaos,chaos_noabsence: the leader charges workers for its absence
-	NoVerify  string // -tags chaos,chaos_noverify: heartbeats acked without a leadership check
+	Real        string // -tags chaos
+	NoFence     string // -tags chaos,chaos_nofence: fence checks always pass
+	NoAbsence   string // -tags chaos,chaos_noabsence: the leader charges workers for its absence
+	NoVerify    string // -tags chaos,chaos_noverify: heartbeats acked without a leadership check
+	EarlyAck    string // -tags chaos,chaos_earlyack: a submit answered before a quorum has it
+	StaleReads  string // -tags chaos,chaos_stalereads: linearizable reads from the local state, no barrier
+	DoubleGrant string // -tags chaos,chaos_doublegrant: a job with a live lease granted again
+	TokenReuse  string // -tags chaos,chaos_tokenreuse: a new leader's first grant reuses a token
+	NoReportID  string // -tags chaos,chaos_noreportid: a repeated report id applied again
+	NoRelease   string // -tags chaos,chaos_norelease: an expired lease's job never queued again
+	OpenPeer    string // -tags chaos,chaos_openpeer: a join's claim taken without asking the claimed node
+	NoSelfStop  string // jepsen-lite, -tags chaos_noselfstop: its workers never self-stop
 }
 
-// BuildsIn names the binaries `make chaos` builds into dir.
+// BuildsIn names the binaries `make chaos-bins` builds into dir.
 func BuildsIn(dir string) Builds {
 	return Builds{
-		Real:      filepath.Join(dir, "leasehold-chaos"),
-		NoFence:   filepath.Join(dir, "leasehold-chaos-nofence"),
-		NoAbsence: filepath.Join(dir, "leasehold-chaos-noabsence"),
-		NoVerify:  filepath.Join(dir, "leasehold-chaos-noverify"),
+		Real:        filepath.Join(dir, "leasehold-chaos"),
+		NoFence:     filepath.Join(dir, "leasehold-chaos-nofence"),
+		NoAbsence:   filepath.Join(dir, "leasehold-chaos-noabsence"),
+		NoVerify:    filepath.Join(dir, "leasehold-chaos-noverify"),
+		EarlyAck:    filepath.Join(dir, "leasehold-chaos-earlyack"),
+		StaleReads:  filepath.Join(dir, "leasehold-chaos-stalereads"),
+		DoubleGrant: filepath.Join(dir, "leasehold-chaos-doublegrant"),
+		TokenReuse:  filepath.Join(dir, "leasehold-chaos-tokenreuse"),
+		NoReportID:  filepath.Join(dir, "leasehold-chaos-noreportid"),
+		NoRelease:   filepath.Join(dir, "leasehold-chaos-norelease"),
+		OpenPeer:    filepath.Join(dir, "leasehold-chaos-openpeer"),
+		NoSelfStop:  filepath.Join(dir, "jepsen-lite-noselfstop"),
 	}
 }
 
@@ -97,7 +119,56 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// running past the expiry (I4) beside the new holder (I3).
 		noverify := mk("broken-noverify", b.NoVerify, 3, "partition-leader-worker-pause", 15*time.Second)
 		noverify.Expect = []string{"I3", "I4", "I5"}
-		return append(runs, nofence, noabs, noverify), nil
+		// The rest run ten seconds of faults or fewer: each exposes its
+		// bug at the first fault, or without any.
+		//
+		// A worker cut off from the cluster past toleration: its jobs
+		// run on past the self-stop deadline (I4) and beside the next
+		// holder (I3). The leasehold build is the real one; the worker
+		// processes are the broken jepsen-lite.
+		noselfstop := mk("broken-noselfstop", b.Real, 3, "worker-cut", 10*time.Second)
+		noselfstop.Self = b.NoSelfStop
+		noselfstop.Expect = []string{"I3", "I4"}
+		// The leader cut off (or killed) acknowledges the submits it
+		// took before it steps down; the majority never had them (I7).
+		earlyack := mk("broken-earlyack", b.EarlyAck, 3, "partition-leader,kill-leader", 10*time.Second)
+		earlyack.Expect = []string{"I7"}
+		// The leader cut off keeps answering linearizable reads from its
+		// state as it was when cut off, after it stepped down and while
+		// the majority moves on. The reader, a client that only reads,
+		// stays with it: no answer names another leader (I10). A
+		// follower cut off is not enough: clients follow the leader and
+		// never ask it.
+		stalereads := mk("broken-stalereads", b.StaleReads, 3, "partition-leader", 10*time.Second)
+		stalereads.Expect = []string{"I10"}
+		// No fault needed: every acquire takes over another worker's
+		// lease, whose holder runs on beside the new one (I3) while the
+		// event log shows two live leases (I2). The holder's report is
+		// refused as stale, so no job completes twice (I9 holds).
+		doublegrant := mk("broken-doublegrant", b.DoubleGrant, 3, "none", 10*time.Second)
+		doublegrant.Expect = []string{"I2", "I3"}
+		// Every new leader reuses the last token: leadership moves.
+		tokenreuse := mk("broken-tokenreuse", b.TokenReuse, 3, "transfer", 10*time.Second)
+		tokenreuse.Expect = []string{"I1"}
+		// Jobs whose grant reused a token may never finish: the
+		// drain's failure is the bug's, not worth 42 s.
+		tokenreuse.DrainBound = 10 * time.Second
+		// The reporter repeats report ids with or without faults.
+		noreportid := mk("broken-noreportid", b.NoReportID, 3, "none", 10*time.Second)
+		noreportid.Expect = []string{"I6"}
+		// A worker cut off past toleration, and one killed for good at
+		// the end: their leases expire and the jobs are never queued
+		// again (I9: never finished; I12: the orphans not re-leased).
+		norelease := mk("broken-norelease", b.NoRelease, 3, "worker-cut", 10*time.Second)
+		norelease.KillWorkerAtEnd = true // orphans for I12
+		norelease.Expect = []string{"I9", "I12"}
+		norelease.DrainBound = 10 * time.Second // the stranded jobs never finish
+		// The outsider's join under a new id is taken (O1). Insecure:
+		// with peer TLS the handshake refuses it first.
+		openpeer := mk("broken-openpeer", b.OpenPeer, 3, "outsider", 10*time.Second)
+		openpeer.Expect = []string{"O1"}
+		return append(runs, nofence, noabs, noverify, noselfstop, earlyack, stalereads, doublegrant, tokenreuse,
+			noreportid, norelease, openpeer), nil
 	case "soak":
 		// Five nodes at production timings, every family mixed, the flood
 		// beside the load, for an hour; an hour's log on each tmpfs.
@@ -134,7 +205,110 @@ func RunProfile(ctx context.Context, runs []Config, w io.Writer) ([]*Outcome, er
 		outs = append(outs, o)
 	}
 	ProfileTable(w, outs, time.Since(start))
+	sum := CheckerSummary(outs)
+	CheckerTable(w, sum)
+	if len(runs) > 0 && len(outs) > 0 {
+		// The runs share the profile's directory: its report.json is
+		// the profile's, beside each run's own.
+		dir := filepath.Dir(runs[0].Out)
+		if err := writeJSON(filepath.Join(dir, "report.json"), profileReport{Runs: runSummaries(outs), Checkers: sum}); err != nil {
+			fmt.Fprintf(w, "profile report not written: %v\n", err)
+		}
+	}
 	return outs, ctx.Err()
+}
+
+// CheckerRow is what the broken builds of a profile proved about one
+// checker: the broken runs that expected it, those among them it caught,
+// and the broken runs where it found violations unasked.
+type CheckerRow struct {
+	Invariant string   `json:"invariant"`
+	Name      string   `json:"name"`
+	Expected  []string `json:"expected_by,omitempty"`
+	Caught    []string `json:"caught,omitempty"`
+	Missed    []string `json:"missed,omitempty"`
+	AlsoFound []string `json:"also_found,omitempty"`
+	// Unexercised: no broken run of the profile expects it or found
+	// anything with it; nothing shows it can fail.
+	Unexercised bool `json:"unexercised,omitempty"`
+}
+
+type runSummary struct {
+	Name     string   `json:"name"`
+	Bin      string   `json:"bin"`
+	Passed   bool     `json:"passed"`
+	Expect   []string `json:"expect,omitempty"`
+	Caught   []string `json:"caught,omitempty"`
+	Found    []string `json:"found,omitempty"`
+	Problems []string `json:"problems,omitempty"`
+	Elapsed  float64  `json:"elapsed_ms"`
+}
+
+// profileReport is a profile's report.json.
+type profileReport struct {
+	Runs     []runSummary `json:"runs"`
+	Checkers []CheckerRow `json:"checkers"`
+}
+
+func runSummaries(outs []*Outcome) []runSummary {
+	var rs []runSummary
+	for _, o := range outs {
+		rs = append(rs, runSummary{Name: o.Config.Name, Bin: filepath.Base(o.Config.Bin), Passed: o.Passed, Expect: o.Config.Expect,
+			Caught: o.Caught, Found: o.Found, Problems: o.Problems, Elapsed: ms(o.Elapsed)})
+	}
+	return rs
+}
+
+// CheckerSummary says, per checker, which broken runs caught it.
+func CheckerSummary(outs []*Outcome) []CheckerRow {
+	var rows []CheckerRow
+	for _, c := range checker.Checkers() {
+		row := CheckerRow{Invariant: c.Invariant, Name: c.Name}
+		for _, o := range outs {
+			if len(o.Config.Expect) == 0 {
+				continue
+			}
+			expected := slices.ContainsFunc(o.Config.Expect, func(e string) bool {
+				return strings.EqualFold(e, c.Invariant) || strings.EqualFold(e, c.Name)
+			})
+			found := slices.Contains(o.Found, c.Invariant)
+			switch {
+			case expected && found:
+				row.Expected = append(row.Expected, o.Config.Name)
+				row.Caught = append(row.Caught, o.Config.Name)
+			case expected:
+				row.Expected = append(row.Expected, o.Config.Name)
+				row.Missed = append(row.Missed, o.Config.Name)
+			case found:
+				row.AlsoFound = append(row.AlsoFound, o.Config.Name)
+			}
+		}
+		row.Unexercised = len(row.Expected) == 0 && len(row.AlsoFound) == 0
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// CheckerTable is one line per checker: the broken builds that proved it
+// can fail.
+func CheckerTable(w io.Writer, rows []CheckerRow) {
+	fmt.Fprintf(w, "\n%-4s %-22s %s\n", "INV", "CHECKER", "BROKEN BUILDS CAUGHT")
+	for _, r := range rows {
+		var parts []string
+		if len(r.Caught) > 0 {
+			parts = append(parts, strings.Join(r.Caught, ", "))
+		}
+		if len(r.Missed) > 0 {
+			parts = append(parts, "MISSED "+strings.Join(r.Missed, ", "))
+		}
+		if len(r.AlsoFound) > 0 {
+			parts = append(parts, "also (unexpected) "+strings.Join(r.AlsoFound, ", "))
+		}
+		if r.Unexercised {
+			parts = append(parts, "none: no broken build exercises it")
+		}
+		fmt.Fprintf(w, "%-4s %-22s %s\n", r.Invariant, r.Name, strings.Join(parts, "; "))
+	}
 }
 
 // ProfileTable is one line per run.

@@ -18,6 +18,7 @@ type runReport struct {
 	Passed    bool     `json:"passed"`
 	Expect    []string `json:"expect,omitempty"`
 	Caught    []string `json:"caught,omitempty"`
+	Found     []string `json:"found,omitempty"`
 	Problems  []string `json:"problems,omitempty"`
 	Notes     []string `json:"notes,omitempty"`
 	Net       string   `json:"net"`
@@ -37,7 +38,7 @@ type runReport struct {
 }
 
 func (o *Outcome) jsonReport() runReport {
-	r := runReport{Name: o.Config.Name, Passed: o.Passed, Expect: o.Config.Expect, Caught: o.Caught, Problems: o.Problems, Notes: o.Notes,
+	r := runReport{Name: o.Config.Name, Passed: o.Passed, Expect: o.Config.Expect, Caught: o.Caught, Found: o.Found, Problems: o.Problems, Notes: o.Notes,
 		Net: o.Net, Secure: o.Config.Secure, Nodes: o.Config.Nodes, Workers: o.Config.Workers, Nemesis: o.Config.Nemesis,
 		Flood: o.Config.Flood, Seed: o.Config.Seed,
 		Bin: o.Config.Bin, ElapsedMs: ms(o.Elapsed), Violations: o.Report.Violations(), Check: &o.Report}

@@ -35,6 +35,8 @@ type Outcome struct {
 	Passed bool
 	// Caught names the expected invariants that found violations.
 	Caught []string
+	// Found names every invariant that found violations, expected or not.
+	Found []string
 	// Problems are failures of the run itself (a node that never came up,
 	// a drain that did not finish); a run with problems does not pass.
 	Problems []string
@@ -280,7 +282,8 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	tail, stopTail := context.WithCancel(ctx)
 	defer stopTail()
 	var tailWG sync.WaitGroup
-	tailWG.Go(func() { workload.NewReader(caller("reader"), jobs, t.Renew/2, seed).Run(tail) })
+	reader := &workload.Caller{Rec: rec, Process: "reader", Client: c.reader, Timeout: callTimeout}
+	tailWG.Go(func() { workload.NewReader(reader, jobs, t.Renew/2, seed).Run(tail) })
 	tailWG.Go(func() { workload.NewStaleWriter(workerCaller("stale"), jobs, sinks, t.Renew, seed).Run(tail) })
 	tailWG.Go(func() { workload.NewReporter(workerCaller(workload.ReporterID), 2*t.Renew, seed).Run(tail) })
 	defer func() { stopTail(); tailWG.Wait() }()
@@ -337,7 +340,11 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	dctx, dcancel := context.WithTimeout(healCtx, 10*time.Second)
 	workload.CancelSubmitter(dctx, rec, cc.Process, c.client.CancelSubmitterOnce, workload.SubmitterEarly)
 	dcancel()
-	if err := c.drain(ctx, 3*t.Toleration+30*time.Second); err != nil {
+	drainBound := 3*t.Toleration + 30*time.Second
+	if cfg.DrainBound > 0 {
+		drainBound = cfg.DrainBound
+	}
+	if err := c.drain(ctx, drainBound); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -487,6 +494,12 @@ func writeHistory(path string, entries []history.Entry) error {
 
 // judge decides whether the run passed.
 func (o *Outcome) judge() {
+	o.Found = nil
+	for _, r := range o.Report.Results {
+		if len(r.Violations) > 0 {
+			o.Found = append(o.Found, r.Invariant)
+		}
+	}
 	if len(o.Config.Expect) == 0 {
 		o.Passed = o.Report.OK() && len(o.Problems) == 0
 		return

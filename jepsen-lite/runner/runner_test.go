@@ -54,8 +54,16 @@ func TestProfiles(t *testing.T) {
 			t.Errorf("run %s twice", r.Name)
 		}
 		names[r.Name] = true
-		if r.Out != filepath.Join("/out", r.Name) || r.Seed != 7 || r.Self != "/self" {
+		if r.Out != filepath.Join("/out", r.Name) || r.Seed != 7 || (r.Self != "/self" && r.Self != b.NoSelfStop) {
 			t.Errorf("%s: %+v", r.Name, r)
+		}
+		if r.Self == b.NoSelfStop {
+			// The broken worker beside the real cluster.
+			if r.Bin != b.Real || len(r.Expect) == 0 {
+				t.Errorf("%s: the broken worker's run: bin %s, expect %v", r.Name, r.Bin, r.Expect)
+			}
+			expects[r.Self] = true
+			continue
 		}
 		if r.Bin == b.Real {
 			if len(r.Expect) > 0 {
@@ -68,7 +76,8 @@ func TestProfiles(t *testing.T) {
 		}
 		expects[r.Bin] = true
 	}
-	for _, bin := range []string{b.NoFence, b.NoAbsence, b.NoVerify} {
+	for _, bin := range []string{b.NoFence, b.NoAbsence, b.NoVerify, b.EarlyAck, b.StaleReads, b.DoubleGrant, b.TokenReuse,
+		b.NoReportID, b.NoRelease, b.OpenPeer, b.NoSelfStop} {
 		if !expects[bin] {
 			t.Errorf("no run of %s", bin)
 		}
@@ -136,6 +145,56 @@ func TestJudge(t *testing.T) {
 		o.judge()
 		if o.Passed != c.passed {
 			t.Errorf("%s: passed %v, want %v", c.name, o.Passed, c.passed)
+		}
+	}
+}
+
+// TestCheckerSummary: per checker, the broken runs that caught it, missed
+// it, or found it unasked, and the checkers nothing exercises.
+func TestCheckerSummary(t *testing.T) {
+	report := func(invs ...string) checker.Report {
+		var r checker.Report
+		for _, c := range checker.Checkers() {
+			res := checker.Result{Name: c.Name, Invariant: c.Invariant}
+			if slices.Contains(invs, c.Invariant) {
+				res.Violations = []checker.Violation{{Msg: "x"}}
+			}
+			r.Results = append(r.Results, res)
+		}
+		return r
+	}
+	outs := []*Outcome{
+		{Config: Config{Name: "real"}, Report: report()},
+		{Config: Config{Name: "b1", Expect: []string{"I5"}}, Report: report("I5", "I10")},
+		{Config: Config{Name: "b2", Expect: []string{"I3", "I4"}}, Report: report("I4")},
+	}
+	for _, o := range outs {
+		o.judge()
+	}
+	rows := map[string]CheckerRow{}
+	for _, r := range CheckerSummary(outs) {
+		rows[r.Invariant] = r
+	}
+	if len(rows) != len(checker.Checkers()) {
+		t.Fatalf("%d rows", len(rows))
+	}
+	check := func(inv string, caught, missed, also []string, unexercised bool) {
+		t.Helper()
+		r := rows[inv]
+		if !slices.Equal(r.Caught, caught) || !slices.Equal(r.Missed, missed) || !slices.Equal(r.AlsoFound, also) || r.Unexercised != unexercised {
+			t.Errorf("%s: %+v", inv, r)
+		}
+	}
+	check("I5", []string{"b1"}, nil, nil, false)
+	check("I10", nil, nil, []string{"b1"}, false)
+	check("I3", nil, []string{"b2"}, nil, false)
+	check("I4", []string{"b2"}, nil, nil, false)
+	check("I1", nil, nil, nil, true)
+	var b strings.Builder
+	CheckerTable(&b, CheckerSummary(outs))
+	for _, want := range []string{"MISSED b2", "none: no broken build exercises it", "also (unexpected) b1"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
 	}
 }
