@@ -106,7 +106,14 @@ func TestForwardingKeepsCredentialsInside(t *testing.T) {
 			}
 
 			jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+follower.APIAddr, bearer(opsSecret))
-			res, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "fwd-1", Queue: "q", Kind: "k"}}))
+			// A raw client, to see the reply's headers: it does not retry, so
+			// an election under a loaded test machine (NO_LEADER) is waited out
+			// here.
+			var res *connect.Response[pb.SubmitJobResponse]
+			c.WaitFor(10*time.Second, "a submit through the follower", func() bool {
+				res, err = jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "fwd-1", Queue: "q", Kind: "k"}}))
+				return connect.CodeOf(err) != connect.CodeUnavailable
+			})
 			if err != nil {
 				t.Fatalf("submit through the follower: %v", err)
 			}
