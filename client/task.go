@@ -91,10 +91,12 @@ func (w *Worker) runTask(t *task) {
 	switch {
 	case lost:
 		w.log.Warn("job stopped after its lease was lost; not reporting", "job_id", t.job.ID, "token", t.job.Token)
+	case errors.Is(err, ErrExecutionLost):
+		// Before the shutdown case: an execution that vanished while the
+		// worker shut down must not be released to run again.
+		w.settleLost(t, err, cause)
 	case errors.Is(cause, ErrShutdown) && err != nil:
 		w.release(t.job.ID, t.job.Token, "worker shut down before the job finished")
-	case errors.Is(err, ErrExecutionLost):
-		w.settleLost(t, err, cause)
 	default:
 		w.report(t, res, err, cause)
 	}
@@ -191,13 +193,20 @@ func (w *Worker) release(jobID string, token uint64, reason string) {
 func (w *Worker) settleLost(t *task, herr, cause error) {
 	reason := clip(strings.ToValidUTF8(herr.Error(), "\uFFFD"), rules.MaxMessageLen)
 	req := &leaseholdv1.ReleaseRequest{WorkerId: w.id, JobId: t.job.ID, Token: t.job.Token, Reason: reason, Lost: true}
+	w.mu.Lock()
+	bound := w.timings.toleration
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(t.lease, bound)
+	defer cancel()
 	done := w.observer.observe("Release", req)
-	job, err := w.c.ReleaseAsLost(t.lease, w.id, t.job.ID, t.job.Token, reason)
+	job, err := w.c.ReleaseAsLost(ctx, w.id, t.job.ID, t.job.Token, reason)
 	ended(done, &leaseholdv1.ReleaseResponse{Job: job}, err)
 	switch {
 	case err == nil:
 		w.log.Warn("execution lost; lease settled as a lost worker's", "job_id", t.job.ID, "token", t.job.Token, "state", job.GetState(), "why", reason)
-	case errors.Is(err, ErrUpgradeRequired):
+	case errors.Is(err, ErrUpgradeRequired) || refusedField(err, "5", "lost"):
+		// A voter cannot apply it yet, or a node of a build from before
+		// it refused the field outright.
 		w.log.Warn("the cluster cannot settle a lease as lost yet (a voter runs an older build); reporting a failure", "job_id", t.job.ID, "token", t.job.Token)
 		w.report(t, Result{Outcome: leaseholdv1.Outcome_OUTCOME_FAILED, Message: reason}, nil, cause)
 	case errors.Is(err, ErrStaleToken) || errors.Is(err, ErrNotFound) || errors.Is(err, ErrJobFinished):

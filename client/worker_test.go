@@ -313,13 +313,19 @@ func TestWorkerReattach(t *testing.T) {
 
 // A handler that says its execution is gone (ErrExecutionLost) has the
 // lease released as lost, and nothing reported; a cluster that cannot apply
-// that yet (UPGRADE_REQUIRED) gets a failure report instead.
+// that yet (UPGRADE_REQUIRED), or a node of a build from before it that
+// refuses the field, gets a failure report instead.
 func TestWorkerSettlesLostExecutions(t *testing.T) {
-	for _, upgrading := range []bool{false, true} {
+	refusals := map[string]error{
+		"upgrading": transport.NewError(transport.ReasonUpgradeRequired, errors.New("upgrade node-3"), nil),
+		"old build": transport.NewError(transport.ReasonInvalidArgument, errors.New("proto: unknown field 5"), &leaseholdv1.ErrorDetail{Field: "5"}),
+	}
+	for _, mode := range []string{"current", "upgrading", "old build"} {
 		h := newWorkerHarness(t)
-		if upgrading {
+		upgrading := mode != "current"
+		if refusal := refusals[mode]; refusal != nil {
 			h.node.on("Release", func(context.Context, proto.Message, http.Header) (proto.Message, error) {
-				return nil, reasonErr(transport.ReasonUpgradeRequired, nil)()
+				return nil, refusal
 			})
 		}
 		h.live = []*leaseholdv1.Grant{grant("gone", "k", 91, "")}
@@ -348,6 +354,33 @@ func TestWorkerSettlesLostExecutions(t *testing.T) {
 		if !upgrading && len(h.reports()) != 0 {
 			t.Fatalf("reports %v: a lost execution reports nothing", h.reports())
 		}
+	}
+}
+
+// An execution that vanishes while the worker shuts down (its supervisor
+// died with it) is settled as lost, not released to run again.
+func TestWorkerShutdownSettlesLostExecution(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.grants <- grant("gone", "k", 93, "")
+	started := make(chan struct{})
+	w := h.run(client.WorkerOptions{
+		DrainTimeout: 30 * time.Second,
+		Handlers: map[string]client.Handler{"k": func(ctx context.Context, _ *client.Job) (client.Result, error) {
+			close(started)
+			<-ctx.Done()
+			return client.Result{}, fmt.Errorf("%w: the supervisor exited without a result", client.ErrExecutionLost)
+		}},
+	})
+	recv(t, "the job to start", started)
+	w.cancel()
+	h.waitTimerAt(30 * time.Second) // the drain bound
+	h.advanceTo(30 * time.Second)
+	if err := w.wait(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	rels := h.node.requests("Release")
+	if len(rels) != 1 || !rels[0].msg.(*leaseholdv1.ReleaseRequest).GetLost() {
+		t.Fatalf("releases %v, want one, as lost", rels)
 	}
 }
 

@@ -31,9 +31,14 @@ func (c *Client) RegisterWorker(ctx context.Context, id string, capacity uint32)
 // refusedVersionField reports whether err is a strict server's refusal of
 // RegisterWorkerRequest.version as an unknown field (by its number in
 // binary, by its name in JSON).
-func refusedVersionField(err error) bool {
+func refusedVersionField(err error) bool { return refusedField(err, "3", "version") }
+
+// refusedField reports whether err is a strict server's refusal of a
+// request's field as unknown (by its number in binary, by its name in
+// JSON): a node of a build from before the field.
+func refusedField(err error, number, name string) bool {
 	var e *Error
-	return errors.As(err, &e) && e.Reason == transport.ReasonInvalidArgument && (e.Field == "3" || e.Field == "version") &&
+	return errors.As(err, &e) && e.Reason == transport.ReasonInvalidArgument && (e.Field == number || e.Field == name) &&
 		strings.Contains(e.Message, "unknown field")
 }
 
