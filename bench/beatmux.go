@@ -26,21 +26,29 @@ type muxStream struct {
 	s       *client.HeartbeatStream
 	mu      sync.Mutex
 	waiting map[uint64]chan client.HeartbeatResult
+	// early are results that came before their sender registered (the
+	// send and the registration are not under one lock, so a send blocked
+	// on flow control never holds up the reader).
+	early map[uint64]client.HeartbeatResult
 }
 
 // newBeatMux opens one stream on each of the fleet's clients.
 func newBeatMux(ctx context.Context, f *fleet) *beatMux {
 	m := &beatMux{}
 	for _, c := range f.clients {
-		ms := &muxStream{s: c.HeartbeatStream(ctx), waiting: map[uint64]chan client.HeartbeatResult{}}
+		ms := &muxStream{s: c.HeartbeatStream(ctx), waiting: map[uint64]chan client.HeartbeatResult{},
+			early: map[uint64]client.HeartbeatResult{}}
 		m.streams = append(m.streams, ms)
 		m.readers.Add(1)
 		go func() {
 			defer m.readers.Done()
 			for r := range ms.s.Results() {
 				ms.mu.Lock()
-				ch := ms.waiting[r.Seq]
+				ch, ok := ms.waiting[r.Seq]
 				delete(ms.waiting, r.Seq)
+				if !ok {
+					ms.early[r.Seq] = r
+				}
 				ms.mu.Unlock()
 				if ch != nil {
 					ch <- r
@@ -76,23 +84,26 @@ func resendable(err error) bool {
 func (m *beatMux) beatOnce(ctx context.Context, workerID string, refs []*pb.LeaseRef) (*pb.HeartbeatResponse, error) {
 	ms := m.streams[(m.next.Add(1)-1)%uint64(len(m.streams))]
 	ch := make(chan client.HeartbeatResult, 1)
-	// The lock covers the send, so the answer cannot come before the
-	// caller waits for it.
-	ms.mu.Lock()
 	seq, err := ms.s.Send(workerID, refs)
-	if err == nil {
-		ms.waiting[seq] = ch
-	}
-	ms.mu.Unlock()
 	if err != nil {
 		return nil, err
 	}
+	ms.mu.Lock()
+	if r, ok := ms.early[seq]; ok {
+		delete(ms.early, seq)
+		ms.mu.Unlock()
+		return r.Response, r.Err
+	}
+	ms.waiting[seq] = ch
+	ms.mu.Unlock()
 	select {
 	case r := <-ch:
 		return r.Response, r.Err
 	case <-ctx.Done():
 		ms.mu.Lock()
-		delete(ms.waiting, seq)
+		if _, pending := ms.waiting[seq]; pending {
+			ms.waiting[seq] = nil // abandoned: the reader drops its result
+		}
 		ms.mu.Unlock()
 		return nil, ctx.Err()
 	}

@@ -42,12 +42,13 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 			n.auditRefusal(by, "cluster.join", target+": refused: "+err.Error())
 		}
 	}()
-	level, err := n.confirmClaim(ctx, a)
+	joiner, err := n.confirmClaim(ctx, a)
 	if err != nil {
 		return err
 	}
 	timeout := n.cfg.ApplyTimeout
 	member := false
+	var replaced []raft.ServerID
 	for _, s := range n.voters() {
 		switch {
 		case string(s.ID) == a.ID && string(s.Address) == a.RaftAddr:
@@ -56,15 +57,22 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 			return fmt.Errorf("%w: node %s still answers at %s; remove it first (leasehold cluster remove %s)",
 				ErrIDInUse, a.ID, s.Address, a.ID)
 		case string(s.ID) != a.ID && string(s.Address) == a.RaftAddr:
-			if err := n.raft.RemoveServer(s.ID, 0, timeout).Error(); err != nil {
-				return n.raftError(err)
-			}
+			replaced = append(replaced, s.ID)
 		}
 	}
 	// Entries of the table's highest level may be in the log: a node that
-	// cannot apply them would stop at the first.
-	if floor := n.joinFloor(); level < floor {
-		return &UpgradeError{Need: floor, Level: floor, Nodes: []string{fmt.Sprintf("%s (level %d)", a.ID, level)}}
+	// cannot apply them would stop at the first. Checked before anything
+	// changes, and held (levelMu) until the joiner's record: the leader
+	// records no level the joiner was not asked for meanwhile.
+	n.levelMu.Lock()
+	defer n.levelMu.Unlock()
+	if floor := n.joinFloor(); joiner.level < floor {
+		return &UpgradeError{Need: floor, Level: floor, Nodes: []string{fmt.Sprintf("%s (level %d)", a.ID, joiner.level)}}
+	}
+	for _, id := range replaced {
+		if err := n.raft.RemoveServer(id, 0, timeout).Error(); err != nil {
+			return n.raftError(err)
+		}
 	}
 	if !member {
 		if err := n.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.RaftAddr), 0, timeout).Error(); err != nil {
@@ -72,7 +80,16 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 		}
 		n.logger.Named("membership").Info("voter_added", "node_id", a.ID, "raft_addr", a.RaftAddr)
 	}
-	_, err = n.raftApply(ctx, &fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr})
+	// With its level, when every other voter's recorded level can apply
+	// the record (codec 4): the new voter does not pull the cluster's
+	// level down until the next asking.
+	rec := &fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}
+	withLevel := *rec
+	withLevel.Level, withLevel.Version = joiner.level, joiner.version
+	if _, level := n.voterLevelsBut(a.ID); withLevel.Validate() == nil && min(level, joiner.level) >= fsm.CodecOf(&withLevel) {
+		rec = &withLevel
+	}
+	_, err = n.raftApplyUnchecked(ctx, rec)
 	return err
 }
 
@@ -80,32 +97,33 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 func (n *Node) claimTimeout() time.Duration { return min(n.cfg.ApplyTimeout, 5*time.Second) }
 
 // confirmClaim asks the node at a.RaftAddr who it is; it must be a,
-// exactly. It returns the node's level (levels.go).
-func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) (uint8, error) {
+// exactly. It returns the node's level and version (levels.go).
+func (n *Node) confirmClaim(ctx context.Context, a transport.NodeAddr) (heardLevel, error) {
 	if !confirmJoinClaims {
 		// The broken chaos_openpeer build: the claim is taken as made.
-		return n.level(), nil
+		return heardLevel{level: n.level()}, nil
 	}
 	if a.ID == n.id {
 		if a != n.self() {
-			return 0, fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)
+			return heardLevel{}, fmt.Errorf("%w: %s is this node, whose addresses are raft=%s api=%s", ErrClaimRefused, a.ID, n.advertise, n.cfg.APIAddr)
 		}
-		return n.level(), nil
+		return heardLevel{level: n.level(), version: n.cfg.Version}, nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, n.claimTimeout())
 	defer cancel()
 	var info transport.PeerInfo
 	if err := n.peers.CallNode(cctx, a.RaftAddr, a.ID, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info); err != nil {
-		return 0, fmt.Errorf("%w: no answer as node %s at %s: %v", ErrClaimRefused, a.ID, a.RaftAddr, err)
+		return heardLevel{}, fmt.Errorf("%w: no answer as node %s at %s: %v", ErrClaimRefused, a.ID, a.RaftAddr, err)
 	}
 	if info.Node != a {
-		return 0, fmt.Errorf("%w: the node at %s is %s with api %s, not %s with api %s",
+		return heardLevel{}, fmt.Errorf("%w: the node at %s is %s with api %s, not %s with api %s",
 			ErrClaimRefused, a.RaftAddr, info.Node.ID, info.Node.APIAddr, a.ID, a.APIAddr)
 	}
-	if info.Level < fsm.BaseLevel || info.Level > 255 {
-		return fsm.BaseLevel, nil
+	h := heardLevel{level: fsm.BaseLevel, version: info.Version}
+	if info.Level >= fsm.BaseLevel && info.Level <= 255 {
+		h.level = uint8(info.Level)
 	}
-	return uint8(info.Level), nil
+	return h, nil
 }
 
 // answersAs reports whether the node at addr answers as id.

@@ -36,8 +36,12 @@ import (
 // build after the cluster reached a level is not supported: the leader
 // logs it and refuses what that node could not apply.
 
-// levelInterval is how often the leader asks the voters for their levels.
-const levelInterval = 10 * time.Second
+// levelInterval is how often the leader asks the voters for their levels;
+// recordRetry how often at most a request the levels refuse has it ask.
+const (
+	levelInterval = 10 * time.Second
+	recordRetry   = time.Second
+)
 
 // ErrUpgradeRequired: the command needs a codec some voter's build cannot
 // apply. The error is an *UpgradeError naming the nodes.
@@ -72,10 +76,18 @@ type heardLevel struct {
 }
 
 // voterLevels is each voter's level, and the cluster's level (the lowest).
-// A voter's level is what it said when the leader last asked; before the
-// leader has asked (or when the voter did not answer), what the table
-// records; a voter neither heard nor recorded counts as fsm.BaseLevel.
+// A voter's level is what the table records (a voter not recorded counts
+// as fsm.BaseLevel), or lower if that is what it said when the leader last
+// asked (an older build again). The table is the single source: an entry
+// of codec N is proposed only when the table records N or more for every
+// voter, so a joiner checked against the table (joinFloor) can apply
+// every entry in the log.
 func (n *Node) voterLevels() (levels map[string]heardLevel, cluster uint8) {
+	return n.voterLevelsBut("")
+}
+
+// voterLevelsBut is voterLevels leaving out one voter (a joiner).
+func (n *Node) voterLevelsBut(skip string) (levels map[string]heardLevel, cluster uint8) {
 	n.mu.Lock()
 	heard := n.heardLevels
 	n.mu.Unlock()
@@ -83,16 +95,17 @@ func (n *Node) voterLevels() (levels map[string]heardLevel, cluster uint8) {
 	cluster = fsm.Level
 	for _, s := range n.voters() {
 		id := string(s.ID)
-		l, ok := heard[id]
-		switch {
-		case id == n.id:
+		if id == skip {
+			continue
+		}
+		l := heardLevel{level: fsm.BaseLevel}
+		if rec, ok := n.fsm.Node(id); ok && rec.Level != 0 {
+			l = heardLevel{level: rec.Level, version: rec.Version}
+		}
+		if id == n.id && n.level() < l.level {
 			l = heardLevel{level: n.level(), version: n.cfg.Version}
-		case ok:
-		default:
-			l = heardLevel{level: fsm.BaseLevel}
-			if rec, ok := n.fsm.Node(id); ok && rec.Level != 0 {
-				l = heardLevel{level: rec.Level, version: rec.Version}
-			}
+		} else if h, ok := heard[id]; ok && h.level < l.level {
+			l = h
 		}
 		levels[id] = l
 		cluster = min(cluster, l.level)
@@ -102,8 +115,9 @@ func (n *Node) voterLevels() (levels map[string]heardLevel, cluster uint8) {
 
 // checkLevel refuses a command whose entry some voter cannot apply, or
 // returns the command to propose (a registration without its version).
-// A leader that has not asked the voters yet this term (it just took
-// office, and the table may not record them yet) asks them first.
+// Before it refuses, the leader asks the voters and records their levels
+// (at most once per recordRetry): the table may not record them yet (a
+// new cluster, a new voter).
 func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, error) {
 	need := fsm.CodecOf(cmd)
 	if need <= fsm.BaseLevel {
@@ -112,10 +126,13 @@ func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, er
 	levels, cluster := n.voterLevels()
 	if need > cluster && n.raft.State() == raft.Leader {
 		n.mu.Lock()
-		asked := n.heardLevels != nil
+		due := time.Since(n.levelsRecorded) >= recordRetry
+		if due {
+			n.levelsRecorded = time.Now()
+		}
 		n.mu.Unlock()
-		if !asked {
-			n.askLevels(ctx)
+		if due {
+			n.recordLevels(ctx)
 			levels, cluster = n.voterLevels()
 		}
 	}
@@ -129,15 +146,34 @@ func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, er
 			return &plain, nil
 		}
 	}
+	// Name the voters that hold it back: those that said a lower level (or
+	// said nothing); a voter heard at a high enough level and not yet
+	// recorded is named only when nobody else is.
+	n.mu.Lock()
+	heard := n.heardLevels
+	n.mu.Unlock()
 	err := &UpgradeError{Need: need, Level: cluster}
+	var unrecorded []string
 	for _, id := range slices.Sorted(maps.Keys(levels)) {
-		if l := levels[id]; l.level < need {
-			v := l.version
-			if v == "" {
-				v = "unknown"
-			}
-			err.Nodes = append(err.Nodes, fmt.Sprintf("%s (level %d, version %s)", id, l.level, v))
+		l := levels[id]
+		if l.level >= need {
+			continue
 		}
+		if h, ok := heard[id]; ok && h.level >= need || id == n.id && n.level() >= need {
+			unrecorded = append(unrecorded, id+" (level not recorded yet)")
+			continue
+		}
+		v := l.version
+		if h, ok := heard[id]; ok && h.version != "" {
+			v = h.version
+		}
+		if v == "" {
+			v = "unknown"
+		}
+		err.Nodes = append(err.Nodes, fmt.Sprintf("%s (level %d, version %s)", id, l.level, v))
+	}
+	if len(err.Nodes) == 0 {
+		err.Nodes = unrecorded
 	}
 	return nil, err
 }
@@ -172,8 +208,12 @@ func (n *Node) levelLoop(ctx context.Context) {
 }
 
 // recordLevels asks every voter for its level and records the changes,
-// when every voter can apply the records.
+// when every voter can apply the records. It holds levelMu, which AddNode
+// holds from its check of a joiner's level to the joiner's record: a
+// voter added meanwhile would not have been asked.
 func (n *Node) recordLevels(ctx context.Context) {
+	n.levelMu.Lock()
+	defer n.levelMu.Unlock()
 	log := n.logger.Named("levels")
 	heard, addrs := n.askLevels(ctx)
 	if ctx.Err() != nil {
@@ -203,7 +243,8 @@ func (n *Node) recordLevels(ctx context.Context) {
 			a.RaftAddr, a.APIAddr = rec.RaftAddr, rec.APIAddr // addresses change only by a join
 		}
 		cmd := &fsm.SetNode{NodeID: id, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr, Level: h.level, Version: h.version}
-		if cmd.Validate() != nil {
+		if err := cmd.Validate(); err != nil {
+			log.Warn("level_not_recorded", "node_id", id, "error", err)
 			continue
 		}
 		if _, err := n.raftApplyUnchecked(ctx, cmd); err != nil {
@@ -218,6 +259,7 @@ func (n *Node) recordLevels(ctx context.Context) {
 // and keeps what it heard for checkLevel. It returns what each voter said
 // and its addresses.
 func (n *Node) askLevels(ctx context.Context) (map[string]heardLevel, map[string]transport.NodeAddr) {
+	term := n.raft.CurrentTerm()
 	heard := map[string]heardLevel{}
 	addrs := map[string]transport.NodeAddr{}
 	for _, s := range n.voters() {
@@ -241,8 +283,12 @@ func (n *Node) askLevels(ctx context.Context) (map[string]heardLevel, map[string
 		heard[id] = h
 		addrs[id] = info.Node
 	}
+	// Kept only when complete and of this term as leader: a partial asking
+	// (ctx ended) or one that outlived the term proves nothing.
 	n.mu.Lock()
-	n.heardLevels = heard
+	if ctx.Err() == nil && n.leader != nil && n.leader.term == term {
+		n.heardLevels = heard
+	}
 	n.mu.Unlock()
 	return heard, addrs
 }

@@ -94,3 +94,30 @@ func TestRollingUpgradeGatesNewEntries(t *testing.T) {
 		t.Fatalf("members after a refused join: %+v %v", members, err)
 	}
 }
+
+// A voter added to a cluster whose levels are recorded is recorded with
+// its level as it joins: the cluster's level never drops to 2 for the
+// first asking after the join.
+func TestJoinerRecordedWithItsLevel(t *testing.T) {
+	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) {
+		cfg.Version = "v-new"
+		cluster.AskLevelsEvery(cfg, time.Hour) // only the takeover's asking, and the join
+	})
+	leader := c.Leader()
+	c.WaitFor(10*time.Second, "the three levels recorded", func() bool {
+		n := 0
+		for _, rec := range leader.FSM().Nodes() {
+			if rec.Level == fsm.Level {
+				n++
+			}
+		}
+		return n == 3
+	})
+	joiner := c.Add()
+	c.WaitFor(20*time.Second, "node-3 a voter, recorded with its level", func() bool {
+		rec, ok := leader.FSM().Node("node-3")
+		members, err := leader.Members()
+		return err == nil && len(members) == 4 && ok && rec.Level == fsm.Level && rec.Version == "v-new"
+	})
+	_ = joiner
+}

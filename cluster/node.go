@@ -61,8 +61,12 @@ type Node struct {
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node is the established leader
 	// heardLevels is what each voter said of its level when this node,
-	// leading, last asked (levels.go).
-	heardLevels map[string]heardLevel
+	// leading, last asked; levelsRecorded when a request last had it ask
+	// and record (levels.go).
+	heardLevels    map[string]heardLevel
+	levelsRecorded time.Time
+	// levelMu orders recording the voters' levels with adding a voter.
+	levelMu sync.Mutex
 	// lastTable is the newest expiry table this node built, kept after it
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable

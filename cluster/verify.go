@@ -21,7 +21,8 @@ import (
 // once a batch is large (checkCoalesce callers or more), the next check
 // starts no sooner than checkGap after the previous one started, and
 // gathers everyone who arrives meanwhile. A caller alone, or a trickle of
-// them, never waits for the gap: one check each, at once. Waiting longer
+// them, does not wait for the gap (unless it comes just after a large
+// batch): one check each, at once. Waiting longer
 // before a check proves no less: it still starts after every caller in
 // its batch arrived.
 type leaderCheck struct {

@@ -14,9 +14,11 @@ const oldBinEnv = "LEASEHOLD_E2E_OLD_BIN"
 
 // A rolling upgrade from a build before levels (issue 15's proof). With one
 // voter on the old build the cluster serves, the old node applies every
-// entry the others write and stays up, and a request that would need an
-// entry it cannot apply (a worker deregistered as lost, codec 3) is
-// refused UPGRADE_REQUIRED naming it. Once it runs this build too, the
+// entry the others write and stays up, and a request whose entry needs
+// more than level 2 (a worker deregistered as lost, codec 3) is refused
+// UPGRADE_REQUIRED naming it: a node that says no level counts as level 2
+// (the old build here happens to decode codec 3, but not 4: the gate does
+// not know which build it is, so it takes the lowest). Once it runs this build too, the
 // levels are recorded and the same request goes through.
 func TestMixedClusterUpgrade(t *testing.T) {
 	old := os.Getenv(oldBinEnv)
@@ -53,7 +55,8 @@ func TestMixedClusterUpgrade(t *testing.T) {
 			return nil
 		})
 	}
-	// A deregistration as lost needs codec 3: refused, naming node-3.
+	// A deregistration as lost needs codec 3, more than level 2: refused,
+	// naming node-3.
 	r := runCLI(t, c.env(), "worker", "deregister", "mw")
 	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 2") {
 		t.Fatalf("deregister as lost in a mixed cluster: exit %d, %s", r.code, r.stderr)

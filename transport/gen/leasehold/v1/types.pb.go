@@ -364,9 +364,10 @@ const (
 	// holding no lease that the leader has not heard in more than grace
 	// since it took office.
 	WorkerState_WORKER_STATE_UNREACHABLE WorkerState = 2
-	// Silent past toleration: its leases have expired (each job settled by
-	// its policy); the leader removes it after worker_gc_seconds of silence
-	// if it holds nothing. A worker that comes back is active again.
+	// Silent past toleration: its leases expire (each job settled by its
+	// policy) at the leader's next tick; the leader removes it after
+	// worker_gc_seconds of silence if it holds nothing. A worker that comes
+	// back is active again.
 	WorkerState_WORKER_STATE_GONE WorkerState = 3
 )
 
