@@ -444,19 +444,27 @@ func killWorker(ctx context.Context, e *Env) (*Active, error) {
 		stop: func(ctx context.Context) error { return e.C.Restart(ctx, w) }}, nil
 }
 
+// pickShellWorker is a busy shell worker if one is, else any.
+func pickShellWorker(ctx context.Context, e *Env) (string, error) {
+	if w := e.C.BusyShellWorker(ctx); w != "" {
+		return w, nil
+	}
+	ws := e.C.ShellWorkers()
+	if len(ws) == 0 {
+		return "", errors.New("nemesis: no shell workers")
+	}
+	return ws[e.Rng.IntN(len(ws))], nil
+}
+
 // killShellWorker SIGKILLs a shell worker's `worker run` process, busy if
 // one is, and restarts it with the same id at the stop. Only that process
 // dies: its supervisors and their commands run on (each in a session of
 // its own), so the fault names the process, not the worker, and no
 // execution of its commands ends at the kill.
 func killShellWorker(ctx context.Context, e *Env) (*Active, error) {
-	w := e.C.BusyShellWorker(ctx)
-	if w == "" {
-		ws := e.C.ShellWorkers()
-		if len(ws) == 0 {
-			return nil, errors.New("nemesis: no shell workers")
-		}
-		w = ws[e.Rng.IntN(len(ws))]
+	w, err := pickShellWorker(ctx, e)
+	if err != nil {
+		return nil, err
 	}
 	proc := e.C.Process(w)
 	if err := e.C.Kill(w); err != nil {
@@ -472,13 +480,9 @@ func killShellWorker(ctx context.Context, e *Env) (*Active, error) {
 // restarts the worker run process at the stop. The commands' stops are
 // recorded by their watchers, which are the harness's.
 func rebootShellWorker(ctx context.Context, e *Env) (*Active, error) {
-	w := e.C.BusyShellWorker(ctx)
-	if w == "" {
-		ws := e.C.ShellWorkers()
-		if len(ws) == 0 {
-			return nil, errors.New("nemesis: no shell workers")
-		}
-		w = ws[e.Rng.IntN(len(ws))]
+	w, err := pickShellWorker(ctx, e)
+	if err != nil {
+		return nil, err
 	}
 	proc := e.C.Process(w)
 	if err := e.C.RebootShellWorker(w); err != nil {

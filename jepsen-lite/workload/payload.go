@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -45,4 +46,25 @@ func DecodePayload(b []byte) (Payload, error) {
 		return Payload{}, fmt.Errorf("payload: run_ms %d, write_every_ms %d", p.RunMs, p.WriteEveryMs)
 	}
 	return p, nil
+}
+
+// writeFor is an execution's body, the Go worker's and a shell command's
+// alike: write(n) at once and every writeEvery, for run, or until ctx
+// ends.
+func (p Payload) writeFor(ctx context.Context, write func(n int)) {
+	end := time.Now().Add(p.run())
+	for n := 0; ; n++ {
+		write(n)
+		wait := min(p.writeEvery(), time.Until(end))
+		if wait <= 0 || ctx.Err() != nil {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+	}
 }

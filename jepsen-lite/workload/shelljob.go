@@ -148,23 +148,7 @@ func RunShellJob(cfg ShellJobConfig) int {
 	}
 	sinks := NewSinkClient(cfg.SinkURL)
 	defer sinks.CloseIdle()
-	end := time.Now().Add(p.run())
-	for n := 0; ; n++ {
-		writeSinks(ctx, sinks, log, cfg.JobID, cfg.Token, cfg.WorkerID, n)
-		wait := min(p.writeEvery(), time.Until(end))
-		if wait <= 0 || ctx.Err() != nil {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
+	p.writeFor(ctx, func(n int) { writeSinks(ctx, sinks, log, cfg.JobID, cfg.Token, cfg.WorkerID, n) })
 	stop := exe
 	stop.Cause = history.CauseCompleted
 	if ctx.Err() != nil {

@@ -150,23 +150,7 @@ func (w *workerProc) handle(ctx context.Context, job *client.Job) (client.Result
 	if perr != nil {
 		p = Payload{RunMs: 0, WriteEveryMs: 1}
 	}
-	end := time.Now().Add(p.run())
-	for n := 0; ; n++ {
-		w.write(ctx, job, n)
-		wait := min(p.writeEvery(), time.Until(end))
-		if wait <= 0 || ctx.Err() != nil {
-			break
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-		}
-		if ctx.Err() != nil {
-			break
-		}
-	}
+	p.writeFor(ctx, func(n int) { w.write(ctx, job, n) })
 	cause := w.causeOf(ctx, start)
 	stop := exec
 	stop.Cause, stop.LastAckSendNs = cause, w.lastAck.Load()
