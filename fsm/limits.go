@@ -71,6 +71,9 @@ func checkRange(field string, n, lo, hi uint64) error {
 
 // fieldError turns a *rules.FieldError into a *FieldError; nil stays nil.
 func fieldError(err error) error {
+	if err == nil {
+		return nil // before errors.As, whose target escapes: valid input allocates nothing
+	}
 	var fe *rules.FieldError
 	if !errors.As(err, &fe) {
 		return err
