@@ -3,7 +3,6 @@ package fsm
 import (
 	"bytes"
 	"fmt"
-	"slices"
 )
 
 func applyRegisterWorker(s *state, cmd Command) (any, error) {
@@ -37,7 +36,7 @@ func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
 	}
 	var res DeregisterResult
-	for _, tok := range sortedTokens(s.workerLeases[c.WorkerID]) {
+	for _, tok := range s.workerLeases[c.WorkerID].tokens() {
 		j := s.editJob(s.tokens[tok])
 		if c.Lost {
 			s.expireLease(j, "worker deregistered as lost")
@@ -68,15 +67,6 @@ func applyRemoveIdle(s *state, cmd Command) (any, error) {
 		res.Removed = append(res.Removed, id)
 	}
 	return res, nil
-}
-
-func sortedTokens(set map[uint64]uint64) []uint64 {
-	out := make([]uint64, 0, len(set))
-	for t := range set {
-		out = append(out, t)
-	}
-	slices.Sort(out)
-	return out
 }
 
 func applySubmitJob(s *state, cmd Command) (any, error) {

@@ -29,6 +29,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 	}
 	heaps := s.candidateHeaps(c.Queues, c.Kinds)
 	var res AcquireResult
+	var toks []uint64
 	for i := range n {
 		seq, ok := s.pickReady(heaps)
 		if !singleGrant && i == 0 {
@@ -54,7 +55,8 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		if c.Start {
 			to, l.StartedAt = JobRunning, s.lastTime
 		}
-		s.addLease(j, l)
+		s.addLease(j, l, int(held+n))
+		toks = append(toks, l.Token)
 		s.setState(j, to)
 		j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 		s.emit(Event{Type: EventLeaseAcquired, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
@@ -62,6 +64,10 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 			s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
 		}
 		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l})
+	}
+	if len(toks) > 0 {
+		// One slice of the acquire's exact size (the loop's grows by doubling).
+		s.requests[requestKey{w.ID, c.RequestID}] = slices.Clone(toks)
 	}
 	return res, nil
 }
@@ -75,13 +81,13 @@ func (s *state) doubleGrantable(worker string, queues, kinds []string) (uint64, 
 		if w == worker {
 			continue
 		}
-		for tok, seq := range set {
-			j := s.job(seq)
+		for _, e := range set {
+			tok, j := e.token, s.job(e.seq)
 			if j == nil || len(j.Leases) != 1 || (best != 0 && tok > best) || !slices.Contains(queues, j.Queue) ||
 				(len(kinds) > 0 && !slices.Contains(kinds, j.Kind)) {
 				continue
 			}
-			best, bestSeq = tok, seq
+			best, bestSeq = tok, e.seq
 		}
 	}
 	return bestSeq, best != 0
@@ -90,7 +96,7 @@ func (s *state) doubleGrantable(worker string, queues, kinds []string) (uint64, 
 // replayAcquire returns the grants of an acquire already served for this
 // worker and request id.
 func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
-	toks := s.requests[requestKey(worker, request)]
+	toks := s.requests[requestKey{worker, request}]
 	if len(toks) == 0 {
 		return AcquireResult{}, false
 	}
@@ -202,7 +208,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 		return nil, err
 	}
 	if j := s.jobByID(c.JobID); j != nil {
-		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported && (reportIDIdempotent || l.ReportID != c.ReportID) {
+		if l := findLease(j, c.Token); l != nil && l.State == LeaseReported && (reportIDIdempotent || l.ReportID() != c.ReportID) {
 			return s.reportAgain(j, l, c)
 		}
 	}
@@ -214,7 +220,8 @@ func applyReport(s *state, cmd Command) (any, error) {
 	}
 	j = s.editJob(j.Seq)
 	l := s.endLease(j, LeaseReported)
-	l.ReportID, l.Outcome, l.Retryable, l.Ref, l.Message = c.ReportID, c.Outcome, c.Retryable, c.Ref, c.Message
+	l.Outcome, l.Retryable = c.Outcome, c.Retryable
+	l.setReport(c.ReportID, c.Ref, c.Message)
 	requeue := false
 	if c.Outcome == OutcomeFailed {
 		j.Attempts++
@@ -240,14 +247,14 @@ func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
 	if l.WorkerID != c.WorkerID {
 		return nil, fmt.Errorf("%w: job %s token %d", ErrNotOwner, j.ID, l.Token)
 	}
-	if l.ReportID == c.ReportID {
+	if l.ReportID() == c.ReportID {
 		return reportResult(j.ID, l), nil
 	}
 	s.emit(Event{
 		Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref,
-		Detail: fmt.Sprintf("report %s conflicts with report %s", c.ReportID, l.ReportID),
+		Detail: fmt.Sprintf("report %s conflicts with report %s", c.ReportID, l.ReportID()),
 	})
-	return nil, fmt.Errorf("%w: lease %d was already reported by report %s", ErrConflict, l.Token, l.ReportID)
+	return nil, fmt.Errorf("%w: lease %d was already reported by report %s", ErrConflict, l.Token, l.ReportID())
 }
 
 func reportResult(jobID string, l *Lease) ReportResult {

@@ -839,7 +839,9 @@ func BenchmarkMemoryPerQueuedJob(b *testing.B) {
 // 10 leases each, granted and started by one acquire per worker with a
 // client's 32-character request id. bytes/lease counts everything the
 // state holds, the event log included (at most MaxEvents); the -no-events
-// figure is after a Compact dropped every event. LEASEHOLD_BENCH_JOBS sets
+// figure is after a Compact dropped every event; inuse-bytes/lease counts
+// the heap's spans in use instead of its live objects: the fragmentation
+// the leader's heap figure in bench scale includes. LEASEHOLD_BENCH_JOBS sets
 // the leases (default 1,000,000, skipped with -short).
 func BenchmarkMemoryPerLiveLease(b *testing.B) {
 	if testing.Short() && os.Getenv("LEASEHOLD_BENCH_JOBS") == "" {
@@ -847,10 +849,10 @@ func BenchmarkMemoryPerLiveLease(b *testing.B) {
 	}
 	const per = 10
 	leases := bigJobs(b) / per * per
-	var perLease, perLeaseNoEvents float64
+	var perLease, perLeaseNoEvents, inusePerLease float64
 	for range b.N {
 		b.StopTimer()
-		before := liveHeap()
+		before, beforeInuse := liveHeap(), heapInuse()
 		d := newBenchDriver()
 		const run = "bench-0a1b2c3d"
 		for i := range leases {
@@ -868,7 +870,7 @@ func BenchmarkMemoryPerLiveLease(b *testing.B) {
 				b.Fatalf("worker %d granted %d leases", w, len(res.Grants))
 			}
 		}
-		withEvents := liveHeap()
+		withEvents, withEventsInuse := liveHeap(), heapInuse()
 		d.must(b, &Compact{JobsBefore: 0, EventsBefore: math.MaxInt64, Limit: 1})
 		noEvents := liveHeap()
 		if st := d.f.Stats(); st.LiveLeases != leases {
@@ -877,7 +879,17 @@ func BenchmarkMemoryPerLiveLease(b *testing.B) {
 		runtime.KeepAlive(d)
 		perLease = float64(withEvents-before) / float64(leases)
 		perLeaseNoEvents = float64(noEvents-before) / float64(leases)
+		inusePerLease = float64(withEventsInuse-beforeInuse) / float64(leases)
 	}
 	b.ReportMetric(perLease, "bytes/lease")
+	b.ReportMetric(inusePerLease, "inuse-bytes/lease")
 	b.ReportMetric(perLeaseNoEvents, "bytes/lease-no-events")
+}
+
+// heapInuse is the bytes of heap spans in use, fragmentation included, as
+// read right after liveHeap's collection.
+func heapInuse() uint64 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapInuse
 }

@@ -125,11 +125,11 @@ func (s *state) check() error {
 			if l.State == LeaseReported {
 				_, okOutcome := outcomeNames[l.Outcome]
 				_, okAnswer := jobStateNames[l.Answer]
-				if !okOutcome || !okAnswer || l.ReportID == "" {
+				if !okOutcome || !okAnswer || l.ReportID() == "" {
 					fail("lease %d: reported without outcome, answer or report id", l.Token)
 				}
 			}
-			if got := s.requests[requestKey(l.WorkerID, l.RequestID)]; !slices.Contains(got, l.Token) {
+			if got := s.requests[requestKey{l.WorkerID, l.RequestID}]; !slices.Contains(got, l.Token) {
 				fail("lease %d: missing from the request index", l.Token)
 			}
 		}
@@ -142,7 +142,7 @@ func (s *state) check() error {
 			if s.workers[cur.WorkerID] == nil {
 				fail("job %s: live lease %d held by unknown worker %s", j.ID, cur.Token, cur.WorkerID)
 			}
-			if s.workerLeases[cur.WorkerID][cur.Token] != j.Seq {
+			if seq, _ := s.workerLeases[cur.WorkerID].seq(cur.Token); seq != j.Seq {
 				fail("job %s: live lease %d missing from worker %s's index", j.ID, cur.Token, cur.WorkerID)
 			}
 		}

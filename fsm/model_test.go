@@ -458,7 +458,7 @@ func (m *refModel) report(c *Report) (any, error) {
 			switch {
 			case l.WorkerID != c.WorkerID:
 				return nil, ErrNotOwner
-			case l.ReportID == c.ReportID:
+			case l.ReportID() == c.ReportID:
 				return answerOf(j.ID, l), nil
 			}
 			m.emit(Event{Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref})
@@ -470,7 +470,8 @@ func (m *refModel) report(c *Report) (any, error) {
 		return nil, err
 	}
 	l.State, l.EndedAt = LeaseReported, m.now
-	l.ReportID, l.Outcome, l.Retryable, l.Ref, l.Message = c.ReportID, c.Outcome, c.Retryable, c.Ref, c.Message
+	l.Outcome, l.Retryable = c.Outcome, c.Retryable
+	l.setReport(c.ReportID, c.Ref, c.Message)
 	m.reports[j]++
 	requeue := false
 	if c.Outcome == OutcomeFailed {
@@ -1794,7 +1795,7 @@ func (r *modelRun) compareState() {
 	for _, j := range m.jobs {
 		for _, l := range j.Leases {
 			got, err := f.Lease(l.Token)
-			if err != nil || got != l {
+			if err != nil || !got.Equal(l) {
 				r.fail("Lease(%d) = %+v %v\n  want %+v", l.Token, got, err, l)
 			}
 		}

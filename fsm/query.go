@@ -89,8 +89,8 @@ func (f *FSM) WorkerLeases(workerID string) []Lease {
 	defer f.mu.RUnlock()
 	set := f.st.workerLeases[workerID]
 	out := make([]Lease, 0, len(set))
-	for _, tok := range sortedTokens(set) {
-		out = append(out, *f.st.job(set[tok]).lastLease())
+	for _, e := range set {
+		out = append(out, *f.st.job(e.seq).lastLease())
 	}
 	return out
 }
@@ -101,8 +101,8 @@ func (f *FSM) WorkerLeases(workerID string) []Lease {
 func (f *FSM) AppendWorkerLeases(dst []Lease, workerID string) []Lease {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	for _, seq := range f.st.workerLeases[workerID] {
-		dst = append(dst, *f.st.job(seq).lastLease())
+	for _, e := range f.st.workerLeases[workerID] {
+		dst = append(dst, *f.st.job(e.seq).lastLease())
 	}
 	return dst
 }
@@ -127,8 +127,8 @@ func (f *FSM) LiveLeases() map[string][]LeaseRef {
 	out := make(map[string][]LeaseRef, len(f.st.workerLeases))
 	for w, set := range f.st.workerLeases {
 		refs := make([]LeaseRef, 0, len(set))
-		for _, tok := range sortedTokens(set) {
-			refs = append(refs, LeaseRef{JobID: f.st.job(set[tok]).ID, Token: tok})
+		for _, e := range set {
+			refs = append(refs, LeaseRef{JobID: f.st.job(e.seq).ID, Token: e.token})
 		}
 		out[w] = refs
 	}
@@ -169,9 +169,9 @@ func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 		// A worker's jobs are its live leases: at most MaxCapacity.
 		set := s.workerLeases[flt.WorkerID]
 		seqs := make([]uint64, 0, len(set))
-		for _, seq := range set {
-			if seq > flt.AfterSeq {
-				seqs = append(seqs, seq)
+		for _, e := range set {
+			if e.seq > flt.AfterSeq {
+				seqs = append(seqs, e.seq)
 			}
 		}
 		slices.Sort(seqs)

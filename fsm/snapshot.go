@@ -562,11 +562,11 @@ func encodeLease(e *encoder, l *Lease) {
 	e.varint(l.GrantedAt)
 	e.varint(l.StartedAt)
 	e.varint(l.EndedAt)
-	e.str(l.ReportID)
+	e.str(l.ReportID())
 	e.byte1(uint8(l.Outcome))
 	e.bool(l.Retryable)
-	e.str(l.Ref)
-	e.str(l.Message)
+	e.str(l.Ref())
+	e.str(l.Message())
 	e.byte1(uint8(l.Answer))
 }
 
@@ -579,11 +579,11 @@ func decodeLease(d *decoder, l *Lease) {
 	l.GrantedAt = d.varint()
 	l.StartedAt = d.varint()
 	l.EndedAt = d.varint()
-	l.ReportID = d.str(MaxIDLen)
+	reportID := d.str(MaxIDLen)
 	l.Outcome = Outcome(d.byte1())
 	l.Retryable = d.bool()
-	l.Ref = d.str(MaxRefLen)
-	l.Message = d.str(MaxMessageLen)
+	ref, message := d.str(MaxRefLen), d.str(MaxMessageLen)
+	l.setReport(reportID, ref, message)
 	l.Answer = JobState(d.byte1())
 	_, okState := leaseStateNames[l.State]
 	_, okRevoke := revokeNames[l.Revoke]
@@ -594,8 +594,8 @@ func decodeLease(d *decoder, l *Lease) {
 	}
 	if d.err == nil {
 		if checkID("worker_id", l.WorkerID) != nil || checkID("request_id", l.RequestID) != nil ||
-			checkOptionalID("report_id", l.ReportID) != nil || checkText("ref", l.Ref, MaxRefLen) != nil ||
-			checkText("message", l.Message, MaxMessageLen) != nil {
+			checkOptionalID("report_id", reportID) != nil || checkText("ref", ref, MaxRefLen) != nil ||
+			checkText("message", message, MaxMessageLen) != nil {
 			d.fail("lease %d: bad id or text", l.Token)
 		}
 	}

@@ -46,10 +46,10 @@ type state struct {
 	jobIDs       map[string]uint64              // job id -> seq
 	tokens       map[uint64]uint64              // token of every kept lease -> job seq
 	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
-	workerLeases map[string]map[uint64]uint64   // worker -> token -> job seq, live leases
+	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs in finish order
-	requests     map[string][]uint64            // worker+"\x00"+request id -> tokens it granted
+	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobFailed + 1]int // jobs per state
 	bytes        int64              // jobs' and events' size (size.go)
@@ -63,9 +63,9 @@ func newState() *state {
 		jobIDs:       map[string]uint64{},
 		tokens:       map[uint64]uint64{},
 		ready:        map[string]map[string]*jobHeap{},
-		workerLeases: map[string]map[uint64]uint64{},
+		workerLeases: map[string]leaseSet{},
 		submitted:    map[string]*jobHeap{},
-		requests:     map[string][]uint64{},
+		requests:     map[requestKey][]uint64{},
 		interned:     map[string]string{},
 		touched:      map[uint64]int64{},
 	}
@@ -194,7 +194,7 @@ func (s *state) removeJob(j *Job) {
 // request indexes.
 func (s *state) forgetLease(l *Lease) {
 	delete(s.tokens, l.Token)
-	key := requestKey(l.WorkerID, l.RequestID)
+	key := requestKey{l.WorkerID, l.RequestID}
 	if toks, ok := s.requests[key]; ok {
 		toks = slices.DeleteFunc(toks, func(t uint64) bool { return t == l.Token })
 		if len(toks) == 0 {
@@ -205,7 +205,8 @@ func (s *state) forgetLease(l *Lease) {
 	}
 }
 
-func requestKey(worker, request string) string { return worker + "\x00" + request }
+// requestKey names an acquire: its worker and request id.
+type requestKey struct{ worker, request string }
 
 // eachJob calls fn for every job in seq order until fn returns false.
 func eachJob(shards []*jobShard, fn func(*Job) bool) {
@@ -310,31 +311,21 @@ func (s *state) endLease(j *Job, how LeaseState) *Lease {
 	l := j.lastLease()
 	l.State = how
 	l.EndedAt = s.lastTime
-	if set := s.workerLeases[l.WorkerID]; set != nil {
-		delete(set, l.Token)
-		if len(set) == 0 {
-			delete(s.workerLeases, l.WorkerID)
-		}
-	}
+	s.dropLease(l.WorkerID, l.Token)
 	return l
 }
 
-// addLease appends a new lease to the job, keeping at most MaxLeaseHistory.
-func (s *state) addLease(j *Job, l Lease) {
+// addLease appends a new live lease to the job, keeping at most
+// MaxLeaseHistory. room is how many live leases its worker is about to hold
+// (holdLease). The caller records its token in the request index.
+func (s *state) addLease(j *Job, l Lease, room int) {
 	if len(j.Leases) >= MaxLeaseHistory {
 		s.forgetLease(&j.Leases[0])
 		j.Leases = append(j.Leases[:0], j.Leases[1:]...)
 	}
 	j.Leases = append(j.Leases, l)
 	s.tokens[l.Token] = j.Seq
-	key := requestKey(l.WorkerID, l.RequestID)
-	s.requests[key] = append(s.requests[key], l.Token)
-	set := s.workerLeases[l.WorkerID]
-	if set == nil {
-		set = map[uint64]uint64{}
-		s.workerLeases[l.WorkerID] = set
-	}
-	set[l.Token] = j.Seq
+	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
 }
 
 // --- events ---
@@ -365,16 +356,11 @@ func (s *state) rebuildIndexes() {
 			l := &j.Leases[i]
 			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
 			s.tokens[l.Token] = j.Seq
-			key := requestKey(l.WorkerID, l.RequestID)
+			key := requestKey{l.WorkerID, l.RequestID}
 			s.requests[key] = append(s.requests[key], l.Token)
 		}
 		if l, ok := j.CurrentLease(); ok {
-			set := s.workerLeases[l.WorkerID]
-			if set == nil {
-				set = map[uint64]uint64{}
-				s.workerLeases[l.WorkerID] = set
-			}
-			set[l.Token] = j.Seq
+			s.holdLease(l.WorkerID, l.Token, j.Seq, 1)
 		}
 		switch {
 		case j.State == JobQueued:
@@ -387,8 +373,14 @@ func (s *state) rebuildIndexes() {
 	// Request ids are keyed per worker, and a worker's tokens for one request
 	// were granted in one acquire: jobs visited in seq order may list them out
 	// of token order, so sort.
-	for _, toks := range s.requests {
+	// Both indexes grew by appending: keep them at their exact size, as the
+	// applies that built them did.
+	for key, toks := range s.requests {
 		slices.Sort(toks)
+		s.requests[key] = slices.Clone(toks)
+	}
+	for w, ls := range s.workerLeases {
+		s.workerLeases[w] = slices.Clone(ls)
 	}
 	slices.SortFunc(finished, func(a, b fin) int { return cmpU64(a.fseq, b.fseq) })
 	s.finished = make([]uint64, len(finished))

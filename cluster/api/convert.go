@@ -80,8 +80,8 @@ func leaseToProto(l *fsm.Lease) *pb.Lease {
 	return &pb.Lease{
 		Token: l.Token, JobId: l.JobID, WorkerId: l.WorkerID, RequestId: l.RequestID,
 		State: pb.LeaseState(l.State), Revoke: pb.Revoke(l.Revoke), GrantedAt: ts(l.GrantedAt),
-		StartedAt: ts(l.StartedAt), EndedAt: ts(l.EndedAt), ReportId: l.ReportID,
-		Outcome: pb.Outcome(l.Outcome), Retryable: l.Retryable, Ref: l.Ref, Message: l.Message,
+		StartedAt: ts(l.StartedAt), EndedAt: ts(l.EndedAt), ReportId: l.ReportID(),
+		Outcome: pb.Outcome(l.Outcome), Retryable: l.Retryable, Ref: l.Ref(), Message: l.Message(),
 	}
 }
 
