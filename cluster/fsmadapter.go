@@ -123,4 +123,5 @@ func (a *raftFSM) lastPersisted() persistedSnapshot {
 	return persistedSnapshot{}
 }
 
-func (r *raftSnapshot) Release() {}
+// Release is Raft's word that Persist is over, whatever its outcome.
+func (r *raftSnapshot) Release() { r.s.Release() }

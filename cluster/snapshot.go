@@ -18,7 +18,9 @@ func (n *Node) SaveSnapshot(ctx context.Context, w io.Writer) (int64, error) {
 	if err := n.ReadBarrier(ctx); err != nil {
 		return 0, err
 	}
-	return n.fsm.Snapshot().WriteTo(w)
+	snap := n.fsm.Snapshot()
+	defer snap.Release()
+	return snap.WriteTo(w)
 }
 
 // restoreClockSkew is how far after the restoring leader's clock a

@@ -126,7 +126,9 @@ func (m *machine) lastEvent(typ EventType) (Event, bool) {
 func (m *machine) roundTrip() {
 	m.t.Helper()
 	var buf bytes.Buffer
-	if _, err := m.f.Snapshot().WriteTo(&buf); err != nil {
+	snap := m.f.Snapshot()
+	defer snap.Release()
+	if _, err := snap.WriteTo(&buf); err != nil {
 		m.t.Fatal(err)
 	}
 	g := New()

@@ -1299,6 +1299,7 @@ func (g *modelGen) observe(c Command, res any, err error) {
 // The driver.
 
 type pendingSnap struct {
+	snap  *Snapshot // released once its write is over: later changes are in place again
 	want  [32]byte
 	until int
 	done  chan snapBytes
@@ -1527,9 +1528,11 @@ func (r *modelRun) stepTwin(c Command, data []byte, res any, err error) {
 
 func (r *modelRun) roundTrip() {
 	var buf bytes.Buffer
-	if _, err := r.f.Snapshot().WriteTo(&buf); err != nil {
+	snap := r.f.Snapshot()
+	if _, err := snap.WriteTo(&buf); err != nil {
 		r.fail("snapshot: %v", err)
 	}
+	snap.Release()
 	g := New()
 	if err := g.Restore(&buf); err != nil {
 		r.fail("restore: %v", err)
@@ -1556,7 +1559,7 @@ func (r *modelRun) roundTrip() {
 func (r *modelRun) startPending() {
 	snap := r.f.Snapshot()
 	p := &pendingSnap{
-		want: r.f.Hash(), until: r.step + 10 + r.sched.IntN(40), done: make(chan snapBytes, 1),
+		snap: snap, want: r.f.Hash(), until: r.step + 10 + r.sched.IntN(40), done: make(chan snapBytes, 1),
 		stop: make(chan struct{}), read: make(chan error, 1),
 	}
 	go func() {
@@ -1622,6 +1625,7 @@ func (r *modelRun) finishPending() {
 		r.fail("%v", err)
 	}
 	sb := <-p.done
+	p.snap.Release()
 	if sb.err != nil {
 		r.fail("concurrent snapshot: %v", sb.err)
 	}
@@ -1642,6 +1646,7 @@ func (r *modelRun) waitPending() {
 		close(r.pending.stop)
 		<-r.pending.read
 		<-r.pending.done
+		r.pending.snap.Release()
 		r.pending = nil
 	}
 }

@@ -64,7 +64,9 @@ func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, erro
 		return Stats{}, fmt.Errorf("%w: restored state: %w", ErrCorrupt, err)
 	}
 	f := &FSM{st: s}
-	if _, err := f.Snapshot().WriteTo(dst); err != nil {
+	snap := f.Snapshot()
+	defer snap.Release()
+	if _, err := snap.WriteTo(dst); err != nil {
 		return Stats{}, err
 	}
 	return f.Stats(), nil

@@ -46,8 +46,14 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot is a point-in-time view of the state. Taking it is cheap (it
 // copies shard pointers, not jobs); WriteTo streams it and may run
-// concurrently with Apply.
+// concurrently with Apply. Release it when done: until then every job it
+// froze is copied before its next change.
 type Snapshot struct {
+	f        *FSM
+	st       *state // the state it froze (a restore may have replaced it since)
+	gen      uint64 // the generation it froze
+	released bool   // under f.mu
+
 	hdr     snapHeader
 	shards  []*jobShard
 	workers []*Worker // never mutated: a change replaces the pointer
@@ -70,7 +76,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	defer f.mu.Unlock()
 	s := f.st
 	s.gen++ // every shard and job now belongs to the snapshot until copied
+	s.frozen = append(s.frozen, s.gen-1)
 	snap := &Snapshot{
+		f: f, st: s, gen: s.gen - 1,
 		hdr: snapHeader{
 			lastIndex: s.lastIndex, lastTime: uint64(s.lastTime), lastToken: s.lastToken,
 			jobSeq: s.jobSeq, finishSeq: s.finishSeq, eventSeq: s.eventSeq,
@@ -88,6 +96,22 @@ func (f *FSM) Snapshot() *Snapshot {
 		snap.nodes = append(snap.nodes, n)
 	}
 	return snap
+}
+
+// Release says the snapshot will not be read again: the versions only it
+// read may then be changed in place. Releasing twice is harmless; a
+// snapshot never released only costs copies.
+func (snap *Snapshot) Release() {
+	snap.f.mu.Lock()
+	defer snap.f.mu.Unlock()
+	if snap.released {
+		return
+	}
+	snap.released = true
+	st := snap.st
+	if i := slices.Index(st.frozen, snap.gen); i >= 0 {
+		st.frozen = slices.Delete(st.frozen, i, i+1)
+	}
 }
 
 // LastIndex is the raft index the snapshot was taken at.
@@ -185,6 +209,7 @@ func (f *FSM) Hash() [32]byte {
 // snapshot gives both, whatever is applied meanwhile.
 func (f *FSM) HashAt() ([32]byte, uint64) {
 	snap := f.Snapshot()
+	defer snap.Release()
 	h := sha256.New()
 	if _, err := snap.WriteTo(h); err != nil {
 		panic(err) // writing to a hash cannot fail

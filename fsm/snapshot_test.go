@@ -51,7 +51,9 @@ func busyMachine(t testing.TB) *machine {
 
 func snapshotBytes(t testing.TB, f *FSM) []byte {
 	var buf bytes.Buffer
-	if _, err := f.Snapshot().WriteTo(&buf); err != nil {
+	snap := f.Snapshot()
+	defer snap.Release()
+	if _, err := snap.WriteTo(&buf); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
@@ -475,5 +477,57 @@ func TestNodeLevels(t *testing.T) {
 	m.roundTrip()
 	if n, _ := m.f.Node("a"); n.Level != 4 || n.Version != "v9" || n.RaftAddr != "h:5" {
 		t.Fatalf("node after a move and a restore: %+v", n)
+	}
+}
+
+// TestSnapshotReleaseEndsCopies: a job is copied before its first change
+// while an unreleased snapshot froze it, and changed in place once every
+// such snapshot is released; the snapshot still writes what it froze.
+func TestSnapshotReleaseEndsCopies(t *testing.T) {
+	m := busyMachine(t)
+	queued, _ := m.f.Jobs(JobFilter{State: JobQueued})
+	if len(queued) < 4 {
+		t.Fatalf("%d queued jobs, want 4", len(queued))
+	}
+	ptr := func(id string) *Job { return m.f.st.jobByID(id) }
+	cancel := func(id string) { m.do(&Cancel{JobID: id}) }
+
+	// Nothing frozen: in place.
+	before := ptr(queued[0].ID)
+	cancel(queued[0].ID)
+	if ptr(queued[0].ID) != before {
+		t.Fatal("a job no snapshot reads was copied to change it")
+	}
+
+	want := snapshotBytes(t, m.f) // taken and released
+	older := m.f.Snapshot()
+	newer := m.f.Snapshot()
+	before = ptr(queued[1].ID)
+	cancel(queued[1].ID)
+	if ptr(queued[1].ID) == before {
+		t.Fatal("a job two live snapshots froze was changed in place")
+	}
+	newer.Release()
+	newer.Release() // twice is harmless
+	before = ptr(queued[2].ID)
+	cancel(queued[2].ID)
+	if ptr(queued[2].ID) == before {
+		t.Fatal("a job the older live snapshot froze was changed in place")
+	}
+	var got bytes.Buffer
+	if _, err := older.WriteTo(&got); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want) {
+		t.Fatal("the older snapshot does not write the state it froze")
+	}
+	older.Release()
+	before = ptr(queued[3].ID)
+	cancel(queued[3].ID)
+	if ptr(queued[3].ID) != before {
+		t.Fatal("a job was copied after every snapshot was released")
+	}
+	if len(m.f.st.frozen) != 0 {
+		t.Fatalf("frozen generations %v after every release", m.f.st.frozen)
 	}
 }

@@ -9,6 +9,8 @@ import (
 // (by bumping state.gen) and the first later change to a frozen shard copies
 // that shard's pointer array, and the first change to a frozen job copies the
 // job. The snapshot keeps reading the frozen versions while applies go on.
+// Once every snapshot that froze a version is released, nothing reads it
+// but the state, and changes are made in place again.
 const (
 	shardBits = 10
 	shardSize = 1 << shardBits
@@ -27,6 +29,10 @@ type jobShard struct {
 // derived from them and rebuilt on restore.
 type state struct {
 	gen uint64 // copy-on-write generation; a snapshot increments it
+	// frozen holds the generation each unreleased snapshot froze, in the
+	// order taken (so ascending): a version of generation g is read by a
+	// snapshot while g <= the last of them.
+	frozen []uint64
 
 	lastIndex uint64 // raft index of the last applied command
 	lastTime  int64  // leader time of the last applied command
@@ -140,13 +146,20 @@ func (s *state) mutableShard(seq uint64, create bool) *jobShard {
 		return nil
 	}
 	sh := s.shards[i]
-	if sh.gen != s.gen {
+	if sh.gen != s.gen && s.shared(sh.gen) {
 		c := *sh
 		c.gen = s.gen
 		sh = &c
 		s.shards[i] = sh
 	}
+	sh.gen = s.gen
 	return sh
+}
+
+// shared says whether a snapshot not yet released reads the versions of
+// generation gen: whether a change must copy them first.
+func (s *state) shared(gen uint64) bool {
+	return len(s.frozen) > 0 && gen <= s.frozen[len(s.frozen)-1]
 }
 
 // editJob returns a version of the job that may be mutated in place.
@@ -154,11 +167,11 @@ func (s *state) editJob(seq uint64) *Job {
 	sh := s.mutableShard(seq, false)
 	j := sh.jobs[seq&shardMask]
 	s.touch(seq, jobBytes(j))
-	if j.gen != s.gen {
+	if j.gen != s.gen && s.shared(j.gen) {
 		j = j.clone()
-		j.gen = s.gen
 		sh.jobs[seq&shardMask] = j
 	}
+	j.gen = s.gen
 	return j
 }
 

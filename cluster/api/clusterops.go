@@ -111,6 +111,7 @@ func (s *Server) saveSnapshot(w http.ResponseWriter, r *http.Request) {
 	// The stream ends with a checksum: a transfer cut short is refused by
 	// whoever reads it (snapshot inspect, restore).
 	snap := s.node.FSM().Snapshot()
+	defer snap.Release()
 	n, err := snap.WriteTo(w)
 	if err != nil {
 		s.log.Warn("snapshot_save_failed", "error", err)
