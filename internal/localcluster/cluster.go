@@ -1,0 +1,418 @@
+package localcluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/leasehold/leasehold/internal/poll"
+)
+
+// Options describe a local cluster: Nodes `leasehold server` processes on
+// loopback, node-1 to node-N, each with its own data directory.
+type Options struct {
+	// Binary is the leasehold executable. Required.
+	Binary string
+	// BinaryOf, when set and not "" for a node id, is that node's binary
+	// instead (an older build in a mixed cluster).
+	BinaryOf func(id string) string
+	// Nodes is how many, at least 1. Default 3.
+	Nodes int
+	// Dir holds the nodes' config, data (Dir/ID) and logs (Dir/ID.log).
+	// Default: a temporary directory, removed by Stop.
+	Dir string
+	// Config is every node's configuration file, TOML.
+	Config string
+	// Args are more server flags for every node, after the launcher's
+	// (--config, --node-id, --data-dir, the ports, --bootstrap-expect,
+	// --join), so they override the file.
+	Args []string
+	// ReadyTimeout bounds Start's wait for a leader every node agrees on.
+	// Default 30s.
+	ReadyTimeout time.Duration
+}
+
+// Cluster is a cluster of server processes this package started.
+type Cluster struct {
+	dir     string
+	ownDir  bool
+	http    *http.Client // reads /readyz
+	stopped sync.Once
+
+	mu    sync.Mutex // guards each node's proc and killed
+	nodes []*node
+}
+
+type node struct {
+	id, raftAddr, apiAddr string
+	binary, logPath       string
+	args                  []string // after the port flags; the same on every start
+	proc                  *Process
+	killed                bool // by Kill or Upgrade: its exit is not a failure
+}
+
+// Start starts the servers and waits until every node is ready and names
+// the same leader. On error nothing is left running.
+func Start(ctx context.Context, o Options) (*Cluster, error) {
+	if o.Binary == "" {
+		return nil, errors.New("localcluster: Options.Binary is empty")
+	}
+	if o.Nodes == 0 {
+		o.Nodes = 3
+	}
+	if o.ReadyTimeout == 0 {
+		o.ReadyTimeout = 30 * time.Second
+	}
+	c := &Cluster{dir: o.Dir, http: &http.Client{Transport: &http.Transport{}}}
+	if c.dir == "" {
+		dir, err := os.MkdirTemp("", "leasehold-cluster-")
+		if err != nil {
+			return nil, err
+		}
+		c.dir, c.ownDir = dir, true
+	}
+	if err := c.start(o); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, o.ReadyTimeout)
+	defer cancel()
+	if _, err := c.WaitReady(rctx); err != nil {
+		c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) start(o Options) error {
+	cfgPath := filepath.Join(c.dir, "leasehold.toml")
+	if err := os.WriteFile(cfgPath, []byte(o.Config), 0o600); err != nil {
+		return err
+	}
+	// Every node's ports are bound before the first starts: each node's
+	// --join names them all.
+	var ports []*Ports
+	defer func() {
+		for _, p := range ports {
+			p.Close()
+		}
+	}()
+	var joins []string
+	for range o.Nodes {
+		p, err := BindPorts()
+		if err != nil {
+			return err
+		}
+		ports = append(ports, p)
+		joins = append(joins, p.RaftAddr())
+	}
+	for i, p := range ports {
+		id := "node-" + strconv.Itoa(i+1)
+		n := &node{id: id, raftAddr: p.RaftAddr(), apiAddr: p.APIAddr(), binary: o.Binary, logPath: filepath.Join(c.dir, id+".log")}
+		if o.BinaryOf != nil && o.BinaryOf(id) != "" {
+			n.binary = o.BinaryOf(id)
+		}
+		n.args = []string{"--config", cfgPath, "--node-id", id, "--data-dir", filepath.Join(c.dir, id),
+			"--bootstrap-expect", strconv.Itoa(o.Nodes)}
+		if o.Nodes > 1 {
+			n.args = append(n.args, "--join", strings.Join(joins, ","))
+		}
+		n.args = append(n.args, o.Args...)
+		c.nodes = append(c.nodes, n)
+		if err := c.spawn(n, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spawn starts n on ports, its output appended to its log. The caller
+// closes ports.
+func (c *Cluster) spawn(n *node, ports *Ports) error {
+	files, err := ports.Files()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	// The child has its own copy of the log file.
+	defer log.Close()
+	argv := append(append([]string{n.binary, "server"}, ports.Flags()...), n.args...)
+	p, err := StartProcess(ProcessConfig{Argv: argv, Stdout: log, Stderr: log, Files: files})
+	if err != nil {
+		return fmt.Errorf("localcluster: %s: %w", n.id, err)
+	}
+	c.mu.Lock()
+	n.proc, n.killed = p, false
+	c.mu.Unlock()
+	return nil
+}
+
+// Endpoints are the API addresses of every node, killed ones included, in
+// node order (node-1 first).
+func (c *Cluster) Endpoints() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.apiAddr
+	}
+	return out
+}
+
+// RaftAddrs are the nodes' Raft addresses, in node order.
+func (c *Cluster) RaftAddrs() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.raftAddr
+	}
+	return out
+}
+
+// NodeIDs are the nodes' ids, in node order.
+func (c *Cluster) NodeIDs() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.id
+	}
+	return out
+}
+
+// PIDs returns the process id of each node, 0 for one that exited.
+func (c *Cluster) PIDs() []int {
+	out := make([]int, len(c.nodes))
+	for i := range c.nodes {
+		if p := c.proc(i); p != nil && !p.Exited() {
+			out[i] = p.Pid()
+		}
+	}
+	return out
+}
+
+// Exited reports whether node i's process has exited (killed or not).
+func (c *Cluster) Exited(i int) bool { p := c.proc(i); return p == nil || p.Exited() }
+
+// Dir is where the nodes' config, data and logs are.
+func (c *Cluster) Dir() string { return c.dir }
+
+func (c *Cluster) proc(i int) *Process {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.nodes[i].proc
+}
+
+// crashed is a node that exited without Kill or Upgrade ending it, or nil.
+func (c *Cluster) crashed() *node {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range c.nodes {
+		if n.proc != nil && n.proc.Exited() && !n.killed {
+			return n
+		}
+	}
+	return nil
+}
+
+// WaitReady waits until every running node is ready (/readyz) and names
+// the same leader, a running node, and returns its index. A node that
+// exits meanwhile, not killed, fails the wait at once with the tail of its
+// log.
+func (c *Cluster) WaitReady(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	leader := -1
+	var crash error
+	err := poll.Until(ctx, func() error {
+		if n := c.crashed(); n != nil {
+			crash = fmt.Errorf("localcluster: %s exited (%v); its log:\n%s", n.id, n.proc.State(), tailFile(n.logPath))
+			cancel()
+			return crash
+		}
+		var err error
+		leader, err = c.agreedLeader(ctx)
+		return err
+	})
+	if crash != nil {
+		return -1, crash
+	}
+	if err != nil {
+		return -1, fmt.Errorf("localcluster: no leader every node agrees on: %w", err)
+	}
+	return leader, nil
+}
+
+// Leader returns the index of the node every running node names as
+// leader, waiting for one until ctx ends.
+func (c *Cluster) Leader(ctx context.Context) (int, error) { return c.WaitReady(ctx) }
+
+func (c *Cluster) agreedLeader(ctx context.Context) (int, error) {
+	leader := -1
+	for i, n := range c.nodes {
+		if c.Exited(i) {
+			continue
+		}
+		r, err := c.ready(ctx, n.apiAddr)
+		if err != nil {
+			return -1, err
+		}
+		if !r.Ready || r.LeaderAPI == "" {
+			return -1, fmt.Errorf("%s not ready (state %s)", n.id, r.State)
+		}
+		l := c.index(r.LeaderAPI)
+		if l < 0 || c.Exited(l) {
+			return -1, fmt.Errorf("%s names leader %s, not a running node", n.id, r.LeaderAPI)
+		}
+		if leader >= 0 && leader != l {
+			return -1, fmt.Errorf("nodes disagree on the leader: %s and %s", c.nodes[leader].id, c.nodes[l].id)
+		}
+		leader = l
+	}
+	if leader < 0 {
+		return -1, errors.New("no node running")
+	}
+	return leader, nil
+}
+
+// readiness is /readyz's answer (the path is open: no credentials).
+type readiness struct {
+	Ready     bool   `json:"ready"`
+	State     string `json:"state"`
+	LeaderAPI string `json:"leader_api"`
+}
+
+func (c *Cluster) ready(ctx context.Context, addr string) (readiness, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
+	if err != nil {
+		return readiness{}, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return readiness{}, err
+	}
+	defer resp.Body.Close()
+	var r readiness
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r); err != nil {
+		return readiness{}, fmt.Errorf("/readyz at %s: %w", addr, err)
+	}
+	return r, nil
+}
+
+func (c *Cluster) index(apiAddr string) int {
+	for i, n := range c.nodes {
+		if n.apiAddr == apiAddr {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill sends SIGKILL to node i, as a crash: no leadership handover, no
+// flush. It returns when the process has been reaped.
+func (c *Cluster) Kill(i int) error {
+	n := c.nodes[i]
+	c.mu.Lock()
+	p := n.proc
+	if p == nil || p.Exited() {
+		c.mu.Unlock()
+		return fmt.Errorf("localcluster: %s is not running", n.id)
+	}
+	n.killed = true
+	c.mu.Unlock()
+	p.Kill()
+	return nil
+}
+
+// Restart starts node i again, after Kill, on its addresses, with its
+// data directory and flags as before; its log goes on in the same file.
+// It returns once the process runs: WaitReady says when it serves. It
+// must not run concurrently with other calls about node i.
+func (c *Cluster) Restart(i int) error {
+	n := c.nodes[i]
+	if !c.Exited(i) {
+		return fmt.Errorf("localcluster: %s is running", n.id)
+	}
+	ports, err := BindPortsAt(n.raftAddr, n.apiAddr)
+	if err != nil {
+		return fmt.Errorf("localcluster: restart %s: %w", n.id, err)
+	}
+	defer ports.Close()
+	return c.spawn(n, ports)
+}
+
+// Upgrade stops node i in order (SIGTERM, up to grace, then SIGKILL) and
+// starts it again on binary, with the same data and flags: an upgrade in
+// place.
+func (c *Cluster) Upgrade(i int, binary string, grace time.Duration) error {
+	n := c.nodes[i]
+	c.mu.Lock()
+	p := n.proc
+	n.killed = true
+	c.mu.Unlock()
+	p.Stop(grace)
+	n.binary = binary
+	return c.Restart(i)
+}
+
+// Stop stops every server (SIGTERM, then SIGKILL after 10s), waits for
+// them, and removes the directory if Start made it. It is safe to call
+// more than once.
+func (c *Cluster) Stop() {
+	c.stopped.Do(func() {
+		var wg sync.WaitGroup
+		for i, n := range c.nodes {
+			p := c.proc(i)
+			if p == nil {
+				continue
+			}
+			c.mu.Lock()
+			n.killed = true
+			c.mu.Unlock()
+			wg.Go(func() { p.Stop(10 * time.Second) })
+		}
+		wg.Wait()
+		c.http.CloseIdleConnections()
+		if c.ownDir {
+			os.RemoveAll(c.dir)
+		}
+	})
+}
+
+// Log is the tail of node i's log.
+func (c *Cluster) Log(i int) string { return tailFile(c.nodes[i].logPath) }
+
+// Logs returns the tail of every node's log, for a failure report.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for _, n := range c.nodes {
+		fmt.Fprintf(&b, "--- %s (%s):\n%s\n", n.id, n.logPath, tailFile(n.logPath))
+	}
+	return b.String()
+}
+
+func tailFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	const max = 8 << 10
+	if len(b) > max {
+		b = append([]byte("..."), b[len(b)-max:]...)
+	}
+	return string(b)
+}
