@@ -1,6 +1,7 @@
 package localcluster
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -138,22 +140,31 @@ func (c *Cluster) start(o Options) error {
 // spawn starts n on ports, its output appended to its log. The caller
 // closes ports.
 func (c *Cluster) spawn(n *node, ports *Ports) error {
-	files, err := ports.Files()
-	if err != nil {
-		return err
-	}
+	var files []*os.File
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
+	portFlags := []string{"--raft-bind", ports.RaftAddr(), "--api-bind", ports.APIAddr()}
+	if InheritsPorts(n.binary) {
+		var err error
+		if files, err = ports.Files(); err != nil {
+			return err
+		}
+		portFlags = ports.Flags()
+	} else {
+		// A build from before --raft-fd binds its addresses itself: the
+		// one case of a port released a moment before its node binds it.
+		ports.Close()
+	}
 	log, err := os.OpenFile(n.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
 	}
 	// The child has its own copy of the log file.
 	defer log.Close()
-	argv := append(append([]string{n.binary, "server"}, ports.Flags()...), n.args...)
+	argv := append(append([]string{n.binary, "server"}, portFlags...), n.args...)
 	p, err := StartProcess(ProcessConfig{Argv: argv, Stdout: log, Stderr: log, Files: files})
 	if err != nil {
 		return fmt.Errorf("localcluster: %s: %w", n.id, err)
@@ -162,6 +173,21 @@ func (c *Cluster) spawn(n *node, ports *Ports) error {
 	n.proc, n.killed = p, false
 	c.mu.Unlock()
 	return nil
+}
+
+var inherits sync.Map // binary path → bool
+
+// InheritsPorts reports whether binary's `server` takes inherited sockets
+// (--raft-fd, --api-fd), which builds from before them (an older node in
+// a mixed cluster) do not. It asks the binary's help once per path.
+func InheritsPorts(binary string) bool {
+	if v, ok := inherits.Load(binary); ok {
+		return v.(bool)
+	}
+	out, _ := exec.Command(binary, "server", "--help").Output()
+	yes := bytes.Contains(out, []byte("--raft-fd"))
+	inherits.Store(binary, yes)
+	return yes
 }
 
 // Endpoints are the API addresses of every node, killed ones included, in

@@ -2,6 +2,8 @@ package localcluster_test
 
 import (
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +130,20 @@ func TestEnv(t *testing.T) {
 	}
 	if env[len(env)-1] != "X=1" {
 		t.Errorf("extra not last: %v", env[len(env)-1])
+	}
+}
+
+// The binary under test takes inherited sockets; a build that does not
+// say --raft-fd in its help is given addresses to bind instead.
+func TestInheritsPorts(t *testing.T) {
+	if !localcluster.InheritsPorts(testbin.Leasehold(t)) {
+		t.Error("the binary under test does not take --raft-fd")
+	}
+	old := filepath.Join(t.TempDir(), "leasehold-old")
+	if err := os.WriteFile(old, []byte("#!/bin/sh\necho 'leasehold server [--raft-bind value]'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if localcluster.InheritsPorts(old) {
+		t.Error("a build without --raft-fd is said to take it")
 	}
 }

@@ -7,7 +7,8 @@
 // listening sockets (--raft-fd, --api-fd): no port is picked, released and
 // bound again, which another process may take in between. A node
 // restarted after a kill binds its old addresses again, here too, and a
-// port taken meanwhile is said so at once.
+// port taken meanwhile is said so at once. A build from before those flags
+// (the older node of a mixed cluster) is given the addresses to bind.
 //
 // Process is one run of any command (a server, a worker, `leasehold dev`):
 // its own process group, killed with its parent, waited for by one
