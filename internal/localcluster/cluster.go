@@ -3,10 +3,8 @@ package localcluster
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,8 +13,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/leasehold/leasehold/internal/poll"
 )
 
 // Options describe a local cluster: Nodes `leasehold server` processes on
@@ -192,28 +188,18 @@ func InheritsPorts(binary string) bool {
 
 // Endpoints are the API addresses of every node, killed ones included, in
 // node order (node-1 first).
-func (c *Cluster) Endpoints() []string {
-	out := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.apiAddr
-	}
-	return out
-}
+func (c *Cluster) Endpoints() []string { return c.each(func(n *node) string { return n.apiAddr }) }
 
 // RaftAddrs are the nodes' Raft addresses, in node order.
-func (c *Cluster) RaftAddrs() []string {
-	out := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		out[i] = n.raftAddr
-	}
-	return out
-}
+func (c *Cluster) RaftAddrs() []string { return c.each(func(n *node) string { return n.raftAddr }) }
 
 // NodeIDs are the nodes' ids, in node order.
-func (c *Cluster) NodeIDs() []string {
+func (c *Cluster) NodeIDs() []string { return c.each(func(n *node) string { return n.id }) }
+
+func (c *Cluster) each(f func(*node) string) []string {
 	out := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		out[i] = n.id
+		out[i] = f(n)
 	}
 	return out
 }
@@ -230,7 +216,10 @@ func (c *Cluster) PIDs() []int {
 }
 
 // Exited reports whether node i's process has exited (killed or not).
-func (c *Cluster) Exited(i int) bool { p := c.proc(i); return p == nil || p.Exited() }
+func (c *Cluster) Exited(i int) bool {
+	p := c.proc(i)
+	return p == nil || p.Exited()
+}
 
 // Dir is where the nodes' config, data and logs are.
 func (c *Cluster) Dir() string { return c.dir }
@@ -239,104 +228,6 @@ func (c *Cluster) proc(i int) *Process {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.nodes[i].proc
-}
-
-// crashed is a node that exited without Kill or Upgrade ending it, or nil.
-func (c *Cluster) crashed() *node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, n := range c.nodes {
-		if n.proc != nil && n.proc.Exited() && !n.killed {
-			return n
-		}
-	}
-	return nil
-}
-
-// WaitReady waits until every running node is ready (/readyz) and names
-// the same leader, a running node, and returns its index. A node that
-// exits meanwhile, not killed, fails the wait at once with the tail of its
-// log.
-func (c *Cluster) WaitReady(ctx context.Context) (int, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	leader := -1
-	var crash error
-	err := poll.Until(ctx, func() error {
-		if n := c.crashed(); n != nil {
-			crash = fmt.Errorf("localcluster: %s exited (%v); its log:\n%s", n.id, n.proc.State(), tailFile(n.logPath))
-			cancel()
-			return crash
-		}
-		var err error
-		leader, err = c.agreedLeader(ctx)
-		return err
-	})
-	if crash != nil {
-		return -1, crash
-	}
-	if err != nil {
-		return -1, fmt.Errorf("localcluster: no leader every node agrees on: %w", err)
-	}
-	return leader, nil
-}
-
-// Leader returns the index of the node every running node names as
-// leader, waiting for one until ctx ends.
-func (c *Cluster) Leader(ctx context.Context) (int, error) { return c.WaitReady(ctx) }
-
-func (c *Cluster) agreedLeader(ctx context.Context) (int, error) {
-	leader := -1
-	for i, n := range c.nodes {
-		if c.Exited(i) {
-			continue
-		}
-		r, err := c.ready(ctx, n.apiAddr)
-		if err != nil {
-			return -1, err
-		}
-		if !r.Ready || r.LeaderAPI == "" {
-			return -1, fmt.Errorf("%s not ready (state %s)", n.id, r.State)
-		}
-		l := c.index(r.LeaderAPI)
-		if l < 0 || c.Exited(l) {
-			return -1, fmt.Errorf("%s names leader %s, not a running node", n.id, r.LeaderAPI)
-		}
-		if leader >= 0 && leader != l {
-			return -1, fmt.Errorf("nodes disagree on the leader: %s and %s", c.nodes[leader].id, c.nodes[l].id)
-		}
-		leader = l
-	}
-	if leader < 0 {
-		return -1, errors.New("no node running")
-	}
-	return leader, nil
-}
-
-// readiness is /readyz's answer (the path is open: no credentials).
-type readiness struct {
-	Ready     bool   `json:"ready"`
-	State     string `json:"state"`
-	LeaderAPI string `json:"leader_api"`
-}
-
-func (c *Cluster) ready(ctx context.Context, addr string) (readiness, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", nil)
-	if err != nil {
-		return readiness{}, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return readiness{}, err
-	}
-	defer resp.Body.Close()
-	var r readiness
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r); err != nil {
-		return readiness{}, fmt.Errorf("/readyz at %s: %w", addr, err)
-	}
-	return r, nil
 }
 
 func (c *Cluster) index(apiAddr string) int {
