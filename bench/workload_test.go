@@ -38,12 +38,7 @@ func startClusterWith(t *testing.T, o bench.ClusterOptions) *bench.LocalCluster 
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		lc.Stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", lc.Logs())
-		}
-	})
+	testbin.KillAtEnd(t, lc)
 	return lc
 }
 

@@ -27,12 +27,7 @@ func TestClusterKillRestartStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		c.Stop()
-		if t.Failed() {
-			t.Logf("logs:\n%s", c.Logs())
-		}
-	})
+	testbin.KillAtEnd(t, c)
 	eps := c.Endpoints()
 	if len(eps) != 3 || len(c.NodeIDs()) != 3 || c.NodeIDs()[0] != "node-1" {
 		t.Fatalf("endpoints %v, ids %v", eps, c.NodeIDs())

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/leasehold/leasehold/internal/localcluster"
 )
 
 // BinEnv names a prebuilt leasehold binary the tests run instead of
@@ -82,4 +84,20 @@ func Main(m *testing.M) {
 		}
 		os.Exit(code)
 	}))
+}
+
+// KillAtEnd kills the cluster's nodes when the test ends (SIGKILL: nothing
+// is left to hand over to) and shows their logs if it failed.
+func KillAtEnd(t testing.TB, lc *localcluster.Cluster) {
+	t.Cleanup(func() {
+		for i := range lc.NodeIDs() {
+			if !lc.Exited(i) {
+				lc.Kill(i)
+			}
+		}
+		lc.Stop()
+		if t.Failed() {
+			t.Logf("node logs:\n%s", lc.Logs())
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package testwait
 
 import (
-	"errors"
 	"runtime"
 	"testing"
 	"time"
@@ -30,18 +29,5 @@ func TestScale(t *testing.T) {
 	t.Setenv(ScaleEnv, "0.5") // never shrinks a bound
 	if got := Scale(); got != want {
 		t.Errorf("with %s=0.5, Scale() = %g, want %g", ScaleEnv, got, want)
-	}
-}
-
-func TestForWaitsForTheCondition(t *testing.T) {
-	calls := 0
-	For(t, time.Second, "the third call", func() error {
-		if calls++; calls < 3 {
-			return errors.New("not yet")
-		}
-		return nil
-	})
-	if calls != 3 {
-		t.Errorf("%d calls", calls)
 	}
 }

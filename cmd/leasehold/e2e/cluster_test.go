@@ -68,9 +68,7 @@ func startClusterWith(t testing.TB, n int, toml, token string, extra ...string) 
 	return startClusterOf(t, &cluster{stateHome: t.TempDir(), token: token}, n, toml, extra...)
 }
 
-// startClusterOf starts the servers of c. When the test ends they are
-// killed (no handover: nothing is left to hand over to), and their logs
-// shown if it failed.
+// startClusterOf starts the servers of c, killed when the test ends.
 func startClusterOf(t testing.TB, c *cluster, n int, toml string, extra ...string) *cluster {
 	t.Helper()
 	args := append([]string{"--renew-seconds", "0.2", "--grace-seconds", "2", "--toleration-seconds", "4"}, extra...)
@@ -80,17 +78,7 @@ func startClusterOf(t testing.TB, c *cluster, n int, toml string, extra ...strin
 		t.Fatal(err)
 	}
 	c.lc = lc
-	t.Cleanup(func() {
-		for i := range n {
-			if !lc.Exited(i) {
-				lc.Kill(i)
-			}
-		}
-		lc.Stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", lc.Logs())
-		}
-	})
+	testbin.KillAtEnd(t, lc)
 	for i, id := range lc.NodeIDs() {
 		c.nodes = append(c.nodes, &node{i: i, id: id, apiAddr: lc.Endpoints()[i], raftAddr: lc.RaftAddrs()[i], c: c})
 	}
@@ -208,7 +196,7 @@ func (c *cluster) job(t testing.TB, id string) jobJSON {
 func (c *cluster) waitJob(t testing.TB, id, state string) jobJSON {
 	t.Helper()
 	var j jobJSON
-	testwait.For(t, jobBound, "job "+id+" "+state, func() error {
+	waitFor(t, jobBound, "job "+id+" "+state, func() error {
 		if j = c.job(t, id); j.State != state {
 			return fmt.Errorf("state %s", j.State)
 		}

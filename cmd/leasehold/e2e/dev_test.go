@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/leasehold/leasehold/internal/testbin"
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // `leasehold dev` serves on fixed ports that the CLI's default endpoints
@@ -37,7 +36,7 @@ func TestDevCluster(t *testing.T) {
 	startDev := func() *proc {
 		t.Helper()
 		p := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", dir)
-		testwait.For(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
+		waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
 			if p.Exited() {
 				t.Fatalf("leasehold dev exited: %s", p.Stderr())
 			}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // With the leader killed (SIGKILL: no handover), the CLI still works
@@ -40,7 +38,7 @@ func TestLeaderKilled(t *testing.T) {
 		t.Helper()
 		var out string
 		attempts := 0
-		testwait.For(t, 45*time.Second, "leasehold "+strings.Join(args, " "), func() error {
+		waitFor(t, 45*time.Second, "leasehold "+strings.Join(args, " "), func() error {
 			attempts++
 			r := runCLI(t, baseEnv(), append([]string{"--endpoints", endpoints}, args...)...)
 			if r.code != 0 {
@@ -70,7 +68,7 @@ func TestLeaderKilled(t *testing.T) {
 		ID     string `json:"id"`
 		Leader bool   `json:"leader"`
 	}
-	testwait.For(t, readyBound, "cluster members to name a new leader", func() error {
+	waitFor(t, readyBound, "cluster members to name a new leader", func() error {
 		decodeJSON(t, "cluster members", cli("cluster", "members", "-o", "json"), &members)
 		var leaders []string
 		for _, m := range members {

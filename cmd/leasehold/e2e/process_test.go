@@ -8,6 +8,7 @@ import (
 
 	"github.com/leasehold/leasehold/internal/localcluster"
 	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // Bounds on waits, before testwait scales them to the machine. They are
@@ -21,6 +22,13 @@ const (
 	workerGrace  = 5 * time.Second  // SIGTERM to SIGKILL for a worker at cleanup
 	devStopGrace = 10 * time.Second // SIGTERM to SIGKILL for `leasehold dev` at cleanup
 )
+
+// waitFor polls cond until it returns nil, and fails the test with cond's
+// last complaint once bound, scaled to the machine, has passed.
+var waitFor = testwait.For
+
+// tail is the end of a long output.
+var tail = testbin.Tail
 
 // baseEnv is this process's environment without LEASEHOLD_* variables: a
 // test says where the cluster is, a developer's shell does not.

@@ -9,9 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/leasehold/leasehold/internal/testbin"
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // supervisorRecord is a job's jobs/TOKEN/supervisor file in a worker's
@@ -35,7 +32,7 @@ func (c *cluster) supervisorOf(t *testing.T, worker string, token uint64) superv
 	t.Helper()
 	var rec supervisorRecord
 	path := filepath.Join(c.jobsDir(worker), fmt.Sprint(token), "supervisor")
-	testwait.For(t, jobBound, "the supervisor's record", func() error {
+	waitFor(t, jobBound, "the supervisor's record", func() error {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
@@ -91,7 +88,7 @@ func crash(t *testing.T, w *proc) {
 	if err := w.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, exitBound, "the worker to die", func() error {
+	waitFor(t, exitBound, "the worker to die", func() error {
 		if !processGone(pid) {
 			return fmt.Errorf("pid %d still exists", pid)
 		}
@@ -122,7 +119,7 @@ func TestWorkerRestartReattaches(t *testing.T) {
 		t.Fatal("the command died with its worker")
 	}
 	w2 := c.startWorker(t, "rw", "--once", "--queue", "q-reattach-1", "--kill-after", "500ms", "--drain", "2s", "--", "false")
-	testwait.For(t, jobBound, "the restarted worker to re-attach", func() error {
+	waitFor(t, jobBound, "the restarted worker to re-attach", func() error {
 		if !strings.Contains(w2.Stderr(), "re-attached to a running job's supervisor") {
 			return fmt.Errorf("stderr %q", w2.Stderr())
 		}
@@ -133,7 +130,7 @@ func TestWorkerRestartReattaches(t *testing.T) {
 	}
 	release(t, dir)
 	if code := w2.Wait(t, jobBound); code != 0 {
-		t.Fatalf("restarted worker exited %d; stderr %s", code, testbin.Tail(w2.Stderr()))
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.Stderr()))
 	}
 	j := c.waitJob(t, "reattach-1", "reported")
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-reattach-1" || j.Attempts != 1 {
@@ -157,13 +154,13 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 	crash(t, w)
 	release(t, dir)
 	result := filepath.Join(c.jobsDir("kw"), fmt.Sprint(first.Token), "result")
-	testwait.For(t, jobBound, "the supervisor's result", func() error {
+	waitFor(t, jobBound, "the supervisor's result", func() error {
 		_, err := os.Stat(result)
 		return err
 	})
 	w2 := c.startWorker(t, "kw", "--once", "--queue", "q-kept-1", "--", "false")
 	if code := w2.Wait(t, jobBound); code != 0 {
-		t.Fatalf("restarted worker exited %d; stderr %s", code, testbin.Tail(w2.Stderr()))
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.Stderr()))
 	}
 	j := c.waitJob(t, "kept-1", "reported")
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-kept-1" {
@@ -190,7 +187,7 @@ func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 			killed := time.Now()
 			crash(t, w)
 			var j jobJSON
-			testwait.For(t, jobBound, "the lease to expire", func() error {
+			waitFor(t, jobBound, "the lease to expire", func() error {
 				if j = c.job(t, job); len(j.Leases) != 1 || j.Leases[0].State != "expired" {
 					return fmt.Errorf("job %+v", j)
 				}
@@ -228,7 +225,7 @@ func TestSupervisorStopsCommandAtDeadline(t *testing.T) {
 
 			// Another queue: the restart must not take the job again.
 			c.startWorker(t, worker, "--queue", "elsewhere", "--", "false")
-			testwait.For(t, jobBound, "the restarted worker to clean its state directory", func() error {
+			waitFor(t, jobBound, "the restarted worker to clean its state directory", func() error {
 				if left, _ := os.ReadDir(c.jobsDir(worker)); len(left) > 0 {
 					return fmt.Errorf("jobs %v", left)
 				}
@@ -258,7 +255,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		// The reboot: the supervisor dies first, so it never sees its
 		// command end and writes no result.
 		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
-		testwait.For(t, exitBound, "the supervisor to die", func() error {
+		waitFor(t, exitBound, "the supervisor to die", func() error {
 			if !processGone(rec.Supervisor.PID) {
 				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)
 			}
@@ -278,7 +275,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", dir)
 		crash(t, w)
 		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
-		testwait.For(t, exitBound, "the supervisor to die", func() error {
+		waitFor(t, exitBound, "the supervisor to die", func() error {
 			if !processGone(rec.Supervisor.PID) {
 				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)
 			}
@@ -292,7 +289,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		if j.Reason != "worker lost" || j.Attempts != 0 || len(j.Leases) != 1 || j.Leases[0].Token != first.Token || j.Leases[0].State != "expired" {
 			t.Fatalf("job %+v; want lost (worker lost), no attempt, its lease %d ended as a lost worker's", j, first.Token)
 		}
-		testwait.For(t, exitBound, "the unwatched command to be killed", func() error {
+		waitFor(t, exitBound, "the unwatched command to be killed", func() error {
 			if !processGone(rec.Command.PID) {
 				return fmt.Errorf("pid %d still exists", rec.Command.PID)
 			}

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testbin"
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // A server whose raft.db is lost after it had been a member refuses to
@@ -45,7 +44,7 @@ func refusesLostLog(t *testing.T, store string, damages []damage) {
 	}
 	args := []string{"--config", cfg, "--data-dir", dir, "--node-id", "lost1", "--bootstrap-expect", "1"}
 	srv, api := testbin.StartServer(t, "server", 5*time.Second, args...)
-	testwait.For(t, readyBound, "the node to be ready", func() error {
+	waitFor(t, readyBound, "the node to be ready", func() error {
 		resp, err := http.Get("http://" + api + "/readyz")
 		if err != nil {
 			return err

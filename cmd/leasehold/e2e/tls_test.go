@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testbin"
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // pki makes a CA, a server certificate for node id and a client
@@ -64,7 +63,7 @@ func TestMutualTLS(t *testing.T) {
 
 	base := []string{"cluster", "status", "-o", "json", "--endpoints", api, "--timeout", "3s", "--ca-file", p.ca}
 	withCert := append(append([]string(nil), base...), "--cert-file", p.clientCert, "--key-file", p.clientKy)
-	testwait.For(t, 30*time.Second, "a TLS node to answer a client with a certificate", func() error {
+	waitFor(t, 30*time.Second, "a TLS node to answer a client with a certificate", func() error {
 		r := runCLI(t, baseEnv(), withCert...)
 		if r.code != 0 {
 			return fmt.Errorf("exit %d: %s", r.code, r.stderr)
@@ -126,7 +125,7 @@ func TestRefusesExposedWithoutSecurity(t *testing.T) {
 		append([]string{testbin.Leasehold(t)}, args("--insecure", "--api-fd", "3")...)...)
 	f.Close()
 	defer srv.Stop(5 * time.Second)
-	testwait.For(t, 30*time.Second, "the insecure node to say so", func() error {
+	waitFor(t, 30*time.Second, "the insecure node to say so", func() error {
 		resp, err := http.Get("http://" + api + "/readyz")
 		if err != nil {
 			return err
@@ -173,7 +172,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].SerialNumber, nil
 	}
 	var first *big.Int
-	testwait.For(t, 30*time.Second, "the API to serve its certificate", func() (err error) {
+	waitFor(t, 30*time.Second, "the API to serve its certificate", func() (err error) {
 		first, err = served()
 		return err
 	})
@@ -186,7 +185,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if err := srv.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	testwait.For(t, 30*time.Second, "the new certificate to be served", func() error {
+	waitFor(t, 30*time.Second, "the new certificate to be served", func() error {
 		got, err := served()
 		if err != nil {
 			return err
@@ -201,7 +200,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv.Signal(syscall.SIGHUP)
-	testwait.For(t, 30*time.Second, "the failed reload to be logged", func() error {
+	waitFor(t, 30*time.Second, "the failed reload to be logged", func() error {
 		if !strings.Contains(srv.Stderr(), "reload_failed") {
 			return fmt.Errorf("not yet")
 		}

@@ -51,7 +51,7 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	// a node of this build.
 	if leader := c.waitReady(t); leader == oldNode {
 		c.cli(t, "cluster", "transfer-leader", "node-1")
-		testwait.For(t, readyBound, "node-1 to lead", func() error {
+		waitFor(t, readyBound, "node-1 to lead", func() error {
 			if leader := c.waitReady(t); leader.id != "node-1" {
 				return fmt.Errorf("%s leads", leader.id)
 			}
@@ -76,7 +76,7 @@ func TestMixedClusterUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitReady(t)
-	testwait.For(t, jobBound, "every node's level recorded", func() error {
+	waitFor(t, jobBound, "every node's level recorded", func() error {
 		levels := memberLevels(t, c)
 		for _, id := range []string{"node-1", "node-2", "node-3"} {
 			if levels[id] < 4 {

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/internal/testbin"
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // A job submitted with --payload @FILE runs under `worker run --once`: the
@@ -135,7 +134,7 @@ var startedLine = regexp.MustCompile(`(?m)^started (\d+)$`)
 func commandPID(t *testing.T, w *proc) int {
 	t.Helper()
 	var pid int
-	testwait.For(t, jobBound, "the command to print its pid", func() error {
+	waitFor(t, jobBound, "the command to print its pid", func() error {
 		m := startedLine.FindStringSubmatch(w.Stdout())
 		if m == nil {
 			return fmt.Errorf("stdout %q", w.Stdout())
@@ -180,7 +179,7 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 		c.waitJob(t, "long-1", "running")
 
 		c.cli(t, "job", "cancel", "long-1")
-		testwait.For(t, jobBound, "the command to get SIGTERM", func() error {
+		waitFor(t, jobBound, "the command to get SIGTERM", func() error {
 			if !strings.Contains(w.Stdout(), "got-term") {
 				return fmt.Errorf("stdout %q", w.Stdout())
 			}
@@ -212,7 +211,7 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 		c.cli(t, "job", "kill", "stubborn-1")
 		// Within one heartbeat (renew is 0.2s) plus the CLI's and the
 		// report's round trips; nothing near --kill-after.
-		testwait.For(t, 5*time.Second, "the command to be killed", func() error {
+		waitFor(t, 5*time.Second, "the command to be killed", func() error {
 			if !processGone(pid) {
 				return fmt.Errorf("pid %d still exists", pid)
 			}
@@ -244,7 +243,7 @@ func TestKillAfterCancel(t *testing.T) {
 	c.waitJob(t, "stubborn-2", "running")
 
 	c.cli(t, "job", "cancel", "stubborn-2")
-	testwait.For(t, jobBound, "the command to get SIGTERM", func() error {
+	waitFor(t, jobBound, "the command to get SIGTERM", func() error {
 		if !strings.Contains(w.Stdout(), "term-ignored") {
 			return fmt.Errorf("stdout %q", w.Stdout())
 		}
@@ -254,7 +253,7 @@ func TestKillAfterCancel(t *testing.T) {
 		t.Fatal("the command ended on a SIGTERM it ignores")
 	}
 	c.cli(t, "job", "kill", "stubborn-2")
-	testwait.For(t, 5*time.Second, "the command to be killed", func() error {
+	waitFor(t, 5*time.Second, "the command to be killed", func() error {
 		if !processGone(pid) {
 			return fmt.Errorf("pid %d still exists", pid)
 		}
@@ -292,7 +291,7 @@ workers = ["fw-*"]
 	w := c.startWorkerEnv(t, "fw-1", []string{"LEASEHOLD_TOKEN=" + worker}, "--once", "--queue", "qf", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", testbin.Leasehold(t)+` lease check "$LEASEHOLD_JOB_ID" "$LEASEHOLD_FENCING_TOKEN" && echo fence-ok`)
 	if code := w.Wait(t, jobBound); code != 0 {
-		t.Fatalf("worker run --once exited %d; stderr %s", code, testbin.Tail(w.Stderr()))
+		t.Fatalf("worker run --once exited %d; stderr %s", code, tail(w.Stderr()))
 	}
 	j := c.job(t, "fenced-1")
 	want := fmt.Sprintf("current=true current_token=%d state=running\nfence-ok\n", j.Token)

@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // workerJSON is `worker get -o json`, the fields the tests read.
@@ -68,7 +66,7 @@ func TestWorkerListGetDeregister(t *testing.T) {
 			break
 		}
 	}
-	testwait.For(t, jobBound, "the follower's stale read shows the lease", func() error {
+	waitFor(t, jobBound, "the follower's stale read shows the lease", func() error {
 		var ws []workerJSON
 		decodeJSON(t, "worker list --stale", mustCLI(t, append(baseEnv(), "LEASEHOLD_ENDPOINTS="+follower.apiAddr),
 			"worker", "list", "--stale", "-o", "json"), &ws)
@@ -85,7 +83,7 @@ func TestWorkerListGetDeregister(t *testing.T) {
 
 	// The worker dies: silent past grace (2 s), it is unreachable.
 	w.Kill()
-	testwait.For(t, jobBound, "ws unreachable", func() error {
+	waitFor(t, jobBound, "ws unreachable", func() error {
 		decodeJSON(t, "worker get", c.cli(t, "worker", "get", "-o", "json", "ws"), &got)
 		if got.State != "unreachable" {
 			return fmt.Errorf("state %s", got.State)
