@@ -82,7 +82,7 @@ func TestClusterKillRestartStop(t *testing.T) {
 func TestStartFailsWithTheLogOfANodeThatExits(t *testing.T) {
 	start := time.Now()
 	_, err := localcluster.Start(t.Context(), localcluster.Options{Binary: testbin.Leasehold(t), Nodes: 1, Dir: t.TempDir(),
-		Args: []string{"--log-level", "loud"}, ReadyTimeout: time.Hour})
+		Args: []string{"--log-level", "loud"}, ReadyTimeout: testwait.Bound(30 * time.Second)})
 	if err == nil || !strings.Contains(err.Error(), "node-1 exited") || !strings.Contains(err.Error(), "log_level") {
 		t.Fatalf("Start: %v, want node-1's exit and its log", err)
 	}
