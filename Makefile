@@ -23,8 +23,11 @@ dev: build
 	./bin/leasehold dev
 
 # The one test command: vet, then every package's tests with the race detector.
+# The server the tests run as processes is built once, here, for every
+# package (LEASEHOLD_TEST_BIN; without it each test process builds its own).
 test: vet
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	$(GO) build -o bin/leasehold-test ./cmd/leasehold
+	LEASEHOLD_TEST_BIN=$(CURDIR)/bin/leasehold-test $(GO) test $(TESTFLAGS) $(PKGS)
 	$(GO) test $(TESTFLAGS) -tags chaos -run 'TestSkewClock' ./cmd/leasehold
 
 test-short:

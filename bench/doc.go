@@ -12,9 +12,10 @@
 //
 // The package talks to the cluster only through the client and the API's
 // plain HTTP endpoints (/readyz, /metrics). It can start a cluster of its
-// own, as separate `leasehold server` processes with data on disk, which it
-// needs for what only a process owner can do: read the servers' CPU from
-// /proc and kill the leader with SIGKILL.
+// own, as separate `leasehold server` processes with data on disk (the
+// repository's one launcher, internal/localcluster), which it needs for
+// what only a process owner can do: read the servers' CPU from /proc and
+// kill the leader with SIGKILL.
 //
 // Only operations started inside the measured window count, and every one
 // that fails is counted as an error; an acquire that grants nothing while

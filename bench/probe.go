@@ -3,7 +3,6 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,7 +13,7 @@ import (
 	"time"
 )
 
-// probe reads a node's plain HTTP endpoints: /readyz and /metrics.
+// probe reads a node's plain HTTP endpoints: /metrics and the profiles.
 type probe struct {
 	http   *http.Client
 	scheme string
@@ -30,29 +29,6 @@ func (p *probe) get(ctx context.Context, addr, path string) (*http.Response, err
 		req.Header.Set("Authorization", "Bearer "+p.token)
 	}
 	return p.http.Do(req)
-}
-
-// readiness is /readyz's answer.
-type readiness struct {
-	Ready     bool   `json:"ready"`
-	State     string `json:"state"`
-	LeaderID  string `json:"leader_id"`
-	LeaderAPI string `json:"leader_api"`
-}
-
-func (p *probe) ready(ctx context.Context, addr string) (readiness, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	resp, err := p.get(ctx, addr, "/readyz")
-	if err != nil {
-		return readiness{}, err
-	}
-	defer resp.Body.Close()
-	var r readiness
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<16)).Decode(&r); err != nil {
-		return readiness{}, fmt.Errorf("/readyz at %s: %w", addr, err)
-	}
-	return r, nil
 }
 
 // nodeMetrics are the counters of /metrics the bench reads.

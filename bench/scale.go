@@ -321,7 +321,6 @@ func (e *env) restartFollower(ctx context.Context, leader int, out *scaleAfter) 
 	lc := e.cfg.Cluster
 	f := (leader + 1) % len(e.cfg.Endpoints)
 	out.restarted = f
-	addr := e.cfg.Endpoints[f]
 	if err := lc.Kill(f); err != nil {
 		return err
 	}
@@ -332,8 +331,8 @@ func (e *env) restartFollower(ctx context.Context, leader int, out *scaleAfter) 
 	ctx, cancel := context.WithTimeout(ctx, restartBound)
 	defer cancel()
 	if err := pollUntil(ctx, func() bool {
-		r, err := e.probe.ready(ctx, addr)
-		return err == nil && r.Ready
+		ready, err := lc.Ready(ctx, f)
+		return err == nil && ready
 	}); err != nil {
 		return fmt.Errorf("node%d not ready %s after its restart: %w", f+1, restartBound, err)
 	}

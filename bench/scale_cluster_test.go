@@ -6,7 +6,6 @@ import (
 	"math"
 	"strconv"
 	"testing"
-	"time"
 
 	"github.com/leasehold/leasehold/bench"
 )
@@ -16,22 +15,7 @@ import (
 // anything but KEEP, every lease still live at the end, and the restarted
 // follower caught up.
 func TestScale(t *testing.T) {
-	if leaseholdBin == "" {
-		t.Skip("cluster tests do not run with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lc, err := bench.StartCluster(ctx, bench.ClusterOptions{Binary: leaseholdBin, Nodes: 3, Pprof: true,
-		RenewSeconds: 0.5, GraceSeconds: 2, TolerationSeconds: 3, Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		lc.Stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", lc.Logs())
-		}
-	})
+	lc := startClusterWith(t, bench.ClusterOptions{Pprof: true})
 	kv := run(t, lc, bench.Config{Workload: "scale", Workers: 200, Leases: 10, Conns: 2})
 	for _, k := range []string{"errs", "hb_missed", "hb_unsent", "not_keep", "not_keep_total", "hb_errs_total", "leases_lost"} {
 		want(t, kv, k, 0)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/leasehold/leasehold/bench"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -22,22 +24,21 @@ const testBound = 60 * time.Second // one test's cluster and run, end to end
 
 func startCluster(t *testing.T) *bench.LocalCluster {
 	t.Helper()
-	if leaseholdBin == "" {
-		t.Skip("cluster tests do not run with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	lc, err := bench.StartCluster(ctx, bench.ClusterOptions{Binary: leaseholdBin, Nodes: 3,
-		RenewSeconds: 0.5, GraceSeconds: 2, TolerationSeconds: 3, Dir: t.TempDir()})
+	return startClusterWith(t, bench.ClusterOptions{})
+}
+
+// startClusterWith is startCluster with more options: the binary, the
+// directory, the timings and the ready bound are the tests'.
+func startClusterWith(t *testing.T, o bench.ClusterOptions) *bench.LocalCluster {
+	t.Helper()
+	o.Binary, o.Dir, o.Nodes = testbin.Leasehold(t), t.TempDir(), 3
+	o.RenewSeconds, o.GraceSeconds, o.TolerationSeconds = 0.5, 2, 3
+	o.ReadyTimeout = testwait.Bound(30 * time.Second)
+	lc, err := bench.StartCluster(t.Context(), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		lc.Stop()
-		if t.Failed() {
-			t.Logf("node logs:\n%s", lc.Logs())
-		}
-	})
+	testbin.KillAtEnd(t, lc)
 	return lc
 }
 
@@ -45,8 +46,7 @@ func startCluster(t *testing.T) *bench.LocalCluster {
 // checked the fixed keys are there and every number parses.
 func run(t *testing.T, lc *bench.LocalCluster, cfg bench.Config) map[string]string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testBound)
-	defer cancel()
+	ctx := testwait.Context(t, testBound)
 	cfg.Cluster = lc
 	if cfg.Duration == 0 {
 		cfg.Duration = time.Second

@@ -4,23 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"flag"
-	"fmt"
+	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasehold/leasehold/bench"
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -28,30 +25,7 @@ import (
 // once, with --start (its own cluster) or --endpoints (a cluster the test
 // started with the bench package's starter, whose state it then checks).
 
-var leaseholdBin string
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() {
-		goleak.VerifyTestMain(m)
-		return
-	}
-	dir, err := os.MkdirTemp("", "leasehold-cmd-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	leaseholdBin = filepath.Join(dir, "leasehold")
-	if out, err := exec.Command("go", "build", "-o", leaseholdBin, ".").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
-		os.RemoveAll(dir)
-		os.Exit(code)
-	}))
-}
+func TestMain(m *testing.M) { testbin.Main(m) }
 
 // Fast timings for --start runs: they stay valid with the bench's Raft
 // timeouts (election 500ms, at most grace/4).
@@ -62,77 +36,18 @@ type benchRun struct {
 	code           int
 }
 
-// lockedBuffer is a process's output, read while the process writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // startBench starts the binary; the test's cleanup kills it if it is still
 // running and waits for it.
-func startBench(t *testing.T, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer, chan struct{}) {
+func startBench(t *testing.T, args ...string) *testbin.Proc {
 	t.Helper()
-	if leaseholdBin == "" {
-		t.Skip("does not run with -short")
-	}
-	cmd := exec.Command(leaseholdBin, args...)
-	cmd.Env = serverlessEnv()
-	var stdout, stderr lockedBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		close(done)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-done:
-		default:
-			cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("leasehold %s\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), stdout.String(), stderr.String())
-		}
-	})
-	return cmd, &stdout, &stderr, done
+	return testbin.Start(t, "leasehold", 0, nil, append([]string{testbin.Leasehold(t)}, args...)...)
 }
 
-// runBench runs the binary to its end (at most 90s).
+// runBenchCLI runs the binary to its end (at most 90s, scaled).
 func runBenchCLI(t *testing.T, args ...string) benchRun {
 	t.Helper()
-	cmd, stdout, stderr, done := startBench(t, args...)
-	select {
-	case <-done:
-	case <-time.After(90 * time.Second):
-		t.Fatalf("leasehold %s: no exit within 90s", strings.Join(args, " "))
-	}
-	return benchRun{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
-}
-
-func serverlessEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
-			env = append(env, kv)
-		}
-	}
-	return env
+	r := testbin.Run(t, 90*time.Second, nil, append([]string{testbin.Leasehold(t)}, args...)...)
+	return benchRun{stdout: r.Stdout, stderr: r.Stderr, code: r.Code}
 }
 
 // resultLine checks stdout is exactly one RESULT line and returns its keys.
@@ -205,23 +120,23 @@ func TestBenchStartPrintsOneResultLineAndTearsDown(t *testing.T) {
 }
 
 func TestBenchInterruptStopsTheServers(t *testing.T) {
-	cmd, _, stderr, done := startBench(t, append([]string{"bench", "heartbeat", "--start", "3", "-c", "2", "-d", "1m", "--warmup", "0s"}, fastTimings...)...)
-	waitFor(t, 30*time.Second, "the measured window to start", func() bool { return strings.Contains(stderr.String(), "measuring") })
-	m := dataDirRE.FindStringSubmatch(stderr.String())
+	p := startBench(t, append([]string{"bench", "heartbeat", "--start", "3", "-c", "2", "-d", "1m", "--warmup", "0s"}, fastTimings...)...)
+	testwait.For(t, 30*time.Second, "the measured window to start", func() error {
+		if !strings.Contains(p.Stderr(), "measuring") {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	m := dataDirRE.FindStringSubmatch(p.Stderr())
 	if m == nil {
-		t.Fatalf("stderr names no data directory:\n%s", stderr.String())
+		t.Fatalf("stderr names no data directory:\n%s", p.Stderr())
 	}
 	if len(serversOf(m[1])) != 3 {
 		t.Fatalf("servers running: %v, want 3", serversOf(m[1]))
 	}
-	cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("no exit within 30s of Ctrl-C")
-	}
-	if cmd.ProcessState.ExitCode() != 1 || !strings.Contains(stderr.String(), "interrupted") {
-		t.Fatalf("exit %d, stderr:\n%s", cmd.ProcessState.ExitCode(), stderr.String())
+	p.Signal(syscall.SIGINT)
+	if code := p.Wait(t, 30*time.Second); code != 1 || !strings.Contains(p.Stderr(), "interrupted") {
+		t.Fatalf("exit %d, stderr:\n%s", code, p.Stderr())
 	}
 	if left := serversOf(m[1]); len(left) > 0 {
 		t.Fatalf("servers left running after Ctrl-C: %v", left)
@@ -232,12 +147,9 @@ func TestBenchInterruptStopsTheServers(t *testing.T) {
 }
 
 func TestBenchAgainstEndpoints(t *testing.T) {
-	if leaseholdBin == "" {
-		t.Skip("does not run with -short")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	lc, err := bench.StartCluster(ctx, bench.ClusterOptions{Binary: leaseholdBin, Dir: t.TempDir(), RenewSeconds: 0.5, GraceSeconds: 2, TolerationSeconds: 3})
+	ctx := testwait.Context(t, 60*time.Second)
+	lc, err := bench.StartCluster(ctx, bench.ClusterOptions{Binary: testbin.Leasehold(t), Dir: t.TempDir(), RenewSeconds: 0.5,
+		GraceSeconds: 2, TolerationSeconds: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,17 +234,5 @@ func TestBenchRefusals(t *testing.T) {
 		if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
 			t.Errorf("leasehold %s: exit %d, stderr %q, want it to say %q", strings.Join(tc.args, " "), r.code, r.stderr, tc.want)
 		}
-	}
-}
-
-// waitFor polls cond until it holds, failing the test after bound.
-func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(bound)
-	for wait := 10 * time.Millisecond; !cond(); wait = min(2*wait, 200*time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", bound, what)
-		}
-		time.Sleep(wait)
 	}
 }

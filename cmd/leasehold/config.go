@@ -48,6 +48,10 @@ type ServerConfig struct {
 	Plugins   struct {
 		Executor ExecutorSection `toml:"executor"`
 	} `toml:"plugins"`
+
+	// Sockets inherited from the process that started this one (--raft-fd,
+	// --api-fd), used instead of binding RaftBind and APIBind; nil when not.
+	raftListener, apiListener net.Listener
 }
 
 // ExecutorSection is [plugins.executor]: SPEC section 4's timings, in
@@ -231,7 +235,7 @@ func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Se
 func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *transport.TLSMaterial, error) {
 	cfg := cluster.DefaultConfig()
 	cfg.NodeID, cfg.DataDir = c.NodeID, c.DataDir
-	cfg.RaftBind, cfg.RaftAdvertise = c.RaftBind, c.RaftAdvertise
+	cfg.RaftBind, cfg.RaftAdvertise, cfg.Listener = c.RaftBind, c.RaftAdvertise, c.raftListener
 	cfg.APIAddr = c.APIAdvertise
 	if cfg.APIAddr == "" {
 		cfg.APIAddr = c.APIBind

@@ -34,6 +34,8 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error"},
 		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials ([debug] pprof)"},
 		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md)"},
+		&cli.IntFlag{Name: "raft-fd", Usage: "serve Raft on the listening TCP socket inherited as this file descriptor (bound by whoever started the process, as test launchers do); its address stands in for --raft-bind"},
+		&cli.IntFlag{Name: "api-fd", Usage: "serve the API on the listening TCP socket inherited as this file descriptor; its address stands in for --api-bind"},
 		&cli.Float64Flag{Name: "renew-seconds", EnvVars: env("RENEW_SECONDS"), Usage: "[plugins.executor] renew_seconds"},
 		&cli.Float64Flag{Name: "grace-seconds", EnvVars: env("GRACE_SECONDS"), Usage: "[plugins.executor] grace_seconds"},
 		&cli.Float64Flag{Name: "toleration-seconds", EnvVars: env("TOLERATION_SECONDS"), Usage: "[plugins.executor] toleration_seconds"},
@@ -98,12 +100,47 @@ func serverCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			if err := cfg.inheritListeners(c.Int("raft-fd"), c.Int("api-fd")); err != nil {
+				return err
+			}
 			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(cfg.LogLevel), Output: os.Stderr})
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServer(ctx, c, cfg, logger)
 		},
 	}
+}
+
+// inheritListeners takes the listening sockets a parent bound and passed
+// as file descriptors (0: none), so a launcher never picks a port and
+// releases it for the node to bind again, which another process may take
+// in between. Each socket's address replaces the bind address.
+func (c *ServerConfig) inheritListeners(raftFD, apiFD int) error {
+	for _, s := range []struct {
+		flag string
+		fd   int
+		ln   *net.Listener
+		bind *string
+	}{{"--raft-fd", raftFD, &c.raftListener, &c.RaftBind}, {"--api-fd", apiFD, &c.apiListener, &c.APIBind}} {
+		if s.fd == 0 {
+			continue
+		}
+		if s.fd < 3 {
+			return fmt.Errorf("%s %d: not an inherited socket (0, 1 and 2 are stdin, stdout and stderr)", s.flag, s.fd)
+		}
+		f := os.NewFile(uintptr(s.fd), s.flag)
+		ln, err := net.FileListener(f)
+		f.Close() // FileListener holds its own copy
+		if err != nil {
+			return fmt.Errorf("%s %d: %w", s.flag, s.fd, err)
+		}
+		if _, ok := ln.Addr().(*net.TCPAddr); !ok {
+			ln.Close()
+			return fmt.Errorf("%s %d: %s is not a TCP socket", s.flag, s.fd, ln.Addr())
+		}
+		*s.ln, *s.bind = ln, ln.Addr().String()
+	}
+	return nil
 }
 
 // runningNode is a node with its API, as `server` and `dev` run them.
@@ -131,9 +168,11 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		logger.Warn("insecure", "reason", "started with --insecure: without peer mutual TLS or API authentication anyone who reaches this node owns the cluster",
 			"peer_tls", cfg.TLS.Peer.set(), "api_auth", creds.Enabled())
 	}
-	ln, err := net.Listen("tcp", cfg.APIBind)
-	if err != nil {
-		return nil, fmt.Errorf("api port: %w", err)
+	ln := cfg.apiListener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.APIBind); err != nil {
+			return nil, fmt.Errorf("api port: %w", err)
+		}
 	}
 	node, err := cluster.New(ccfg)
 	if err != nil {

@@ -7,12 +7,13 @@ import (
 	"encoding/pem"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/leasehold/leasehold/internal/testbin"
 	"github.com/leasehold/leasehold/transport"
 )
 
@@ -304,14 +305,8 @@ func TestTLSCreate_HelpShowsDefaults(t *testing.T) {
 
 // The binary exits 2 on a usage error (main's own path, not runCLI's copy).
 func TestTLSCreate_UsageExitStatus(t *testing.T) {
-	if leaseholdBin == "" {
-		t.Skip("does not run with -short")
-	}
-	cmd := exec.Command(leaseholdBin, "tls", "cert", "create", "--server", "--client", "--dir", t.TempDir())
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	if code := cmd.ProcessState.ExitCode(); code != 2 || stderr.String() != "leasehold: usage: give one of --server and --client\n" {
-		t.Fatalf("exit %d (%v), stderr %q", code, err, stderr.String())
+	r := testbin.Run(t, 30*time.Second, nil, testbin.Leasehold(t), "tls", "cert", "create", "--server", "--client", "--dir", t.TempDir())
+	if r.Code != 2 || r.Stderr != "leasehold: usage: give one of --server and --client\n" {
+		t.Fatalf("exit %d, stderr %q", r.Code, r.Stderr)
 	}
 }

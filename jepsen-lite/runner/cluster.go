@@ -18,6 +18,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/localcluster"
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
@@ -145,7 +147,7 @@ func newCluster(cfg Config, n netem.Network, disks nodeDisks) (*cluster, error) 
 		}
 		argv := n.NodeCommand(i, args)
 		c.nodes = append(c.nodes, &proc{name: name, argv: func(int) []string { return argv },
-			env: childEnv("LEASEHOLD_CHAOS_CLOCK=" + clock), logPath: c.dir("logs", name+".log")})
+			env: localcluster.Env("LEASEHOLD_CHAOS_CLOCK=" + clock), logPath: c.dir("logs", name+".log")})
 		base := scheme + n.APIAddr(i)
 		c.status = append(c.status, leaseholdv1connect.NewClusterServiceClient(c.http, base, stubAuth))
 		c.jobs = append(c.jobs, leaseholdv1connect.NewJobServiceClient(c.http, base, stubAuth))
@@ -234,7 +236,7 @@ func (c *cluster) addWorkers(self, sinkURL string) {
 				"--concurrency", strconv.Itoa(c.cfg.Concurrency), "--poll-wait", (4 * t.Renew).String(),
 				"--call-timeout", max(4*t.Renew, time.Second).String(), "--drain-timeout", (2 * t.Renew).String()}, secure...)
 		}
-		c.workers = append(c.workers, &proc{name: id, argv: argv, env: childEnv(), logPath: c.dir("logs", id+".log")})
+		c.workers = append(c.workers, &proc{name: id, argv: argv, env: localcluster.Env(), logPath: c.dir("logs", id+".log")})
 	}
 }
 
@@ -251,10 +253,10 @@ func ShellName(s int) string { return "s" + strconv.Itoa(s) }
 func (c *cluster) addShellWorkers(self, sinkURL string) error {
 	t := c.cfg.Timings
 	var secure []string
-	env := childEnv()
+	env := localcluster.Env()
 	if c.secrets != nil {
 		secure = []string{"--ca-file", c.secrets.caFile}
-		env = childEnv("LEASEHOLD_TOKEN=" + c.token(roleWorker))
+		env = localcluster.Env("LEASEHOLD_TOKEN=" + c.token(roleWorker))
 	}
 	for s := 1; s <= c.cfg.ShellWorkers; s++ {
 		id := ShellName(s)
@@ -426,36 +428,39 @@ func (c *cluster) Leader(ctx context.Context) (string, error) {
 func (c *cluster) waitLeader(ctx context.Context, bound time.Duration) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	for {
-		if l, err := c.Leader(ctx); err == nil {
-			return l, nil
-		}
-		select {
-		case <-ctx.Done():
-			return "", fmt.Errorf("runner: no leader within %v", bound)
-		case <-time.After(20 * time.Millisecond):
-		}
+	var leader string
+	if err := poll.Until(ctx, func() (err error) { leader, err = c.Leader(ctx); return err }); err != nil {
+		return "", fmt.Errorf("runner: no leader within %v", bound)
 	}
+	return leader, nil
 }
 
 // bootLeader waits for the first leader, up to bound, and gives up at
 // once when a node exits meanwhile (a configuration it refuses, say): its
 // log's last line says why.
 func (c *cluster) bootLeader(ctx context.Context, bound time.Duration) (string, error) {
-	deadline := time.Now().Add(bound)
-	for {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	var leader string
+	var exited error
+	err := poll.Until(ctx, func() (err error) {
 		for _, p := range c.nodes {
 			if !p.alive() {
-				return "", fmt.Errorf("runner: %s exited while the cluster formed (%v): %s", p.name, p.exitErr(), lastLine(p.logPath))
+				exited = fmt.Errorf("runner: %s exited while the cluster formed (%v): %s", p.name, p.exitErr(), lastLine(p.logPath))
+				cancel()
+				return exited
 			}
 		}
-		if l, err := c.waitLeader(ctx, time.Second); err == nil {
-			return l, nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return "", fmt.Errorf("runner: no leader within %v", bound)
-		}
+		leader, err = c.Leader(ctx)
+		return err
+	})
+	switch {
+	case exited != nil:
+		return "", exited
+	case err != nil:
+		return "", fmt.Errorf("runner: no leader within %v", bound)
 	}
+	return leader, nil
 }
 
 // lastLine is the last non-empty line of a log file, cut to a screenful.
@@ -544,19 +549,16 @@ func (c *cluster) Restart(ctx context.Context, name string) error {
 func (c *cluster) waitListening(ctx context.Context, i int) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	for {
+	err := poll.Until(ctx, func() error {
 		sctx, scancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		defer scancel()
 		_, err := c.statusOf(sctx, i, false)
-		scancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("runner: %s not answering after a restart: %w", c.nodes[i].name, err)
-		case <-time.After(20 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("runner: %s not answering after a restart: %w", c.nodes[i].name, err)
 	}
+	return nil
 }
 
 func (c *cluster) Pause(name string) error {

@@ -44,6 +44,12 @@
 // broken build exercises; the profile's directory gets a report.json of
 // both. "soak" is one long mixed run at production timings on five nodes.
 //
+// Its processes are internal/localcluster's, the launcher the bench and the
+// end-to-end tests use; the nodes are not that launcher's clusters, as they
+// sit on the network netem built (fixed ports on addresses of their own, in
+// namespaces), not on loopback ports, and a fault must reach one process,
+// one incarnation after another.
+//
 // Every process the runner starts dies with it (parent-death signal), and
 // Run tears down the network it built also when its context is cancelled;
 // `jepsen-lite clean` removes what a runner killed with SIGKILL left.

@@ -4,16 +4,19 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/localcluster"
 )
 
 // proc is one node or worker, across its incarnations: killed, it can be
 // started again with the same command line (a worker's names its
-// incarnation).
+// incarnation). Each incarnation is a localcluster.Process, the launcher's
+// process handling; what stays here is what a chaos run adds to it
+// (incarnations, pausing, workers killed for good).
 type proc struct {
 	name    string
 	argv    func(incarnation int) []string
@@ -22,8 +25,7 @@ type proc struct {
 
 	mu          sync.Mutex
 	incarnation int
-	cmd         *exec.Cmd
-	done        chan struct{} // closed once the current process was waited for
+	cur         *localcluster.Process // nil before the first start
 	paused      bool
 	gone        bool // killed for good: never restarted
 }
@@ -32,42 +34,38 @@ type proc struct {
 func (p *proc) start() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd != nil && !closed(p.done) {
+	if p.cur != nil && !p.cur.Exited() {
 		return fmt.Errorf("runner: %s is running", p.name)
 	}
 	log, err := os.OpenFile(p.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
+	// The child has its own copy.
+	defer log.Close()
 	p.incarnation++
 	argv := p.argv(p.incarnation)
 	fmt.Fprintf(log, "--- %s incarnation %d: %s\n", time.Now().Format(time.RFC3339Nano), p.incarnation, strings.Join(argv, " "))
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = p.env
-	cmd.Stdout, cmd.Stderr = log, log
-	// Its own process group keeps a terminal's ^C away from it (the runner
-	// stops it in order), and it dies with the runner whatever happens.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		log.Close()
+	cur, err := localcluster.StartProcess(localcluster.ProcessConfig{Argv: argv, Env: p.env, Stdout: log, Stderr: log})
+	if err != nil {
 		return fmt.Errorf("runner: start %s: %w", p.name, err)
 	}
-	done := make(chan struct{})
-	go func() {
-		cmd.Wait()
-		log.Close()
-		close(done)
-	}()
-	p.cmd, p.done, p.paused = cmd, done, false
+	p.cur, p.paused = cur, false
 	return nil
 }
 
-// alive reports whether the current incarnation runs (paused or not).
-func (p *proc) alive() bool {
+// current is the current incarnation, if it runs (paused or not).
+func (p *proc) current() *localcluster.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.cmd != nil && !closed(p.done)
+	if p.cur == nil || p.cur.Exited() {
+		return nil
+	}
+	return p.cur
 }
+
+// alive reports whether the current incarnation runs (paused or not).
+func (p *proc) alive() bool { return p.current() != nil }
 
 // isPaused reports whether it is SIGSTOPped.
 func (p *proc) isPaused() bool {
@@ -79,7 +77,7 @@ func (p *proc) isPaused() bool {
 func (p *proc) signal(sig syscall.Signal) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || closed(p.done) {
+	if p.cur == nil || p.cur.Exited() {
 		return fmt.Errorf("runner: %s is not running", p.name)
 	}
 	switch sig {
@@ -88,80 +86,53 @@ func (p *proc) signal(sig syscall.Signal) error {
 	case syscall.SIGCONT:
 		p.paused = false
 	}
-	return p.cmd.Process.Signal(sig)
+	return p.cur.Signal(sig)
 }
 
 // kill sends SIGKILL (it works on a paused process too) and waits.
 func (p *proc) kill() error {
-	p.mu.Lock()
-	cmd, done := p.cmd, p.done
-	p.paused = false
-	p.mu.Unlock()
-	if cmd == nil || closed(done) {
+	cur := p.unpause()
+	if cur == nil {
 		return fmt.Errorf("runner: %s is not running", p.name)
 	}
-	cmd.Process.Kill()
-	<-done
+	cur.Kill()
 	return nil
 }
 
 // stop ends it in order: SIGCONT, SIGTERM, up to grace to exit, SIGKILL.
 func (p *proc) stop(grace time.Duration) {
+	if cur := p.unpause(); cur != nil {
+		cur.Stop(grace)
+	}
+}
+
+// unpause marks it running (a signal to end it follows) and returns the
+// current incarnation, nil if none runs.
+func (p *proc) unpause() *localcluster.Process {
 	p.mu.Lock()
-	cmd, done := p.cmd, p.done
+	defer p.mu.Unlock()
 	p.paused = false
-	p.mu.Unlock()
-	if cmd == nil || closed(done) {
-		return
+	if p.cur == nil || p.cur.Exited() {
+		return nil
 	}
-	cmd.Process.Signal(syscall.SIGCONT)
-	cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
-		cmd.Process.Kill()
-		<-done
-	}
+	return p.cur
 }
 
 // exitErr says how the last incarnation ended, if it did.
 func (p *proc) exitErr() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.cmd == nil || !closed(p.done) {
+	if p.cur == nil {
 		return nil
 	}
-	if p.cmd.ProcessState.Success() {
-		return nil
+	if st := p.cur.State(); st != nil && !st.Success() {
+		return errors.New(st.String())
 	}
-	return errors.New(p.cmd.ProcessState.String())
+	return nil
 }
 
 func (p *proc) currentIncarnation() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.incarnation
-}
-
-func closed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
-}
-
-// childEnv is this process's environment without LEASEHOLD_* variables,
-// plus extra.
-func childEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LEASEHOLD_") {
-			env = append(env, kv)
-		}
-	}
-	return append(env, extra...)
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leasehold/leasehold/internal/poll"
 	"github.com/leasehold/leasehold/jepsen-lite/checker"
 	"github.com/leasehold/leasehold/jepsen-lite/disk"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
@@ -407,14 +408,12 @@ func isShellKind(k *nemesis.Kind) bool { return k.Shell }
 func (c *cluster) waitBusy(ctx context.Context, bound time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
-	for c.BusyWorker(ctx, false) == "" {
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(50 * time.Millisecond):
+	return poll.Until(ctx, func() error {
+		if c.BusyWorker(ctx, false) == "" {
+			return errors.New("no worker holds a lease")
 		}
-	}
-	return true
+		return nil
+	}) == nil
 }
 
 // drain waits until no job is queued or leased, up to bound.

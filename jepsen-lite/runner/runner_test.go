@@ -2,9 +2,7 @@ package runner
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +11,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/leasehold/leasehold/internal/testbin"
 	"github.com/leasehold/leasehold/jepsen-lite/checker"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
@@ -211,9 +210,15 @@ func TestRun(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bins := BuildsIn(dir)
-	build(t, filepath.Join(dir, "jepsen-lite"), "", "./jepsen-lite/cmd/jepsen-lite")
-	build(t, bins.Real, "chaos", "./cmd/leasehold")
-	build(t, bins.NoFence, "chaos,chaos_nofence", "./cmd/leasehold")
+	for _, b := range []struct{ out, tags, pkg string }{
+		{filepath.Join(dir, "jepsen-lite"), "", "github.com/leasehold/leasehold/jepsen-lite/cmd/jepsen-lite"},
+		{bins.Real, "chaos", "github.com/leasehold/leasehold/cmd/leasehold"},
+		{bins.NoFence, "chaos,chaos_nofence", "github.com/leasehold/leasehold/cmd/leasehold"},
+	} {
+		if err := testbin.Build(b.out, b.tags, b.pkg); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	run := func(name, bin, nemesis string, secure bool, expect ...string) *Outcome {
 		t.Helper()
@@ -295,29 +300,4 @@ func TestRun(t *testing.T) {
 	if !broken.Passed || !slices.Contains(broken.Caught, "I5") {
 		t.Fatalf("the build without fence checks was not caught: caught %v, problems %v", broken.Caught, broken.Problems)
 	}
-}
-
-func build(t *testing.T, out, tags, pkg string) {
-	t.Helper()
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("the go command is needed to build the binaries")
-	}
-	args := []string{"build", "-o", out}
-	if tags != "" {
-		args = append(args, "-tags", tags)
-	}
-	cmd := exec.Command(goBin, append(args, pkg)...)
-	cmd.Dir = repoRoot(t)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-}
-
-func repoRoot(t *testing.T) string {
-	b, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}").Output()
-	if err != nil {
-		t.Fatal(fmt.Errorf("go list -m: %w", err))
-	}
-	return strings.TrimSpace(string(b))
 }

@@ -2,12 +2,13 @@ package e2e
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/localcluster"
+	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // raftTimingsTOML is each test node's config file: Raft timeouts can only
@@ -20,21 +21,29 @@ leader_lease_timeout = "150ms"
 `
 
 type node struct {
-	id, raftAddr, apiAddr string
-	args                  []string // the server's command line, for a restart
-	proc                  *proc
-	killed                bool // by the test, on purpose
+	i                     int // in the launcher's cluster
+	id, apiAddr, raftAddr string
+	c                     *cluster
 }
 
 // kill is SIGKILL, as a crash: no handover, no cleanup.
 func (n *node) kill(t testing.TB) {
 	t.Helper()
-	n.killed = true
-	n.proc.kill(t)
+	if err := n.c.lc.Kill(n.i); err != nil {
+		t.Fatal(err)
+	}
 }
 
-// cluster is n `leasehold server` processes on loopback.
+// exited reports whether the node's process has exited.
+func (n *node) exited() bool { return n.c.lc.Exited(n.i) }
+
+// log is the tail of the node's output.
+func (n *node) log() string { return n.c.lc.Log(n.i) }
+
+// cluster is n `leasehold server` processes on loopback, started by the
+// launcher every local cluster uses.
 type cluster struct {
+	lc    *localcluster.Cluster
 	nodes []*node
 	// stateHome is the workers' XDG_STATE_HOME: a worker restarted with
 	// the same id finds its state directory again.
@@ -59,34 +68,20 @@ func startClusterWith(t testing.TB, n int, toml, token string, extra ...string) 
 	return startClusterOf(t, &cluster{stateHome: t.TempDir(), token: token}, n, toml, extra...)
 }
 
-// startClusterOf starts the servers of c.
+// startClusterOf starts the servers of c, killed when the test ends.
 func startClusterOf(t testing.TB, c *cluster, n int, toml string, extra ...string) *cluster {
 	t.Helper()
-	var joins []string
-	for i := range n {
-		nd := &node{id: fmt.Sprintf("node-%d", i+1), raftAddr: freeAddr(t), apiAddr: freeAddr(t)}
-		c.nodes = append(c.nodes, nd)
-		joins = append(joins, nd.raftAddr)
+	args := append([]string{"--renew-seconds", "0.2", "--grace-seconds", "2", "--toleration-seconds", "4"}, extra...)
+	lc, err := localcluster.Start(t.Context(), localcluster.Options{Binary: testbin.Leasehold(t), BinaryOf: c.binOf, Nodes: n,
+		Dir: t.TempDir(), Config: raftTimingsTOML + toml, Args: args, ReadyTimeout: testwait.Bound(readyBound)})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, nd := range c.nodes {
-		cfg := filepath.Join(t.TempDir(), "leasehold.toml")
-		if err := os.WriteFile(cfg, []byte(raftTimingsTOML+toml), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		args := []string{"server", "--config", cfg, "--data-dir", t.TempDir(), "--node-id", nd.id,
-			"--raft-bind", nd.raftAddr, "--api-bind", nd.apiAddr, "--bootstrap-expect", fmt.Sprint(n),
-			"--renew-seconds", "0.2", "--grace-seconds", "2", "--toleration-seconds", "4"}
-		if n > 1 {
-			args = append(args, "--join", strings.Join(joins, ","))
-		}
-		nd.args = append(args, extra...)
-		bin := leaseholdBin
-		if c.binOf != nil && c.binOf(nd.id) != "" {
-			bin = c.binOf(nd.id)
-		}
-		nd.proc = startProcBin(t, bin, nd.id, 0, baseEnv(), nd.args...)
+	c.lc = lc
+	testbin.KillAtEnd(t, lc)
+	for i, id := range lc.NodeIDs() {
+		c.nodes = append(c.nodes, &node{i: i, id: id, apiAddr: lc.Endpoints()[i], raftAddr: lc.RaftAddrs()[i], c: c})
 	}
-	c.waitReady(t)
 	return c
 }
 
@@ -154,45 +149,11 @@ func status(t testing.TB, apiAddr string, env ...string) (statusJSON, error) {
 // on its own fails the test at once.
 func (c *cluster) waitReady(t testing.TB) *node {
 	t.Helper()
-	var leader *node
-	waitFor(t, readyBound, "a ready leader all running nodes agree on", func() error {
-		leader = nil
-		for _, n := range c.nodes {
-			if n.killed {
-				continue
-			}
-			if n.proc.exited() {
-				t.Fatalf("%s exited: %s\n%s", n.id, n.proc.cmd.ProcessState, tail(n.proc.stderr.String()))
-			}
-			var auth []string
-			if c.token != "" {
-				auth = []string{"LEASEHOLD_TOKEN=" + c.token}
-			}
-			st, err := status(t, n.apiAddr, auth...)
-			if err != nil {
-				return err
-			}
-			if st.NodeID != n.id {
-				t.Fatalf("cluster status at %s answered by %q, want %s", n.apiAddr, st.NodeID, n.id)
-			}
-			if !st.Ready || st.LeaderID == "" {
-				return fmt.Errorf("%s: %+v", n.id, st)
-			}
-			l := c.node(st.LeaderID)
-			if l == nil || l.killed || l.apiAddr != st.LeaderAPI {
-				return fmt.Errorf("%s names leader %s at %s, not a running node", n.id, st.LeaderID, st.LeaderAPI)
-			}
-			if leader != nil && leader != l {
-				return fmt.Errorf("nodes disagree on the leader: %s and %s", leader.id, l.id)
-			}
-			leader = l
-		}
-		if leader == nil {
-			return errors.New("every node was killed")
-		}
-		return nil
-	})
-	return leader
+	i, err := c.lc.WaitReady(testwait.Context(t, readyBound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.nodes[i]
 }
 
 // jobJSON is `job get -o json`.

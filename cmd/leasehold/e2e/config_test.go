@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // A server with a bad configuration exits non-zero at once, and its error
@@ -41,16 +43,15 @@ func TestBadConfigFails(t *testing.T) {
 			if err := os.WriteFile(cfg, []byte(tc.toml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			// Free ports and a data dir of its own: should the config be
+			// Ports and a data dir of its own: should the config be
 			// accepted, the server runs (and the bound below fails the test)
 			// rather than fights over a port.
-			args := append([]string{"server", "--config", cfg, "--data-dir", t.TempDir(), "--node-id", "bad",
-				"--raft-bind", freeAddr(t), "--api-bind", freeAddr(t), "--bootstrap-expect", "1"}, tc.flags...)
-			p := startProc(t, "server", 0, baseEnv(), args...)
-			if code := p.wait(t, exitBound); code == 0 {
+			p, _ := testbin.StartServer(t, "server", 0, append([]string{"--config", cfg, "--data-dir", t.TempDir(), "--node-id", "bad",
+				"--bootstrap-expect", "1"}, tc.flags...)...)
+			if code := p.Wait(t, exitBound); code == 0 {
 				t.Errorf("exit 0, want non-zero")
 			}
-			stderr := p.stderr.String()
+			stderr := p.Stderr()
 			if !strings.Contains(stderr, tc.want) || !strings.HasPrefix(stderr, "leasehold: ") {
 				t.Errorf("stderr %q, want a \"leasehold: \" error naming %s", stderr, tc.want)
 			}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // `leasehold dev` serves on fixed ports that the CLI's default endpoints
@@ -18,8 +20,9 @@ import (
 // Not parallel: it needs the fixed ports 7701-7703 and 7711-7713, and is
 // skipped if anything (a developer's own `leasehold dev`) holds one.
 func TestDevCluster(t *testing.T) {
-	requireBinary(t)
-	for port := range devPorts {
+	testbin.Leasehold(t)
+	// dev's ports; the launcher never hands them to a test's node.
+	for _, port := range []int{7701, 7702, 7703, 7711, 7712, 7713} {
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
 			t.Skipf("port %d is taken (a leasehold dev running?): %v", port, err)
@@ -34,8 +37,8 @@ func TestDevCluster(t *testing.T) {
 		t.Helper()
 		p := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", dir)
 		waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
-			if p.exited() {
-				t.Fatalf("leasehold dev exited: %s", p.stderr.String())
+			if p.Exited() {
+				t.Fatalf("leasehold dev exited: %s", p.Stderr())
 			}
 			r := runCLI(t, env, "--timeout", "2s", "cluster", "status", "-o", "json")
 			if r.code != 0 {
@@ -52,18 +55,18 @@ func TestDevCluster(t *testing.T) {
 	}
 	interrupt := func(p *proc) {
 		t.Helper()
-		p.cmd.Process.Signal(syscall.SIGINT)
-		if code := p.wait(t, exitBound); code != 0 {
-			t.Fatalf("leasehold dev exited %d after SIGINT; stderr: %s", code, p.stderr.String())
+		p.Signal(syscall.SIGINT)
+		if code := p.Wait(t, exitBound); code != 0 {
+			t.Fatalf("leasehold dev exited %d after SIGINT; stderr: %s", code, p.Stderr())
 		}
-		if !strings.Contains(p.stdout.String(), "leasehold dev: stopping") {
-			t.Errorf("stdout %q lacks the stopping line", p.stdout.String())
+		if !strings.Contains(p.Stdout(), "leasehold dev: stopping") {
+			t.Errorf("stdout %q lacks the stopping line", p.Stdout())
 		}
 	}
 
 	dev := startDev()
-	if !strings.Contains(dev.stdout.String(), "data in "+dir) {
-		t.Errorf("dev's banner %q does not name the data dir %s", dev.stdout.String(), dir)
+	if !strings.Contains(dev.Stdout(), "data in "+dir) {
+		t.Errorf("dev's banner %q does not name the data dir %s", dev.Stdout(), dir)
 	}
 	mustCLI(t, env, "job", "submit", "--id", "dev-job", "--payload", "from the e2e test")
 	interrupt(dev)

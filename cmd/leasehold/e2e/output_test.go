@@ -114,7 +114,7 @@ func TestListOutputJSON(t *testing.T) {
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code := w.wait(t, jobBound); code != 0 {
+	if code := w.Wait(t, jobBound); code != 0 {
 		t.Fatalf("worker exited %d", code)
 	}
 }
@@ -140,8 +140,9 @@ func TestErrorExit(t *testing.T) {
 		oneLine(t, runCLI(t, c.env(), "job", "get", "does-not-exist"), "leasehold: NOT_FOUND")
 	})
 	t.Run("unreachable", func(t *testing.T) {
-		// Nothing listens there; cluster status tries once.
-		r := runCLI(t, baseEnv(), "--endpoints", freeAddr(t), "cluster", "status")
+		// Nothing listens there (port 1 is privileged, and nobody's);
+		// cluster status tries once.
+		r := runCLI(t, baseEnv(), "--endpoints", "127.0.0.1:1", "cluster", "status")
 		oneLine(t, r, "leasehold: ")
 		if strings.HasPrefix(r.stderr, "leasehold: leasehold:") {
 			t.Errorf("stderr %q says leasehold twice", r.stderr)

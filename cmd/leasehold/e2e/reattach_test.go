@@ -84,8 +84,10 @@ func release(t *testing.T, dir string) {
 // its output pipes: the supervisors it started hold them open.
 func crash(t *testing.T, w *proc) {
 	t.Helper()
-	pid := w.cmd.Process.Pid
-	w.cmd.Process.Kill()
+	pid := w.Pid()
+	if err := w.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, exitBound, "the worker to die", func() error {
 		if !processGone(pid) {
 			return fmt.Errorf("pid %d still exists", pid)
@@ -118,8 +120,8 @@ func TestWorkerRestartReattaches(t *testing.T) {
 	}
 	w2 := c.startWorker(t, "rw", "--once", "--queue", "q-reattach-1", "--kill-after", "500ms", "--drain", "2s", "--", "false")
 	waitFor(t, jobBound, "the restarted worker to re-attach", func() error {
-		if !strings.Contains(w2.stderr.String(), "re-attached to a running job's supervisor") {
-			return fmt.Errorf("stderr %q", w2.stderr.String())
+		if !strings.Contains(w2.Stderr(), "re-attached to a running job's supervisor") {
+			return fmt.Errorf("stderr %q", w2.Stderr())
 		}
 		return nil
 	})
@@ -127,8 +129,8 @@ func TestWorkerRestartReattaches(t *testing.T) {
 		t.Fatal("the command ended before it was told to")
 	}
 	release(t, dir)
-	if code := w2.wait(t, jobBound); code != 0 {
-		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.stderr.String()))
+	if code := w2.Wait(t, jobBound); code != 0 {
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.Stderr()))
 	}
 	j := c.waitJob(t, "reattach-1", "reported")
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-reattach-1" || j.Attempts != 1 {
@@ -157,8 +159,8 @@ func TestWorkerRestartReportsResultKeptWhileDown(t *testing.T) {
 		return err
 	})
 	w2 := c.startWorker(t, "kw", "--once", "--queue", "q-kept-1", "--", "false")
-	if code := w2.wait(t, jobBound); code != 0 {
-		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.stderr.String()))
+	if code := w2.Wait(t, jobBound); code != 0 {
+		t.Fatalf("restarted worker exited %d; stderr %s", code, tail(w2.Stderr()))
 	}
 	j := c.waitJob(t, "kept-1", "reported")
 	if j.Outcome != "succeeded" || j.Token != first.Token || len(j.Leases) != 1 || j.Ref != "ref-kept-1" {
@@ -280,7 +282,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 			return nil
 		})
 		w2 := c.startWorker(t, "gw-run", "--once", "--queue", "elsewhere", "--", "false")
-		if code := w2.wait(t, jobBound); code != 1 {
+		if code := w2.Wait(t, jobBound); code != 1 {
 			t.Fatalf("restarted worker exited %d, want 1 (its job did not succeed)", code)
 		}
 		j := c.waitJob(t, "gone-run", "lost")

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // A server whose raft.db is lost after it had been a member refuses to
@@ -40,10 +42,8 @@ func refusesLostLog(t *testing.T, store string, damages []damage) {
 	if err := os.WriteFile(cfg, []byte(raftTimingsTOML+fmt.Sprintf("log_store = %q\n", store)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api := freeAddr(t)
-	args := []string{"server", "--config", cfg, "--data-dir", dir, "--node-id", "lost1",
-		"--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1"}
-	srv := startProc(t, "server", 5*time.Second, baseEnv(), args...)
+	args := []string{"--config", cfg, "--data-dir", dir, "--node-id", "lost1", "--bootstrap-expect", "1"}
+	srv, api := testbin.StartServer(t, "server", 5*time.Second, args...)
 	waitFor(t, readyBound, "the node to be ready", func() error {
 		resp, err := http.Get("http://" + api + "/readyz")
 		if err != nil {
@@ -55,17 +55,18 @@ func refusesLostLog(t *testing.T, store string, damages []damage) {
 		}
 		return nil
 	})
-	srv.stop(exitBound)
+	srv.Stop(exitBound)
 
 	for _, damage := range damages {
 		if err := damage.do(filepath.Join(dir, damage.file)); err != nil {
 			t.Fatal(err)
 		}
-		r := runCLI(t, baseEnv(), args...)
-		stderr := strings.TrimSpace(r.stderr)
-		if r.code == 0 || strings.Contains(stderr, "\n") || !strings.HasPrefix(stderr, "leasehold: refusing to start: ") ||
+		p, _ := testbin.StartServer(t, "server", 0, args...)
+		code := p.Wait(t, exitBound)
+		stderr := strings.TrimSpace(p.Stderr())
+		if code == 0 || strings.Contains(stderr, "\n") || !strings.HasPrefix(stderr, "leasehold: refusing to start: ") ||
 			!strings.Contains(stderr, damage.want) || !strings.Contains(stderr, "docs/operations.md") {
-			t.Fatalf("%s %s: exit %d, stderr %q", damage.file, damage.name, r.code, r.stderr)
+			t.Fatalf("%s %s: exit %d, stderr %q", damage.file, damage.name, code, p.Stderr())
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // pki makes a CA, a server certificate for node id and a client
@@ -54,10 +57,9 @@ func TestMutualTLS(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(p.toml()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api := freeAddr(t)
-	srv := startProc(t, "server", 5*time.Second, baseEnv(), "server", "--config", cfg, "--data-dir", t.TempDir(),
-		"--node-id", "tls1", "--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1")
-	defer srv.stop(5 * time.Second)
+	srv, api := testbin.StartServer(t, "server", 5*time.Second, "--config", cfg, "--data-dir", t.TempDir(),
+		"--node-id", "tls1", "--bootstrap-expect", "1")
+	defer srv.Stop(5 * time.Second)
 
 	base := []string{"cluster", "status", "-o", "json", "--endpoints", api, "--timeout", "3s", "--ca-file", p.ca}
 	withCert := append(append([]string(nil), base...), "--cert-file", p.clientCert, "--key-file", p.clientKy)
@@ -94,22 +96,35 @@ func TestMutualTLS(t *testing.T) {
 // --insecure starts it anyway, and /readyz says so.
 func TestRefusesExposedWithoutSecurity(t *testing.T) {
 	t.Parallel()
+	// Raft on every interface, on a port the node picks (0): the exposure
+	// under test. A single node never dials the address it advertises.
 	args := func(extra ...string) []string {
 		return append([]string{"server", "--data-dir", t.TempDir(), "--node-id", "open1", "--raft-bind", "0.0.0.0:0",
-			"--raft-advertise", freeAddr(t), "--api-bind", freeAddr(t), "--bootstrap-expect", "1"}, extra...)
+			"--raft-advertise", "127.0.0.1:1", "--bootstrap-expect", "1"}, extra...)
 	}
-	r := runCLI(t, baseEnv(), args()...)
+	// Refused before anything is bound.
+	r := runCLI(t, baseEnv(), args("--api-bind", "127.0.0.1:1")...)
 	if r.code == 0 || strings.Count(strings.TrimSpace(r.stderr), "\n") != 0 ||
 		!strings.Contains(r.stderr, "raft_bind 0.0.0.0:0 is not loopback") || !strings.Contains(r.stderr, "[tls.peer]") ||
 		!strings.Contains(r.stderr, "--insecure") {
 		t.Fatalf("exposed without security: exit %d, stderr %q", r.code, r.stderr)
 	}
 
-	api := freeAddr(t)
-	a := args("--insecure")
-	a[len(a)-4] = api // --api-bind's value
-	srv := startProc(t, "server", 5*time.Second, baseEnv(), a...)
-	defer srv.stop(5 * time.Second)
+	// The API on a port bound for it, passed as descriptor 3.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := ln.Addr().String()
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := testbin.StartFiles(t, "server", 5*time.Second, nil, []*os.File{f},
+		append([]string{testbin.Leasehold(t)}, args("--insecure", "--api-fd", "3")...)...)
+	f.Close()
+	defer srv.Stop(5 * time.Second)
 	waitFor(t, 30*time.Second, "the insecure node to say so", func() error {
 		resp, err := http.Get("http://" + api + "/readyz")
 		if err != nil {
@@ -125,7 +140,7 @@ func TestRefusesExposedWithoutSecurity(t *testing.T) {
 		}
 		return nil
 	})
-	if !strings.Contains(srv.stderr.String(), "insecure") {
+	if !strings.Contains(srv.Stderr(), "insecure") {
 		t.Error("no warning at start")
 	}
 }
@@ -140,10 +155,9 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if err := os.WriteFile(cfg, []byte(p.toml()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	api := freeAddr(t)
-	srv := startProc(t, "server", 5*time.Second, baseEnv(), "server", "--config", cfg, "--data-dir", t.TempDir(),
-		"--node-id", "hup1", "--raft-bind", freeAddr(t), "--api-bind", api, "--bootstrap-expect", "1")
-	defer srv.stop(5 * time.Second)
+	srv, api := testbin.StartServer(t, "server", 5*time.Second, "--config", cfg, "--data-dir", t.TempDir(),
+		"--node-id", "hup1", "--bootstrap-expect", "1")
+	defer srv.Stop(5 * time.Second)
 
 	served := func() (*big.Int, error) {
 		pair, err := tls.LoadX509KeyPair(p.clientCert, p.clientKy)
@@ -168,7 +182,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 
 	mustCLI(t, baseEnv(), "tls", "cert", "create", "--server", "--node", "hup1", "--dir", dir, "--force")
 	want := serialOf(t, p.serverCert)
-	if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+	if err := srv.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 30*time.Second, "the new certificate to be served", func() error {
@@ -185,9 +199,9 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if err := os.WriteFile(p.serverKy, []byte("broken"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	srv.cmd.Process.Signal(syscall.SIGHUP)
+	srv.Signal(syscall.SIGHUP)
 	waitFor(t, 30*time.Second, "the failed reload to be logged", func() error {
-		if !strings.Contains(srv.stderr.String(), "reload_failed") {
+		if !strings.Contains(srv.Stderr(), "reload_failed") {
 			return fmt.Errorf("not yet")
 		}
 		return nil
@@ -195,7 +209,7 @@ func TestSIGHUPReloadsCertificates(t *testing.T) {
 	if got, err := served(); err != nil || got.Cmp(want) != 0 {
 		t.Fatalf("after a bad reload: serial %v, %v; want %v", got, err, want)
 	}
-	if srv.exited() {
+	if srv.Exited() {
 		t.Fatal("SIGHUP stopped the server")
 	}
 }

@@ -6,6 +6,9 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // oldBinEnv names a leasehold binary built from a commit before levels
@@ -38,7 +41,7 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	// worker of the new build; every node applies it.
 	c.cli(t, "job", "submit", "--id", "mixed-1", "--kind", "run", "--payload", "x")
 	w := c.startWorker(t, "mw", "--once", "--", "true")
-	if code := w.wait(t, jobBound); code != 0 {
+	if code := w.Wait(t, jobBound); code != 0 {
 		t.Fatalf("worker exited %d", code)
 	}
 	c.waitJob(t, "mixed-1", "reported")
@@ -61,16 +64,17 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 2") {
 		t.Fatalf("deregister as lost in a mixed cluster: exit %d, %s", r.code, r.stderr)
 	}
-	if oldNode.proc.exited() {
-		t.Fatalf("the old node stopped: %s", tail(oldNode.proc.stderr.String()))
+	if oldNode.exited() {
+		t.Fatalf("the old node stopped: %s", oldNode.log())
 	}
 	if levels := memberLevels(t, c); levels["node-1"] != 0 || levels["node-3"] != 0 {
 		t.Fatalf("levels recorded while node-3 cannot apply the record: %v", levels)
 	}
 
 	// node-3 upgraded in place: same data, this build.
-	oldNode.proc.stop(exitBound)
-	oldNode.proc = startProcBin(t, leaseholdBin, oldNode.id, 0, baseEnv(), oldNode.args...)
+	if err := c.lc.Upgrade(oldNode.i, testbin.Leasehold(t), testwait.Bound(exitBound)); err != nil {
+		t.Fatal(err)
+	}
 	c.waitReady(t)
 	waitFor(t, jobBound, "every node's level recorded", func() error {
 		levels := memberLevels(t, c)
@@ -83,8 +87,8 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	})
 	c.cli(t, "worker", "deregister", "mw")
 	for _, n := range c.nodes {
-		if n.proc.exited() {
-			t.Fatalf("%s stopped: %s", n.id, tail(n.proc.stderr.String()))
+		if n.exited() {
+			t.Fatalf("%s stopped: %s", n.id, n.log())
 		}
 	}
 }

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/testbin"
 )
 
 // A job submitted with --payload @FILE runs under `worker run --once`: the
@@ -35,7 +37,7 @@ func TestWorkerRunCompletesJob(t *testing.T) {
 	tmp := t.TempDir()
 	w := c.startWorkerEnv(t, "w1", []string{"TMPDIR=" + tmp}, "--once", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "$LEASEHOLD_JOB_ID $LEASEHOLD_FENCING_TOKEN $LEASEHOLD_ATTEMPT"; cat; echo ref-123 > "$LEASEHOLD_REF_FILE"`)
-	if code := w.wait(t, jobBound); code != 0 {
+	if code := w.Wait(t, jobBound); code != 0 {
 		t.Fatalf("worker run --once exited %d", code)
 	}
 	// The ref file lived in the worker's state directory and went with
@@ -58,7 +60,7 @@ func TestWorkerRunCompletesJob(t *testing.T) {
 	if j.Outcome != "succeeded" || j.Ref != "ref-123" || j.Worker != "w1" || j.Token == 0 || len(j.Leases) != 1 || j.Attempts != 1 {
 		t.Fatalf("job get: %+v, want succeeded by w1 with ref ref-123, one lease, attempts 1", j)
 	}
-	stdout := w.stdout.String()
+	stdout := w.Stdout()
 	if want := fmt.Sprintf("build-42 %d 1\n", j.Token); !strings.HasPrefix(stdout, want) {
 		t.Errorf("command's first line: %q, want %q (job id, fencing token, attempt)", stdout, want)
 	}
@@ -89,7 +91,7 @@ func TestExitStatusMapping(t *testing.T) {
 	c.cli(t, "job", "submit", "--id", "tempfail", "--queue", "q75")
 	w := c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "try again later" >&2; exit 75`)
-	if code := w.wait(t, jobBound); code != 75 {
+	if code := w.Wait(t, jobBound); code != 75 {
 		t.Fatalf("worker run --once exited %d after a retryable failure, want 75", code)
 	}
 	j := c.job(t, "tempfail")
@@ -102,18 +104,18 @@ func TestExitStatusMapping(t *testing.T) {
 	// The retry is the second execution: the command and the job agree.
 	w = c.startWorker(t, "w75", "--once", "--queue", "q75", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "attempt $LEASEHOLD_ATTEMPT"`)
-	if code := w.wait(t, jobBound); code != 0 {
+	if code := w.Wait(t, jobBound); code != 0 {
 		t.Fatalf("worker run --once exited %d after a success", code)
 	}
 	j = c.job(t, "tempfail")
-	if j.State != "reported" || j.Outcome != "succeeded" || j.Attempts != 2 || w.stdout.String() != "attempt 2\n" {
-		t.Fatalf("after the retry: job %+v, command printed %q; want succeeded with attempts 2, \"attempt 2\"", j, w.stdout.String())
+	if j.State != "reported" || j.Outcome != "succeeded" || j.Attempts != 2 || w.Stdout() != "attempt 2\n" {
+		t.Fatalf("after the retry: job %+v, command printed %q; want succeeded with attempts 2, \"attempt 2\"", j, w.Stdout())
 	}
 
 	c.cli(t, "job", "submit", "--id", "broken", "--queue", "q3")
 	w = c.startWorker(t, "w3", "--once", "--queue", "q3", "--kill-after", "500ms", "--drain", "2s", "--",
 		"sh", "-c", `echo "step 1 ok"; echo "boom: disk full" >&2; exit 3`)
-	if code := w.wait(t, jobBound); code != 1 {
+	if code := w.Wait(t, jobBound); code != 1 {
 		t.Fatalf("worker run --once exited %d after a failure, want 1", code)
 	}
 	j = c.job(t, "broken")
@@ -133,9 +135,9 @@ func commandPID(t *testing.T, w *proc) int {
 	t.Helper()
 	var pid int
 	waitFor(t, jobBound, "the command to print its pid", func() error {
-		m := startedLine.FindStringSubmatch(w.stdout.String())
+		m := startedLine.FindStringSubmatch(w.Stdout())
 		if m == nil {
-			return fmt.Errorf("stdout %q", w.stdout.String())
+			return fmt.Errorf("stdout %q", w.Stdout())
 		}
 		pid, _ = strconv.Atoi(m[1])
 		return nil
@@ -178,12 +180,12 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 
 		c.cli(t, "job", "cancel", "long-1")
 		waitFor(t, jobBound, "the command to get SIGTERM", func() error {
-			if !strings.Contains(w.stdout.String(), "got-term") {
-				return fmt.Errorf("stdout %q", w.stdout.String())
+			if !strings.Contains(w.Stdout(), "got-term") {
+				return fmt.Errorf("stdout %q", w.Stdout())
 			}
 			return nil
 		})
-		if code := w.wait(t, exitBound); code != 1 {
+		if code := w.Wait(t, exitBound); code != 1 {
 			t.Fatalf("worker run --once exited %d after its job was cancelled, want 1", code)
 		}
 		j := c.waitJob(t, "long-1", "reported")
@@ -216,11 +218,11 @@ func TestCancelAndKillReachCommand(t *testing.T) {
 			return nil
 		})
 		t.Logf("command gone %v after job kill was sent", time.Since(killed).Round(time.Millisecond))
-		if code := w.wait(t, exitBound); code != 1 {
+		if code := w.Wait(t, exitBound); code != 1 {
 			t.Fatalf("worker run --once exited %d after its job was killed, want 1", code)
 		}
-		if strings.Contains(w.stdout.String(), "term-ignored") {
-			t.Errorf("the command got SIGTERM; a kill is SIGKILL alone. stdout %q", w.stdout.String())
+		if strings.Contains(w.Stdout(), "term-ignored") {
+			t.Errorf("the command got SIGTERM; a kill is SIGKILL alone. stdout %q", w.Stdout())
 		}
 		j := c.waitJob(t, "stubborn-1", "reported")
 		if j.Outcome != "killed" || len(j.Leases) != 1 || j.Leases[0].Revoke != "kill" {
@@ -242,8 +244,8 @@ func TestKillAfterCancel(t *testing.T) {
 
 	c.cli(t, "job", "cancel", "stubborn-2")
 	waitFor(t, jobBound, "the command to get SIGTERM", func() error {
-		if !strings.Contains(w.stdout.String(), "term-ignored") {
-			return fmt.Errorf("stdout %q", w.stdout.String())
+		if !strings.Contains(w.Stdout(), "term-ignored") {
+			return fmt.Errorf("stdout %q", w.Stdout())
 		}
 		return nil
 	})
@@ -257,7 +259,7 @@ func TestKillAfterCancel(t *testing.T) {
 		}
 		return nil
 	})
-	if code := w.wait(t, exitBound); code != 1 {
+	if code := w.Wait(t, exitBound); code != 1 {
 		t.Fatalf("worker run --once exited %d, want 1", code)
 	}
 	j := c.waitJob(t, "stubborn-2", "reported")
@@ -287,13 +289,13 @@ workers = ["fw-*"]
 
 	c.cli(t, "job", "submit", "--id", "fenced-1", "--queue", "qf")
 	w := c.startWorkerEnv(t, "fw-1", []string{"LEASEHOLD_TOKEN=" + worker}, "--once", "--queue", "qf", "--kill-after", "500ms", "--drain", "2s", "--",
-		"sh", "-c", leaseholdBin+` lease check "$LEASEHOLD_JOB_ID" "$LEASEHOLD_FENCING_TOKEN" && echo fence-ok`)
-	if code := w.wait(t, jobBound); code != 0 {
-		t.Fatalf("worker run --once exited %d; stderr %s", code, tail(w.stderr.String()))
+		"sh", "-c", testbin.Leasehold(t)+` lease check "$LEASEHOLD_JOB_ID" "$LEASEHOLD_FENCING_TOKEN" && echo fence-ok`)
+	if code := w.Wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d; stderr %s", code, tail(w.Stderr()))
 	}
 	j := c.job(t, "fenced-1")
 	want := fmt.Sprintf("current=true current_token=%d state=running\nfence-ok\n", j.Token)
-	if got := w.stdout.String(); got != want || j.Outcome != "succeeded" {
+	if got := w.Stdout(); got != want || j.Outcome != "succeeded" {
 		t.Fatalf("command's stdout %q, job %+v; want %q and succeeded", got, j, want)
 	}
 }

@@ -82,7 +82,7 @@ func TestWorkerListGetDeregister(t *testing.T) {
 	}
 
 	// The worker dies: silent past grace (2 s), it is unreachable.
-	w.kill(t)
+	w.Kill()
 	waitFor(t, jobBound, "ws unreachable", func() error {
 		decodeJSON(t, "worker get", c.cli(t, "worker", "get", "-o", "json", "ws"), &got)
 		if got.State != "unreachable" {
