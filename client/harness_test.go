@@ -14,7 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/client/clienttest"
+	"github.com/leasehold/leasehold/clock/clocktest"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -32,7 +32,7 @@ type workerHarness struct {
 	t      *testing.T
 	node   *fakeNode
 	client *client.Client
-	clock  *clienttest.FakeClock
+	clock  *clocktest.FakeClock
 	start  time.Time // the clock's reading at registration
 	// grants feeds Acquire: a long poll answers with the first grant sent,
 	// plus any others already waiting, up to its max.
@@ -53,7 +53,7 @@ func newWorkerHarness(t *testing.T) *workerHarness {
 	h := &workerHarness{
 		t:        t,
 		node:     newFakeNode(t),
-		clock:    clienttest.NewFakeClock(),
+		clock:    clocktest.NewFakeClock(),
 		grants:   make(chan *leaseholdv1.Grant, 16),
 		verdicts: make(map[uint64]*leaseholdv1.LeaseStatus),
 	}

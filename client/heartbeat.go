@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/clock"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -201,7 +202,7 @@ func (w *Worker) unaryBeats(ctx context.Context, due bool) {
 // reports that it did. Attempts get half a renew each, so a node that hangs
 // (paused, not dead) makes the client move on to another node within this
 // heartbeat rather than have every heartbeat abandoned on it.
-func (w *Worker) beat(ctx context.Context, next Timer, refs []*leaseholdv1.LeaseRef) (resp *leaseholdv1.HeartbeatResponse, due bool, err error) {
+func (w *Worker) beat(ctx context.Context, next clock.Timer, refs []*leaseholdv1.LeaseRef) (resp *leaseholdv1.HeartbeatResponse, due bool, err error) {
 	perAttempt := w.renew() / 2
 	bctx, cancel := context.WithCancel(unbounded(ctx))
 	defer cancel()

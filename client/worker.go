@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/leasehold/leasehold/clock"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
 )
@@ -54,8 +55,8 @@ type WorkerOptions struct {
 	// them, so they stop on time while it is down (client/supervisor).
 	Deadline func(deadline time.Time)
 	// Clock measures heartbeats and the self-stop deadline. Default
-	// SystemClock (suspend-aware).
-	Clock Clock
+	// clock.System (suspend-aware); tests use clocktest.FakeClock.
+	Clock clock.Clock
 	// Logger. Default hclog.Default().Named("worker").
 	Logger hclog.Logger
 	// Observer watches the runtime's calls and acknowledgements (testers
@@ -84,7 +85,7 @@ type Worker struct {
 	drainTimeout time.Duration
 	reattachFn   func(ctx context.Context, job *Job) (Handler, bool)
 	deadlineFn   func(time.Time)
-	clock        Clock
+	clock        clock.Clock
 	log          hclog.Logger
 	observer     Observer
 
@@ -210,7 +211,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, fmt.Errorf("%w: DrainTimeout %v is negative", ErrInvalidConfig, opts.DrainTimeout)
 	}
 	if w.clock == nil {
-		w.clock = SystemClock()
+		w.clock = clock.System()
 	}
 	if w.log == nil {
 		w.log = hclog.Default().Named("worker")

@@ -13,7 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/client/clienttest"
+	"github.com/leasehold/leasehold/clock/clocktest"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -104,7 +104,7 @@ func runWorker(t testing.TB, opts client.WorkerOptions) {
 	go func() { done <- w.Run(wctx) }()
 	t.Cleanup(func() {
 		cancel()
-		fake, _ := opts.Clock.(*clienttest.FakeClock)
+		fake, _ := opts.Clock.(*clocktest.FakeClock)
 		for {
 			select {
 			case err := <-done:

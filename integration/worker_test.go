@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
-	"github.com/leasehold/leasehold/client/clienttest"
+	"github.com/leasehold/leasehold/clock/clocktest"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -234,7 +234,7 @@ func TestCutOffWorkerStopsBeforeExpiry(t *testing.T) {
 	renew, _, toleration := leader.Node.Timings()
 	sw := &switchNet{}
 	cl := newClient(t, c, sw)
-	wclock := clienttest.NewFakeClock()
+	wclock := clocktest.NewFakeClock()
 	started := make(chan struct{})
 	stopped := make(chan time.Time, 1)
 	runWorker(t, client.WorkerOptions{Client: cl, ID: "w1", Clock: wclock, PollWait: time.Second,

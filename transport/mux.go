@@ -171,32 +171,7 @@ func (m *Mux) Serve() error {
 		return nil
 	}
 	defer m.wg.Done()
-
-	var delay time.Duration
-	for {
-		conn, err := m.ln.Accept()
-		if err != nil {
-			if m.isClosed() {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("transport: mux listener: %w", err)
-			}
-			// Probably out of file descriptors: back off rather than spin.
-			delay = nextAcceptDelay(delay)
-			m.logger.Warn("accept failed", "error", err, "retry_in", delay)
-			if !waitOrDone(m.ctx, delay) {
-				return nil
-			}
-			continue
-		}
-		delay = 0
-		if !m.track(conn) {
-			conn.Close()
-			return nil
-		}
-		go m.handle(conn)
-	}
+	return acceptLoop(m.ctx, m.ln, m, m.logger, "mux", m.handle)
 }
 
 // Close stops Serve, closes the listener, both sub-listeners, every
@@ -324,23 +299,3 @@ type advertiseAddr string
 
 func (a advertiseAddr) Network() string { return "tcp" }
 func (a advertiseAddr) String() string  { return string(a) }
-
-func nextAcceptDelay(d time.Duration) time.Duration {
-	const lo, hi = 5 * time.Millisecond, time.Second
-	if d == 0 {
-		return lo
-	}
-	return min(2*d, hi)
-}
-
-// waitOrDone waits for d and reports false if ctx ended first.
-func waitOrDone(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}

@@ -105,31 +105,7 @@ func (s *RPCServer) Serve(ln net.Listener) error {
 		delete(s.listeners, ln) // no-op after Close, which took the map
 		s.mu.Unlock()
 	}()
-
-	var delay time.Duration
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if s.isClosed() {
-				return nil
-			}
-			if errors.Is(err, net.ErrClosed) {
-				return fmt.Errorf("transport: rpc listener: %w", err)
-			}
-			delay = nextAcceptDelay(delay)
-			s.logger.Warn("accept failed", "error", err, "retry_in", delay)
-			if !waitOrDone(s.ctx, delay) {
-				return nil
-			}
-			continue
-		}
-		delay = 0
-		if !s.track(conn) {
-			conn.Close()
-			return nil
-		}
-		go s.serveConn(conn)
-	}
+	return acceptLoop(s.ctx, ln, s, s.logger, "rpc", s.serveConn)
 }
 
 // Close stops every Serve loop, closes every connection, cancels the calls

@@ -90,7 +90,7 @@ func (r *Runner) jobDir(token uint64) string {
 }
 
 // WriteDeadline writes the self-stop deadline, a reading of
-// client.SystemClock (CLOCK_BOOTTIME on Linux), where the supervisors read
+// clock.System (CLOCK_BOOTTIME on Linux), where the supervisors read
 // it.
 func (r *Runner) WriteDeadline(deadline time.Time) {
 	err := writeFileAtomic(filepath.Join(r.o.Dir, deadlineFile), []byte(strconv.FormatInt(deadline.UnixNano(), 10)+"\n"))

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/leasehold/leasehold/clock"
 )
 
 // Names of the files in a state directory (see the package doc).
@@ -142,15 +142,10 @@ func readJSON(path string, v any) error {
 	return json.Unmarshal(b, v)
 }
 
-// Boottime reads CLOCK_BOOTTIME, the clock deadlines are written on: it
-// keeps counting while the machine is suspended.
-func Boottime() time.Duration {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
-		panic(err) // Linux has had CLOCK_BOOTTIME since 2.6.39
-	}
-	return time.Duration(ts.Nano())
-}
+// Boottime reads clock.System, the worker's clock the deadlines are written
+// on: CLOCK_BOOTTIME on Linux, which keeps counting while the machine is
+// suspended.
+func Boottime() time.Duration { return time.Duration(clock.System().Now().UnixNano()) }
 
 // readDeadline reads a deadline file; false when there is none to read.
 func readDeadline(path string) (time.Duration, bool) {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/leasehold/leasehold/clock/clocktest"
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
 )
@@ -51,7 +52,7 @@ type Node struct {
 	Addr      string // Raft address, stable across restarts
 	APIAddr   string
 	Dir       string
-	Clock     *FakeClock
+	Clock     *clocktest.FakeClock
 	// Disk injects write errors into the node's Raft stores.
 	Disk *DiskFaults
 }
@@ -103,7 +104,7 @@ func (c *Cluster) addSlot() *Node {
 	apiLn := c.listen(host + ":0")
 	node := &Node{
 		Index: i, Host: host, Addr: raftLn.Addr().String(), APIAddr: apiLn.Addr().String(),
-		Dir: c.t.TempDir(), Clock: NewFakeClock(), Disk: &DiskFaults{},
+		Dir: c.t.TempDir(), Clock: clocktest.NewFakeClock(), Disk: &DiskFaults{},
 	}
 	raftLn.Close()
 	apiLn.Close()
@@ -358,35 +359,32 @@ func (c *Cluster) Step(i int, d time.Duration) {
 		st := n.Status()
 		return st.State == "Leader" && st.Ready
 	}
+	// armed waits until the loop waits on its timer (the clock's only one)
+	// or node i no longer leads; false if neither happens in time. The
+	// leadership is polled: losing it changes nothing on the clock.
 	deadline := time.Now().Add(10 * time.Second)
-	for leading() {
-		pending, armed := n.Clock.Pending()
-		if pending > 0 {
-			break
-		}
-		select {
-		case <-armed:
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("node %d: expiry loop never waited on its timer", i)
-		}
-	}
-	fired, rearmed := n.Clock.Advance(d)
-	if fired == 0 {
-		return
-	}
-	for time.Now().Before(deadline) {
-		select {
-		case <-rearmed:
-			return
-		case <-time.After(20 * time.Millisecond):
-			if !leading() {
-				return
+	armed := func() bool {
+		for time.Now().Before(deadline) {
+			pending, changed := n.Clock.Pending()
+			if len(pending) > 0 || !leading() {
+				return true
+			}
+			select {
+			case <-changed:
+			case <-time.After(20 * time.Millisecond):
 			}
 		}
+		return false
 	}
-	c.t.Fatalf("node %d: expiry loop did not finish a tick", i)
+	if !armed() {
+		c.t.Fatalf("node %d: expiry loop never waited on its timer", i)
+	}
+	if n.Clock.Advance(d) == 0 {
+		return
+	}
+	if !armed() {
+		c.t.Fatalf("node %d: expiry loop did not finish a tick", i)
+	}
 }
 
 // Run advances node i's clock by total in steps of its tick.

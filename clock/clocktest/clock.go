@@ -1,4 +1,10 @@
-package clienttest
+// Package clocktest holds the fake clock.Clock that tests of the worker
+// runtime (package client) and of a node's expiry table (package cluster)
+// run on: a timeline the test moves by hand, so "the worker stops its jobs
+// at lastAck + toleration − 2×renew" and "no lease expires before
+// toleration" are facts about the fake timeline, whatever the machine's
+// speed.
+package clocktest
 
 import (
 	"context"
@@ -6,21 +12,23 @@ import (
 	"sync"
 	"time"
 
-	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/clock"
 )
 
-// FakeClock is a client.Clock that moves only when told. Timers fire during
+// FakeClock is a clock.Clock that moves only when told. Timers fire during
 // Advance, in the calling goroutine, so when Advance returns every timer
 // that came due has delivered its tick (the goroutine reading it may not
-// have acted yet: wait on what it does, not on time).
+// have acted yet: wait on what it does, not on time). A cluster harness
+// gives each node its own, so one node's time can be paused, skewed or
+// jumped while the others' goes on.
 type FakeClock struct {
 	mu      sync.Mutex
 	now     time.Time
 	timers  []*fakeTimer
-	changed chan struct{} // closed and replaced when timers are armed or stopped
+	changed chan struct{} // closed and replaced when a timer is armed, stopped or fired
 }
 
-var _ client.Clock = (*FakeClock)(nil)
+var _ clock.Clock = (*FakeClock)(nil)
 
 // NewFakeClock starts at an arbitrary fixed instant.
 func NewFakeClock() *FakeClock {
@@ -34,9 +42,13 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
+// Wall is real wall time: the stamps a node puts in commands are not what
+// tests control.
+func (c *FakeClock) Wall() time.Time { return time.Now() }
+
 // NewTimer fires when the clock has been advanced by d; at once if d <= 0,
 // as a runtime timer would.
-func (c *FakeClock) NewTimer(d time.Duration) client.Timer {
+func (c *FakeClock) NewTimer(d time.Duration) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, at: c.now.Add(d), ch: make(chan time.Time, 1)}
@@ -74,30 +86,33 @@ func (c *FakeClock) Advance(d time.Duration) (fired int) {
 
 // Deadlines returns when each armed timer will fire, earliest first.
 func (c *FakeClock) Deadlines() []time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.deadlinesLocked()
+	deadlines, _ := c.Pending()
+	return deadlines
 }
 
-func (c *FakeClock) deadlinesLocked() []time.Time {
+// Pending returns when each armed timer will fire, earliest first, and a
+// channel closed at the next change: a timer armed, stopped or fired. A
+// caller that must also watch something else (a node's leadership, say)
+// waits on the channel beside it and calls Pending again.
+func (c *FakeClock) Pending() (deadlines []time.Time, changed <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	out := make([]time.Time, len(c.timers))
 	for i, t := range c.timers {
 		out[i] = t.at
 	}
 	slices.SortFunc(out, time.Time.Compare)
-	return out
+	return out, c.changed
 }
 
 // WaitFor waits until cond holds for the armed timers' deadlines (earliest
 // first), re-checking whenever a timer is armed, stopped or fired; it
-// returns ctx's error if ctx ends first.
+// returns ctx's error if ctx ends first. cond runs without the clock's
+// lock, so it may read the clock.
 func (c *FakeClock) WaitFor(ctx context.Context, cond func(deadlines []time.Time) bool) error {
 	for {
-		c.mu.Lock()
-		ok := cond(c.deadlinesLocked())
-		changed := c.changed
-		c.mu.Unlock()
-		if ok {
+		deadlines, changed := c.Pending()
+		if cond(deadlines) {
 			return nil
 		}
 		select {

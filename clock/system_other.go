@@ -1,6 +1,6 @@
 //go:build !linux
 
-package client
+package clock
 
 import "time"
 
@@ -8,4 +8,4 @@ import "time"
 // not count a suspend.
 func (systemClock) Now() time.Time { return time.Now() }
 
-func (systemClock) NewTimer(d time.Duration) Timer { return runtimeTimer{time.NewTimer(d)} }
+func (systemClock) NewTimer(d time.Duration) Timer { return RuntimeTimer(d) }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package client
+package clock
 
 import (
 	"os"
@@ -22,19 +22,19 @@ func (systemClock) Now() time.Time {
 // os.File reading it parks in Go's netpoller rather than a thread, and Stop
 // closing it wakes that read. If the kernel refuses the timerfd (a seccomp
 // profile, say) a runtime timer stands in.
-func (c systemClock) NewTimer(d time.Duration) Timer {
+func (systemClock) NewTimer(d time.Duration) Timer {
 	fd, err := unix.TimerfdCreate(unix.CLOCK_BOOTTIME, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 	if err != nil {
-		return runtimeTimer{time.NewTimer(d)}
+		return RuntimeTimer(d)
 	}
 	// A zero it_value disarms a timerfd; the shortest real wait is 1ns.
 	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(max(d.Nanoseconds(), 1))}
 	if err := unix.TimerfdSettime(fd, 0, &spec, nil); err != nil {
 		unix.Close(fd)
-		return runtimeTimer{time.NewTimer(d)}
+		return RuntimeTimer(d)
 	}
 	t := &bootTimer{f: os.NewFile(uintptr(fd), "leasehold-boottime-timer"), c: make(chan time.Time, 1)}
-	go t.wait(c)
+	go t.wait()
 	return t
 }
 
@@ -52,16 +52,16 @@ type bootTimer struct {
 	state atomic.Int32
 }
 
-func (t *bootTimer) wait(clock systemClock) {
+func (t *bootTimer) wait() {
 	var buf [8]byte // the number of expirations
 	// A read error other than Stop's close fires the timer early, which is
-	// safe: the runtime compares Now() with its deadline when a timer fires.
+	// safe: a deadline's owner compares Now() with it when its timer fires.
 	_, _ = t.f.Read(buf[:])
 	if !t.state.CompareAndSwap(timerArmed, timerFired) {
 		return // stopped: Stop closed the file
 	}
 	t.f.Close()
-	t.c <- clock.Now()
+	t.c <- systemClock{}.Now()
 }
 
 func (t *bootTimer) C() <-chan time.Time { return t.c }
