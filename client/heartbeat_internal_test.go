@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/clock"
 )
 
 // A heartbeat cut off by the next one logs why it had no answer: the last
@@ -36,7 +38,7 @@ func canceledCtx() context.Context {
 // Readings of the suspend-aware clock count from boot; logs show them as
 // the wall time they stand for.
 func TestWallTimeOfAClockReading(t *testing.T) {
-	now := SystemClock().Now()
+	now := clock.System().Now()
 	got, err := time.Parse(time.RFC3339Nano, wallTime(now.Add(-5*time.Second), now))
 	if err != nil {
 		t.Fatal(err)

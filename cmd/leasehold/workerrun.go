@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/client/supervisor"
+	"github.com/leasehold/leasehold/clock"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -145,7 +146,7 @@ func workerRunCommand() *cli.Command {
 			w, err := client.NewWorker(client.WorkerOptions{
 				Client: cl, ID: id, Queues: splitList(c.StringSlice("queue")), Concurrency: c.Int("concurrency"),
 				Handlers: handlers, DrainTimeout: c.Duration("drain"),
-				Reattach: reattach, Deadline: runner.WriteDeadline, Clock: client.SystemClock(),
+				Reattach: reattach, Deadline: runner.WriteDeadline, Clock: clock.System(),
 				Logger: logger,
 			})
 			if err != nil {
