@@ -70,7 +70,8 @@ func applyRemoveIdle(s *state, cmd Command) (any, error) {
 }
 
 func applySubmitJob(s *state, cmd Command) (any, error) {
-	spec := &cmd.(*SubmitJob).Spec
+	c := cmd.(*SubmitJob)
+	spec := &c.Spec
 	if old := s.jobByID(spec.ID); old != nil {
 		if sameSpec(&old.JobSpec, spec) {
 			return SubmitResult{Job: old.export()}, nil
@@ -89,18 +90,23 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		UpdatedAt:   s.lastTime,
 		CreateIndex: s.lastIndex,
 		ModifyIndex: s.lastIndex,
+		NotBefore:   c.RunAt,
 	}
 	j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
+	j.Retry = s.internRetry(j.Retry)
 	s.insertJob(j)
 	s.setState(j, JobQueued)
 	s.emit(Event{Type: EventJobSubmitted, JobID: j.ID, Detail: j.Queue + "/" + j.Kind})
+	if s.delayedJob(j) {
+		s.emit(Event{Type: EventJobScheduled, JobID: j.ID, Detail: "not before " + formatTime(j.NotBefore)})
+	}
 	return SubmitResult{Job: j.export(), Created: true}, nil
 }
 
 func sameSpec(a, b *JobSpec) bool {
 	return a.ID == b.ID && a.Queue == b.Queue && a.Kind == b.Kind && bytes.Equal(a.Payload, b.Payload) &&
 		a.Priority == b.Priority && a.Submitter == b.Submitter && a.MaxAttempts == b.MaxAttempts &&
-		a.OnWorkerLost == b.OnWorkerLost && a.MaxWorkerLosses == b.MaxWorkerLosses
+		a.OnWorkerLost == b.OnWorkerLost && a.MaxWorkerLosses == b.MaxWorkerLosses && sameRetry(a.Retry, b.Retry)
 }
 
 func applyCompact(s *state, cmd Command) (any, error) {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 )
 
 // Handlers for the commands that grant, advance and end leases. Each one
@@ -135,7 +136,7 @@ func (s *state) pickReady(heaps []*jobHeap) (uint64, bool) {
 	var best heapItem
 	found := false
 	for _, h := range heaps {
-		if it, ok := h.peek(s.isQueued); ok && (!found || it.before(best)) {
+		if it, ok := h.peek(s.isReady); ok && (!found || it.before(best)) {
 			best, found = it, true
 		}
 	}
@@ -223,11 +224,24 @@ func applyReport(s *state, cmd Command) (any, error) {
 	l.Outcome, l.Retryable = c.Outcome, c.Retryable
 	l.setReport(c.ReportID, c.Ref, c.Message)
 	requeue := false
+	var delay int64
 	if c.Outcome == OutcomeFailed {
 		j.Attempts++
 		requeue = c.Retryable && j.Attempts < j.MaxAttempts && l.Revoke == RevokeNone
 	}
 	if requeue {
+		switch {
+		case c.RetryAfter > 0: // the worker's own delay (a snooze)
+			delay = c.RetryAfter
+		case j.Retry != nil:
+			delay = j.Retry.retryDelay(j.ID, j.Attempts)
+		}
+		if delay > 0 {
+			if !j.timed() {
+				s.timed++
+			}
+			j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
+		}
 		s.setState(j, JobQueued)
 	} else {
 		s.setState(j, JobReported)
@@ -235,7 +249,11 @@ func applyReport(s *state, cmd Command) (any, error) {
 	l.Answer = j.State
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref, Detail: c.Outcome.String()})
-	if requeue {
+	switch {
+	case requeue && delay > 0:
+		s.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token,
+			Detail: fmt.Sprintf("retryable failure; retry in %s, not before %s", time.Duration(delay), formatTime(j.NotBefore))})
+	case requeue:
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
 	}
 	return reportResult(j.ID, l), nil

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math"
+	"time"
 )
 
 // CommandType numbers the commands in the log. Append only: a number, once
@@ -79,6 +80,11 @@ const MaxRemoveBatch = 1024
 // SubmitJob submits a job, idempotently on its ID.
 type SubmitJob struct {
 	Spec JobSpec
+	// RunAt is the leader time (unix nanoseconds) before which the job is
+	// not granted; zero for now. It is when to run it, not what it is: a
+	// second submit of the same spec is the same job whatever its RunAt.
+	// Only codec version 5 carries it and the spec's Retry.
+	RunAt int64
 }
 
 // Acquire grants up to Max leases to a worker, picking by priority, then
@@ -112,6 +118,11 @@ type Report struct {
 	Retryable bool // with OutcomeFailed: requeue until MaxAttempts
 	Ref       string
 	Message   string
+	// RetryAfter, with a retryable failure, is the worker's own delay
+	// before the next attempt (nanoseconds), in place of the job's retry
+	// policy: a snooze. It counts as an attempt. Only codec version 5
+	// carries it.
+	RetryAfter int64
 }
 
 // Release gives a lease back; the job is queued again at once and no
@@ -262,7 +273,12 @@ func (c *RemoveIdle) Validate() error {
 	return checkText("reason", c.Reason, MaxMessageLen)
 }
 
-func (c *SubmitJob) Validate() error { return c.Spec.Validate() }
+func (c *SubmitJob) Validate() error {
+	if c.RunAt < 0 {
+		return invalid("run_at", "must not be before 1970")
+	}
+	return c.Spec.Validate()
+}
 
 // Validate checks a job spec. It never fills defaults: the API does that.
 // Fields are named as in the API's SubmitJobRequest.
@@ -288,7 +304,27 @@ func (s *JobSpec) Validate() error {
 	if _, ok := lostPolicyNames[s.OnWorkerLost]; !ok {
 		return invalid("spec.on_worker_lost", "unknown policy %d", s.OnWorkerLost)
 	}
-	return checkRange("spec.max_worker_losses", uint64(s.MaxWorkerLosses), 1, MaxAttempts)
+	if err := checkRange("spec.max_worker_losses", uint64(s.MaxWorkerLosses), 1, MaxAttempts); err != nil {
+		return err
+	}
+	return s.Retry.validate()
+}
+
+// validate checks a retry policy; nil is valid (no delay).
+func (p *RetryPolicy) validate() error {
+	if p == nil {
+		return nil
+	}
+	if p.Initial <= 0 || p.Initial > MaxRetryDelay {
+		return invalid("spec.retry.initial", "must be more than 0 and at most %s", time.Duration(MaxRetryDelay))
+	}
+	if p.Max < p.Initial || p.Max > MaxRetryDelay {
+		return invalid("spec.retry.max", "must be at least the initial delay and at most %s", time.Duration(MaxRetryDelay))
+	}
+	if err := checkRange("spec.retry.multiplier", uint64(p.Multiplier), 1000, MaxRetryMultiplier); err != nil {
+		return err
+	}
+	return checkRange("spec.retry.jitter", uint64(p.Jitter), 0, 100)
 }
 
 func (c *Acquire) Validate() error {
@@ -343,6 +379,12 @@ func (c *Report) Validate() error {
 	}
 	if err := checkText("ref", c.Ref, MaxRefLen); err != nil {
 		return err
+	}
+	if c.RetryAfter < 0 || c.RetryAfter > MaxRetryDelay {
+		return invalid("retry_after", "must be 0 to %s", time.Duration(MaxRetryDelay))
+	}
+	if c.RetryAfter > 0 && !c.Retryable {
+		return invalid("retry_after", "only a retryable failure is retried after a delay")
 	}
 	return checkText("message", c.Message, MaxMessageLen)
 }
@@ -512,8 +554,46 @@ func (c *RemoveIdle) decode(d *decoder) {
 	c.Reason = d.str(MaxMessageLen)
 }
 
-func (c *SubmitJob) encode(e *encoder) { encodeSpec(e, &c.Spec) }
-func (c *SubmitJob) decode(d *decoder) { decodeSpec(d, &c.Spec) }
+func (c *SubmitJob) encode(e *encoder) {
+	encodeSpec(e, &c.Spec)
+	if e.codec >= codecV5 {
+		encodeRetry(e, c.Spec.Retry)
+		e.varint(c.RunAt)
+	}
+}
+
+func (c *SubmitJob) decode(d *decoder) {
+	decodeSpec(d, &c.Spec)
+	if d.codec >= codecV5 {
+		c.Spec.Retry = decodeRetry(d)
+		c.RunAt = d.varint()
+	}
+}
+
+func (c *SubmitJob) codecVersion() byte {
+	if c.Spec.Retry != nil || c.RunAt != 0 {
+		return codecV5
+	}
+	return codecV2
+}
+
+// encodeRetry writes a presence byte, then the policy.
+func encodeRetry(e *encoder, p *RetryPolicy) {
+	e.bool(p != nil)
+	if p != nil {
+		e.varint(p.Initial)
+		e.varint(p.Max)
+		e.uvarint(uint64(p.Multiplier))
+		e.uvarint(uint64(p.Jitter))
+	}
+}
+
+func decodeRetry(d *decoder) *RetryPolicy {
+	if !d.bool() {
+		return nil
+	}
+	return &RetryPolicy{Initial: d.varint(), Max: d.varint(), Multiplier: d.u32(), Jitter: d.u32()}
+}
 
 func encodeSpec(e *encoder, s *JobSpec) {
 	e.str(s.ID)
@@ -573,6 +653,9 @@ func (c *Report) encode(e *encoder) {
 	e.bool(c.Retryable)
 	e.str(c.Ref)
 	e.str(c.Message)
+	if e.codec >= codecV5 {
+		e.varint(c.RetryAfter)
+	}
 }
 
 func (c *Report) decode(d *decoder) {
@@ -584,6 +667,16 @@ func (c *Report) decode(d *decoder) {
 	c.Retryable = d.bool()
 	c.Ref = d.str(MaxRefLen)
 	c.Message = d.str(MaxMessageLen)
+	if d.codec >= codecV5 {
+		c.RetryAfter = d.varint()
+	}
+}
+
+func (c *Report) codecVersion() byte {
+	if c.RetryAfter != 0 {
+		return codecV5
+	}
+	return codecV2
 }
 
 func (c *Release) encode(e *encoder) {
@@ -736,7 +829,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // than applied. Version 1, the logs written before, has no checksum and
 // still decodes. Version 3 is version 2 with fields added at the end of
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
-// 4 adds SetNode's Level and Version and Release's Lost. Encode writes each command in
+// 4 adds SetNode's Level and Version and Release's Lost; 5 adds
+// SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter. Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -745,13 +839,14 @@ const (
 	codecV2     = 2
 	codecV3     = 3
 	codecV4     = 4
+	codecV5     = 5
 	checksumLen = 4
 )
 
 // Level is the newest codec version this build applies, and the newest
 // snapshot version it reads: what a node publishes, so that the leader
 // proposes an entry only when every voter can apply it (CodecOf).
-const Level = codecV4
+const Level = codecV5
 
 // BaseLevel is the level of a node that does not say: every build since
 // entries carry checksums applies version 2.
@@ -841,7 +936,7 @@ func VerifyChecksum(b []byte) error {
 
 // checkedBody returns the entry without its checksum, after checking it.
 func checkedBody(b []byte) ([]byte, error) {
-	if len(b) == 0 || b[0] < codecV2 || b[0] > codecV4 {
+	if len(b) == 0 || b[0] < codecV2 || b[0] > Level {
 		return b, nil
 	}
 	n := len(b) - checksumLen
@@ -864,7 +959,7 @@ func Decode(b []byte) (Envelope, error) {
 		return Envelope{}, err
 	}
 	d := decoder{b: body}
-	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > codecV4) {
+	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > Level) {
 		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)
 	}
 	t := CommandType(d.byte1())

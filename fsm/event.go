@@ -32,6 +32,8 @@ const (
 	EventAudit              EventType = 26 // an admin action or a refused attempt: Actor, Source, Detail
 	EventQuotaExceeded      EventType = 27 // recorded by the leader: submits refused, the state at its quota
 	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
+	EventJobScheduled       EventType = 29 // a job submitted to run later: Detail says when
+	EventRetryScheduled     EventType = 30 // a retryable failure queued again after a delay: Detail says it
 )
 
 var eventTypeNames = map[EventType]string{
@@ -63,6 +65,8 @@ var eventTypeNames = map[EventType]string{
 	EventAudit:              "audit",
 	EventQuotaExceeded:      "quota.exceeded",
 	EventQuotaCleared:       "quota.cleared",
+	EventJobScheduled:       "job.scheduled",
+	EventRetryScheduled:     "job.retry_scheduled",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -85,6 +85,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	// The state's clock never runs backwards, even when a new leader's clock
 	// is behind the old one's: finish times and event times stay ordered.
 	s.lastTime = max(s.lastTime, env.Time)
+	s.promoteDue()
 	events := s.eventSeq
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
 	s.settle()

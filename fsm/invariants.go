@@ -44,8 +44,15 @@ func (s *state) check() error {
 		fail("%d jobs touched outside an apply", len(s.touched))
 	}
 	var counts [JobFailed + 1]int
-	var jobs, leases, live, queuedWithSubmitter, terminal int
+	var jobs, leases, live, queuedWithSubmitter, terminal, delayed, timed int
 	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold
+	inDelayed := make(map[delayedItem]bool, len(s.delayed.items))
+	for i, it := range s.delayed.items {
+		inDelayed[it] = true
+		if i > 0 && it.before(s.delayed.items[(i-1)/2]) {
+			fail("delayed heap: entry %d before its parent", i)
+		}
+	}
 	prevSeq := uint64(0)
 	inTime := func(t int64) bool { return t >= 0 && t <= s.lastTime }
 	if s.lastTime < 0 {
@@ -152,12 +159,26 @@ func (s *state) check() error {
 		if j.State.Terminal() {
 			terminal++
 		}
-		if j.State == JobQueued {
+		if j.timed() {
+			timed++
+		}
+		if j.NotBefore < 0 || j.Retry.validate() != nil {
+			fail("job %s: not before %d, retry policy %+v", j.ID, j.NotBefore, j.Retry)
+		}
+		switch {
+		case j.State == JobQueued && s.delayedJob(j):
+			delayed++
+			if !inDelayed[delayedItem{at: j.NotBefore, seq: j.Seq}] {
+				fail("job %s: queued until %d but not in the delayed heap", j.ID, j.NotBefore)
+			}
+		case j.State == JobQueued:
 			if h := s.ready[j.Queue][j.Kind]; h == nil {
 				fail("job %s: queued but its ready queue %s/%s is missing", j.ID, j.Queue, j.Kind)
 			} else {
 				heapWant[h]++
 			}
+		}
+		if j.State == JobQueued {
 			if j.Submitter != "" {
 				queuedWithSubmitter++
 				if h := s.submitted[j.Submitter]; h == nil {
@@ -222,10 +243,12 @@ func (s *state) check() error {
 	// A heap holds each of its queued jobs at least once (a job that left
 	// and came back may be listed twice), no queued job of another heap,
 	// and counts them in live. A heap without queued jobs is dropped.
-	checkHeap := func(name string, h *jobHeap, belongs func(j *Job, it heapItem) bool) int {
+	// in says whether a job is one the heap holds: queued, and for a ready
+	// heap due as well.
+	checkHeap := func(name string, h *jobHeap, in func(j *Job) bool, belongs func(j *Job, it heapItem) bool) int {
 		distinct := map[uint64]bool{}
 		for _, it := range h.items {
-			if j := s.job(it.seq); j != nil && j.State == JobQueued {
+			if j := s.job(it.seq); j != nil && in(j) {
 				if !belongs(j, it) {
 					fail("%s lists job %s, which belongs elsewhere", name, j.ID)
 				}
@@ -240,18 +263,25 @@ func (s *state) check() error {
 	readyLive, submitterLive := 0, 0
 	for q, kinds := range s.ready {
 		for k, h := range kinds {
-			readyLive += checkHeap("ready queue "+q+"/"+k, h, func(j *Job, it heapItem) bool {
+			readyLive += checkHeap("ready queue "+q+"/"+k, h, func(j *Job) bool { return j.State == JobQueued && !s.delayedJob(j) }, func(j *Job, it heapItem) bool {
 				return j.Queue == q && j.Kind == k && it.prio == j.Priority
 			})
 		}
 	}
 	for sub, h := range s.submitted {
-		submitterLive += checkHeap("submitter "+sub, h, func(j *Job, it heapItem) bool {
+		submitterLive += checkHeap("submitter "+sub, h, func(j *Job) bool { return j.State == JobQueued }, func(j *Job, it heapItem) bool {
 			return j.Submitter == sub && it.prio == 0
 		})
 	}
-	if readyLive != counts[JobQueued] || submitterLive != queuedWithSubmitter {
-		fail("ready queues hold %d of %d queued jobs, submitter heaps %d of %d", readyLive, counts[JobQueued], submitterLive, queuedWithSubmitter)
+	if readyLive+delayed != counts[JobQueued] || submitterLive != queuedWithSubmitter {
+		fail("ready queues hold %d and the delayed heap %d of %d queued jobs, submitter heaps %d of %d",
+			readyLive, delayed, counts[JobQueued], submitterLive, queuedWithSubmitter)
+	}
+	if s.timed != timed {
+		fail("%d jobs counted as timed, %d are", s.timed, timed)
+	}
+	if s.delayed.live != delayed {
+		fail("delayed heap: live %d, %d queued jobs wait in it", s.delayed.live, delayed)
 	}
 
 	if len(s.finished) != terminal {

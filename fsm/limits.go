@@ -24,8 +24,12 @@ const (
 	MaxCapacity     = rules.MaxCapacity     // leases one worker may hold: deregistering releases them in one entry
 	MaxAttempts     = rules.MaxAttempts     // bound on MaxAttempts and MaxWorkerLosses
 	MaxCancelBatch  = rules.MaxCancelBatch  // jobs cancelled by one CancelSubmitter
-	MaxExpireBatch  = 4096                  // leases ended by one expire
-	MaxCompactBatch = 10000                 // jobs removed by one Compact
+	// MaxRetryDelay bounds a retry policy's delays and a report's
+	// retry-after, in nanoseconds.
+	MaxRetryDelay      = int64(rules.MaxRetryDelay)
+	MaxRetryMultiplier = rules.MaxRetryMultiplier // per mille
+	MaxExpireBatch     = 4096                     // leases ended by one expire
+	MaxCompactBatch    = 10000                    // jobs removed by one Compact
 
 	// MaxLeaseHistory is how many leases a job keeps. Older ones are dropped;
 	// a report with a dropped token is still refused as stale because tokens

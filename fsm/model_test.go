@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"reflect"
@@ -15,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestModel drives the FSM with long seeded random command sequences and
@@ -313,7 +315,33 @@ func specKey(s JobSpec) string {
 	if len(s.Payload) == 0 {
 		s.Payload = nil
 	}
-	return fmt.Sprintf("%+v", s)
+	retry := "none"
+	if s.Retry != nil {
+		retry = fmt.Sprintf("%+v", *s.Retry)
+	}
+	s.Retry = nil
+	return fmt.Sprintf("%+v %s", s, retry)
+}
+
+// modelRetryDelay is the model's reading of RetryPolicy: the delay after
+// the n-th failure, Initial grown by Multiplier per mille per failure
+// (truncated at each step), capped at Max, less Jitter percent times a
+// fraction (0 to 10000) hashed from the job id and n with FNV-1a.
+func modelRetryDelay(p *RetryPolicy, id string, n uint32) int64 {
+	d := p.Initial
+	for i := uint32(1); i < n && d < p.Max; i++ {
+		if d > (1<<62)/int64(p.Multiplier) {
+			d = p.Max
+			break
+		}
+		d = d * int64(p.Multiplier) / 1000
+	}
+	d = min(d, p.Max)
+	h := fnv.New64a()
+	h.Write([]byte(id))
+	h.Write([]byte{byte(n), byte(n >> 8), byte(n >> 16), byte(n >> 24)})
+	u := int64(h.Sum64() % 10001)
+	return d - d/1_000_000*int64(p.Jitter)*u
 }
 
 func (m *refModel) submit(c *SubmitJob) (any, error) {
@@ -328,10 +356,14 @@ func (m *refModel) submit(c *SubmitJob) (any, error) {
 	j := &Job{
 		JobSpec: c.Spec, Seq: m.jobSeq, State: JobQueued,
 		SubmittedAt: m.now, UpdatedAt: m.now, CreateIndex: m.index, ModifyIndex: m.index,
+		NotBefore: c.RunAt,
 	}
 	j.Payload = slices.Clone(c.Spec.Payload)
 	m.jobs = append(m.jobs, j)
 	m.emit(Event{Type: EventJobSubmitted, JobID: j.ID})
+	if c.RunAt > m.now {
+		m.emit(Event{Type: EventJobScheduled, JobID: j.ID})
+	}
 	return SubmitResult{Job: copyJob(j), Created: true}, nil
 }
 
@@ -370,7 +402,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 	for range n {
 		var best *Job
 		for _, j := range m.jobs {
-			if j.State != JobQueued || !slices.Contains(c.Queues, j.Queue) {
+			if j.State != JobQueued || j.NotBefore > m.now || !slices.Contains(c.Queues, j.Queue) {
 				continue
 			}
 			if len(c.Kinds) > 0 && !slices.Contains(c.Kinds, j.Kind) {
@@ -478,7 +510,16 @@ func (m *refModel) report(c *Report) (any, error) {
 		j.Attempts++
 		requeue = c.Retryable && j.Attempts < j.MaxAttempts && l.Revoke == RevokeNone
 	}
+	var delay int64
 	if requeue {
+		if c.RetryAfter > 0 {
+			delay = c.RetryAfter
+		} else if j.Retry != nil {
+			delay = modelRetryDelay(j.Retry, j.ID, j.Attempts)
+		}
+		if delay > 0 {
+			j.NotBefore = m.now + delay
+		}
 		j.State = JobQueued
 	} else {
 		m.finish(j, JobReported)
@@ -486,7 +527,10 @@ func (m *refModel) report(c *Report) (any, error) {
 	l.Answer = j.State
 	m.touch(j)
 	m.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref})
-	if requeue {
+	switch {
+	case requeue && delay > 0:
+		m.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token})
+	case requeue:
 		m.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token})
 	}
 	return answerOf(j.ID, l), nil
@@ -971,6 +1015,16 @@ func (g *modelGen) newSpec(id string) JobSpec {
 	if g.prof.sticky && g.pct(90) {
 		s.OnWorkerLost, s.MaxWorkerLosses, s.MaxAttempts = LostRequeue, MaxAttempts, MaxAttempts
 	}
+	if g.pct(40) {
+		// Delays of about the clock's steps (ticks average 1 s), so retries
+		// come due while other jobs are granted.
+		p := RetryPolicy{Initial: 1 + g.rng.Int64N(3e9), Multiplier: 1000 + uint32(g.rng.IntN(3001)), Jitter: uint32(g.rng.IntN(101))}
+		p.Max = p.Initial + g.rng.Int64N(6e9)
+		if g.pct(5) {
+			p.Max, p.Multiplier = MaxRetryDelay, MaxRetryMultiplier // the largest: no overflow
+		}
+		s.Retry = &p
+	}
 	switch r := g.rng.IntN(100); {
 	case r < 30:
 	case r < 95:
@@ -1027,7 +1081,12 @@ func (g *modelGen) submit() Command {
 	if g.pct(2) {
 		id += "-" + strings.Repeat("x", MaxIDLen-len(id)-1) // the longest id
 	}
-	return &SubmitJob{Spec: g.newSpec(id)}
+	c := &SubmitJob{Spec: g.newSpec(id)}
+	if g.pct(25) {
+		// To run later, mostly within a few steps, sometimes in the past.
+		c.RunAt = max(0, g.leader+g.rng.Int64N(8e9)-1e9)
+	}
+	return c
 }
 
 func (g *modelGen) acquire() Command {
@@ -1083,6 +1142,9 @@ func (g *modelGen) report() Command {
 		case r < 40:
 			c.ReportID = c.ReportID + "-other" // another report on a reported lease
 			c.Outcome, c.Retryable = g.outcome()
+			if !c.Retryable {
+				c.RetryAfter = 0
+			}
 		case r < 55:
 			c.WorkerID = g.otherWorker(c.WorkerID)
 		}
@@ -1092,6 +1154,9 @@ func (g *modelGen) report() Command {
 	g.nRep++
 	c := &Report{WorkerID: t.worker, JobID: t.job, Token: t.token, ReportID: fmt.Sprintf("rep%d", g.nRep)}
 	c.Outcome, c.Retryable = g.outcome()
+	if c.Retryable && g.pct(20) {
+		c.RetryAfter = 1 + g.rng.Int64N(4e9) // a snooze
+	}
 	if g.pct(50) {
 		c.Ref = fmt.Sprintf("commit-%x", g.rng.Uint32())
 	}
@@ -1785,14 +1850,23 @@ func (r *modelRun) compareState() {
 		if r.checks.IntN(2) == 0 {
 			ks = []string{modelKinds[r.checks.IntN(len(modelKinds))]}
 		}
-		n := 0
+		later := m.now + r.checks.Int64N(5e9) // what a parked acquire would take then
+		n, nLater := 0, 0
 		for _, j := range m.jobs {
 			if j.State == JobQueued && slices.Contains(qs, j.Queue) && (ks == nil || slices.Contains(ks, j.Kind)) {
-				n++
+				if j.NotBefore <= m.now {
+					n++
+				}
+				if j.NotBefore <= later {
+					nLater++
+				}
 			}
 		}
 		if got := f.Ready(qs, ks); got != n {
 			r.fail("Ready(%v, %v) = %d, want %d", qs, ks, got, n)
+		}
+		if got := f.ReadyAt(qs, ks, later); got != nLater {
+			r.fail("ReadyAt(%v, %v, now+%s) = %d, want %d", qs, ks, time.Duration(later-m.now), got, nLater)
 		}
 	}
 

@@ -142,8 +142,14 @@ type JobFilter struct {
 	Submitter string
 	WorkerID  string // jobs whose live lease this worker holds
 	State     JobState
-	AfterSeq  uint64 // pagination cursor: the NextSeq of the previous page
-	Limit     int    // page size; 0 or more than MaxPageSize means MaxPageSize
+	// DueBy, if set, keeps the jobs that may be granted at that time (their
+	// NotBefore is no later); ScheduledAfter, if set, those that may not
+	// (their NotBefore is later). With State JobQueued they split the queue
+	// into ready and scheduled jobs as of the caller's clock.
+	DueBy          int64
+	ScheduledAfter int64
+	AfterSeq       uint64 // pagination cursor: the NextSeq of the previous page
+	Limit          int    // page size; 0 or more than MaxPageSize means MaxPageSize
 }
 
 // MaxPageSize bounds one page of a list.
@@ -210,7 +216,8 @@ func (f *FSM) Jobs(flt JobFilter) (jobs []Job, next uint64) {
 
 func (flt *JobFilter) match(j *Job) bool {
 	if flt.Queue != "" && j.Queue != flt.Queue || flt.Kind != "" && j.Kind != flt.Kind ||
-		flt.Submitter != "" && j.Submitter != flt.Submitter || flt.State != 0 && j.State != flt.State {
+		flt.Submitter != "" && j.Submitter != flt.Submitter || flt.State != 0 && j.State != flt.State ||
+		flt.DueBy != 0 && j.NotBefore > flt.DueBy || flt.ScheduledAfter != 0 && j.NotBefore <= flt.ScheduledAfter {
 		return false
 	}
 	if flt.WorkerID != "" {
@@ -322,14 +329,38 @@ func (f *FSM) Ready(queues, kinds []string) int {
 	return n
 }
 
+// ReadyAt counts the queued jobs of these queues (and kinds, if any) an
+// acquire proposed at leader time now could take: Ready, and the delayed
+// jobs due by now that its apply promotes first (delayed.go).
+func (f *FSM) ReadyAt(queues, kinds []string, now int64) int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.readyAt(queues, kinds, now)
+}
+
+// NextDue returns the earliest NotBefore of the jobs waiting in the delayed
+// heap (perhaps of one that no longer waits: it only wakes a poll early),
+// or false when none waits.
+func (f *FSM) NextDue() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if d := &f.st.delayed; d.live > 0 && len(d.items) > 0 {
+		return d.items[0].at, true
+	}
+	return 0, false
+}
+
 // Stats are counters of the whole state.
 type Stats struct {
-	LastIndex    uint64
-	LastTime     int64
-	LastToken    uint64 // the next grant gets LastToken+1
-	Jobs         map[JobState]int
-	Workers      int
-	LiveLeases   int
+	LastIndex  uint64
+	LastTime   int64
+	LastToken  uint64 // the next grant gets LastToken+1
+	Jobs       map[JobState]int
+	Workers    int
+	LiveLeases int
+	// Scheduled counts the queued jobs that were not yet due at LastTime
+	// (part of Jobs[JobQueued]).
+	Scheduled    int
 	Events       int
 	LastEventSeq uint64
 	// Bytes estimates the memory every replica spends on the state
@@ -345,7 +376,8 @@ func (f *FSM) Stats() Stats {
 	st := Stats{
 		LastIndex: s.lastIndex, LastTime: s.lastTime, LastToken: s.lastToken,
 		Jobs: map[JobState]int{}, Workers: len(s.workers), Events: s.events.len(), LastEventSeq: s.eventSeq,
-		Bytes: s.sizeBytes(),
+		Scheduled: s.delayed.live,
+		Bytes:     s.sizeBytes(),
 	}
 	for state, n := range s.counts {
 		if n > 0 {

@@ -31,7 +31,7 @@ func crafted(t testing.TB, f *FSM, edit func(h *snapHeader, jobs []*Job, events 
 		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
 	}
 	for _, j := range jobs {
-		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
+		sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) })
 	}
 	for _, ev := range events {
 		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, ev, sw.version) })

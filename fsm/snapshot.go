@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 4:
+// Snapshot stream format, version 5:
 //
-//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x04)
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x05)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
@@ -25,14 +25,16 @@ import (
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
-// node's level and version at the end of each node. Every version ever
-// written stays readable. The writer writes version 4 only once a node's
-// level is recorded (which the leader does only when every voter is at
-// level 4 or more), and version 3 before, so that a node of the build
-// before levels can still install the snapshots of a mixed cluster.
+// node's level and version at the end of each node; 5 adds the job's
+// NotBefore and retry policy at the end of each job. Every version ever
+// written stays readable. The writer writes the lowest level recorded for
+// the nodes (the leader records levels only when every voter is at level 4
+// or more), capped at its own, and version 3 while none is recorded, so a
+// node of an older build can still install the snapshots of a mixed
+// cluster: nothing a newer version adds exists before every voter reads it.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT"
-	snapVersion   = 4
+	snapVersion   = 5
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
@@ -58,7 +60,10 @@ type Snapshot struct {
 	shards  []*jobShard
 	workers []*Worker // never mutated: a change replaces the pointer
 	nodes   []*Node   // likewise
-	events  eventLog
+	// minVersion is the lowest version that holds every job: 5 once a job
+	// has a NotBefore or a retry policy, whatever the nodes' levels say.
+	minVersion byte
+	events     eventLog
 }
 
 type snapHeader struct {
@@ -85,8 +90,12 @@ func (f *FSM) Snapshot() *Snapshot {
 			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(s.events.len()),
 			nodes: uint64(len(s.nodes)),
 		},
-		shards: slices.Clone(s.shards),
-		events: s.events.view(),
+		shards:     slices.Clone(s.shards),
+		minVersion: 3,
+		events:     s.events.view(),
+	}
+	if s.timed > 0 {
+		snap.minVersion = 5
 	}
 	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
@@ -158,15 +167,20 @@ func (sw *snapWriter) finish() error {
 	return sw.err
 }
 
-// snapVersionFor is the version a snapshot of these nodes is written in: 4
-// once any node's level is recorded, 3 before.
+// snapVersionFor is the version a snapshot of these nodes is written in:
+// the lowest level recorded for them (at most snapVersion), 3 while none
+// is recorded.
 func snapVersionFor(nodes []*Node) byte {
+	v := byte(0)
 	for _, n := range nodes {
-		if n.Level != 0 {
-			return snapVersion
+		if n.Level != 0 && (v == 0 || n.Level < v) {
+			v = n.Level
 		}
 	}
-	return 3
+	if v == 0 {
+		return 3
+	}
+	return min(max(v, 4), snapVersion)
 }
 
 func newSnapWriter(w io.Writer, version byte) *snapWriter {
@@ -177,14 +191,14 @@ func newSnapWriter(w io.Writer, version byte) *snapWriter {
 
 // WriteTo streams the snapshot. It never touches the live state.
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
-	sw := newSnapWriter(w, snapVersionFor(s.nodes))
+	sw := newSnapWriter(w, max(snapVersionFor(s.nodes), s.minVersion))
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
 	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range s.workers {
 		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
 	}
 	eachJob(s.shards, func(j *Job) bool {
-		sw.record(tagJob, func(e *encoder) { encodeJob(e, j) })
+		sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) })
 		return sw.err == nil
 	})
 	for i := range s.events.len() {
@@ -362,7 +376,7 @@ func readState(r io.Reader) (*state, error) {
 			}
 		case tagJob:
 			j := new(Job)
-			if err := decodeRecord(body, func(d *decoder) { decodeJob(d, j) }); err != nil {
+			if err := decodeRecord(body, func(d *decoder) { decodeJob(d, j, sr.version) }); err != nil {
 				return nil, err
 			}
 			if j.Seq <= lastSeq || j.Seq > s.jobSeq {
@@ -530,7 +544,7 @@ func decodeNode(d *decoder, n *Node, version byte) {
 	}
 }
 
-func encodeJob(e *encoder, j *Job) {
+func encodeJob(e *encoder, j *Job, version byte) {
 	e.uvarint(j.Seq)
 	encodeSpec(e, &j.JobSpec)
 	e.byte1(uint8(j.State))
@@ -547,9 +561,13 @@ func encodeJob(e *encoder, j *Job) {
 	for i := range j.Leases {
 		encodeLease(e, &j.Leases[i])
 	}
+	if version >= 5 {
+		e.varint(j.NotBefore)
+		encodeRetry(e, j.Retry)
+	}
 }
 
-func decodeJob(d *decoder, j *Job) {
+func decodeJob(d *decoder, j *Job, version byte) {
 	j.Seq = d.uvarint()
 	decodeSpec(d, &j.JobSpec)
 	j.State = JobState(d.byte1())
@@ -566,6 +584,13 @@ func decodeJob(d *decoder, j *Job) {
 		j.Leases = make([]Lease, n)
 		for i := range j.Leases {
 			decodeLease(d, &j.Leases[i])
+		}
+	}
+	if version >= 5 {
+		j.NotBefore = d.varint()
+		j.Retry = decodeRetry(d)
+		if j.NotBefore < 0 {
+			d.fail("job %s: not before %d", j.ID, j.NotBefore)
 		}
 	}
 	if d.err == nil {

@@ -98,7 +98,7 @@ func writeOldSnapshot(t *testing.T, snap *Snapshot, version byte) (old, newest b
 	for _, w := range snap.workers {
 		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, version) })
 	}
-	eachJob(snap.shards, func(j *Job) bool { sw.record(tagJob, func(e *encoder) { encodeJob(e, j) }); return true })
+	eachJob(snap.shards, func(j *Job) bool { sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) }); return true })
 	for i := range snap.events.len() {
 		sw.record(tagEvent, func(e *encoder) { encodeEvent(e, snap.events.at(i), version) })
 	}

@@ -53,11 +53,14 @@ type state struct {
 	tokens       map[uint64]uint64              // token of every kept lease -> job seq
 	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
 	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
+	delayed      delayedHeap                    // queued jobs not yet due, by NotBefore (delayed.go)
+	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs in finish order
 	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobFailed + 1]int // jobs per state
+	timed        int                // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
 	bytes        int64              // jobs' and events' size (size.go)
 	touched      map[uint64]int64   // during an apply: seq -> size before it changed
 }
@@ -71,6 +74,7 @@ func newState() *state {
 		ready:        map[string]map[string]*jobHeap{},
 		workerLeases: map[string]leaseSet{},
 		submitted:    map[string]*jobHeap{},
+		retries:      map[RetryPolicy]*RetryPolicy{},
 		requests:     map[requestKey][]uint64{},
 		interned:     map[string]string{},
 		touched:      map[uint64]int64{},
@@ -184,6 +188,9 @@ func (s *state) insertJob(j *Job) {
 	sh.n++
 	s.jobIDs[j.ID] = j.Seq
 	s.counts[j.State]++
+	if j.timed() {
+		s.timed++
+	}
 }
 
 // removeJob deletes a job and every index entry that names it.
@@ -201,6 +208,9 @@ func (s *state) removeJob(j *Job) {
 		s.forgetLease(&j.Leases[i])
 	}
 	s.counts[j.State]--
+	if j.timed() {
+		s.timed--
+	}
 }
 
 // forgetLease removes a lease that is no longer kept from the token and
@@ -234,9 +244,27 @@ func eachJob(shards []*jobShard, fn func(*Job) bool) {
 
 // --- the ready queues ---
 
-// enterQueue adds a job that just became queued to its ready heap and its
-// submitter's heap, creating them as needed.
+// enterQueue adds a job that just became queued to its submitter's heap,
+// and to its ready heap, or the delayed heap until its NotBefore.
 func (s *state) enterQueue(j *Job) {
+	if j.Submitter != "" {
+		sh := s.submitted[j.Submitter]
+		if sh == nil {
+			sh = &jobHeap{}
+			s.submitted[j.Submitter] = sh
+		}
+		sh.entered(heapItem{seq: j.Seq})
+	}
+	if s.delayedJob(j) {
+		s.delayed.push(delayedItem{at: j.NotBefore, seq: j.Seq})
+		return
+	}
+	s.enterReady(j)
+}
+
+// enterReady adds a queued job that is due to its ready heap, creating it
+// as needed.
+func (s *state) enterReady(j *Job) {
 	kinds := s.ready[j.Queue]
 	if kinds == nil {
 		kinds = map[string]*jobHeap{}
@@ -248,22 +276,16 @@ func (s *state) enterQueue(j *Job) {
 		kinds[j.Kind] = h
 	}
 	h.entered(heapItem{prio: j.Priority, seq: j.Seq})
-	if j.Submitter != "" {
-		sh := s.submitted[j.Submitter]
-		if sh == nil {
-			sh = &jobHeap{}
-			s.submitted[j.Submitter] = sh
-		}
-		sh.entered(heapItem{seq: j.Seq})
-	}
 }
 
 // leaveQueue records that a job left the queued state (its State already
 // says so), dropping heaps that no longer hold a queued job.
 func (s *state) leaveQueue(j *Job) {
-	kinds := s.ready[j.Queue]
-	if h := kinds[j.Kind]; h != nil {
-		h.left(s.isQueued)
+	if s.delayedJob(j) {
+		s.delayed.live-- // its entry is stale now; promoteDue drops it
+	} else if kinds := s.ready[j.Queue]; kinds[j.Kind] != nil {
+		h := kinds[j.Kind]
+		h.left(s.isReady)
 		if h.live == 0 {
 			delete(kinds, j.Kind)
 			if len(kinds) == 0 {
@@ -282,6 +304,14 @@ func (s *state) leaveQueue(j *Job) {
 func (s *state) isQueued(seq uint64) bool {
 	j := s.job(seq)
 	return j != nil && j.State == JobQueued
+}
+
+// isReady says whether a ready heap's entry names a job in it: queued and
+// due. A job queued again with a backoff waits in the delayed heap, so an
+// entry left from its earlier wait must not count.
+func (s *state) isReady(seq uint64) bool {
+	j := s.job(seq)
+	return j != nil && j.State == JobQueued && !s.delayedJob(j)
 }
 
 // setState moves a job to a new state and keeps the ready queues, the
@@ -363,8 +393,12 @@ func (s *state) rebuildIndexes() {
 	var finished []fin
 	eachJob(s.shards, func(j *Job) bool {
 		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
+		j.Retry = s.internRetry(j.Retry)
 		s.jobIDs[j.ID] = j.Seq
 		s.counts[j.State]++
+		if j.timed() {
+			s.timed++
+		}
 		for i := range j.Leases {
 			l := &j.Leases[i]
 			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)

@@ -144,6 +144,9 @@ type JobSpec struct {
 	MaxWorkerLosses uint32
 	// OnWorkerLost is the policy when a lease expires.
 	OnWorkerLost LostPolicy
+	// Retry spaces the retries of retryable failures (retry.go); nil queues
+	// the job again at once, as every job did before codec version 5.
+	Retry *RetryPolicy
 }
 
 // Job is one unit of work and everything the state machine knows of it. Values
@@ -166,9 +169,16 @@ type Job struct {
 	Leases      []Lease
 	CreateIndex uint64 // raft index of the submit
 	ModifyIndex uint64 // raft index of the last change
+	// NotBefore is the leader time (unix nanoseconds) before which the job
+	// is not granted: its run-at time, then after a retryable failure the
+	// end of its backoff. Zero or past: ready when queued (delayed.go).
+	NotBefore int64
 
 	gen uint64 // copy-on-write generation, see state.editJob
 }
+
+// timed says whether the job carries what only snapshot version 5 holds.
+func (j *Job) timed() bool { return j.NotBefore != 0 || j.Retry != nil }
 
 // CurrentLease returns the job's live lease, if any.
 func (j Job) CurrentLease() (Lease, bool) {

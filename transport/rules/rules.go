@@ -23,6 +23,12 @@ const (
 	MaxAttempts     = 1000      // bound on a job's max attempts and max worker losses
 	MaxCancelBatch  = 10000     // jobs cancelled by one cancel-submitter call
 
+	// MaxRetryDelay bounds a retry policy's delays and a report's own
+	// retry-after.
+	MaxRetryDelay = 7 * 24 * time.Hour
+	// MaxRetryMultiplier bounds a retry policy's multiplier, per mille.
+	MaxRetryMultiplier = 10000
+
 	// MaxWait bounds a long poll (an acquire's or an event list's wait).
 	MaxWait = 60 * time.Second
 )

@@ -1,0 +1,142 @@
+package fsm
+
+// Jobs that may not run yet: a job submitted with a run-at time in the
+// future, or queued again after a retryable failure with a backoff delay,
+// is queued (its State says so) but not ready. It waits in the delayed heap,
+// ordered by its Job.NotBefore, and moves to its ready heap at the first
+// apply whose leader time reaches that moment: promoteDue runs before every
+// command, so an acquire compares each job with its own command's time and
+// the state machine stays clock-free. Between two applies a due job is
+// still in the delayed heap; ReadyAt counts it for the leader's parked
+// acquires, which propose and so promote it.
+//
+// Removal is lazy, as in jobHeap: an entry is live while its job is queued
+// with the NotBefore the entry was pushed with.
+
+type delayedItem struct {
+	at  int64 // the job's NotBefore when pushed
+	seq uint64
+}
+
+func (a delayedItem) before(b delayedItem) bool {
+	if a.at != b.at {
+		return a.at < b.at
+	}
+	return a.seq < b.seq
+}
+
+type delayedHeap struct {
+	items []delayedItem
+	live  int // queued jobs waiting in it
+}
+
+func (h *delayedHeap) push(it delayedItem) {
+	h.items = append(h.items, it)
+	i := len(h.items) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !h.items[i].before(h.items[p]) {
+			break
+		}
+		h.items[i], h.items[p] = h.items[p], h.items[i]
+		i = p
+	}
+	h.live++
+}
+
+func (h *delayedHeap) pop() delayedItem {
+	top := h.items[0]
+	n := len(h.items) - 1
+	h.items[0] = h.items[n]
+	h.items = h.items[:n]
+	i := 0
+	for {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && h.items[r].before(h.items[l]) {
+			m = r
+		}
+		if !h.items[m].before(h.items[i]) {
+			break
+		}
+		h.items[i], h.items[m] = h.items[m], h.items[i]
+		i = m
+	}
+	return top
+}
+
+// waiting says whether the entry's job is still queued at that time: the
+// entry is live.
+func (s *state) waiting(it delayedItem) (*Job, bool) {
+	j := s.job(it.seq)
+	return j, j != nil && j.State == JobQueued && j.NotBefore == it.at
+}
+
+// delayedJob says whether a queued job waits in the delayed heap rather
+// than its ready heap: right after promoteDue, exactly those not yet due.
+func (s *state) delayedJob(j *Job) bool { return j.NotBefore > s.lastTime }
+
+// promoteDue moves every job whose time has come to its ready heap. It
+// runs before each command, at the command's leader time.
+func (s *state) promoteDue() {
+	h := &s.delayed
+	for len(h.items) > 0 && h.items[0].at <= s.lastTime {
+		it := h.pop()
+		if j, ok := s.waiting(it); ok {
+			h.live--
+			s.enterReady(j)
+		}
+	}
+	if h.live == 0 && len(h.items) > 0 {
+		h.items = h.items[:0] // only stale entries left
+	}
+}
+
+// readyAt counts the queued jobs of these queues and kinds an acquire at
+// time now could take: the ready ones, and the delayed ones due by now
+// that the acquire's apply would promote first. The walk visits only
+// entries due by now (a heap's children are never earlier than their
+// parent).
+func (s *state) readyAt(queues, kinds []string, now int64) int {
+	n := 0
+	for _, q := range queues {
+		byKind := s.ready[q]
+		if len(kinds) == 0 {
+			for _, h := range byKind {
+				n += h.live
+			}
+			continue
+		}
+		for _, k := range kinds {
+			if h := byKind[k]; h != nil {
+				n += h.live
+			}
+		}
+	}
+	items := s.delayed.items
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(items) || items[i].at > now {
+			return
+		}
+		if j, ok := s.waiting(items[i]); ok && containsName(queues, j.Queue) && (len(kinds) == 0 || containsName(kinds, j.Kind)) {
+			n++
+		}
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return n
+}
+
+func containsName(names []string, v string) bool {
+	for _, n := range names {
+		if n == v {
+			return true
+		}
+	}
+	return false
+}
