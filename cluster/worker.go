@@ -126,7 +126,10 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			return fsm.AcquireResult{}, ErrUnreachable
 		}
 		changed, gateChanged := n.fsm.Changed(), n.gate.changed()
-		if n.canGrant(&req) && n.gate.enter(key, n.fsm.Ready(req.Queues, req.Kinds)) {
+		// The command will carry the leader's time: jobs due by then count.
+		now := n.clock.Wall().UnixNano()
+		ready := n.fsm.ReadyAt(req.Queues, req.Kinds, now)
+		if n.canGrant(&req, ready) && n.gate.enter(key, ready) {
 			v, err := n.raftApply(ctx, &req)
 			n.gate.leave(key)
 			if err != nil {
@@ -140,27 +143,42 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			}
 			continue
 		}
+		// A job that comes due changes nothing in the state: wake for it.
+		var due <-chan time.Time
+		var dueTimer *time.Timer
+		if at, ok := n.fsm.NextDueAfter(now); ok {
+			dueTimer = time.NewTimer(time.Duration(at - now))
+			due = dueTimer.C
+		}
+		var err error
 		select {
 		case <-changed:
 		case <-gateChanged:
+		case <-due:
 		case <-timer.C:
 			return fsm.AcquireResult{}, nil
 		case <-ctx.Done():
-			return fsm.AcquireResult{}, ctx.Err()
+			err = ctx.Err()
 		case <-n.life.Done():
-			return fsm.AcquireResult{}, ErrShutdown
+			err = ErrShutdown
+		}
+		if dueTimer != nil {
+			dueTimer.Stop()
+		}
+		if err != nil {
+			return fsm.AcquireResult{}, err
 		}
 	}
 }
 
 // canGrant reports whether an acquire could grant anything now: the worker
-// is registered with free capacity and a job is queued for it.
-func (n *Node) canGrant(req *fsm.Acquire) bool {
+// is registered with free capacity and ready jobs are queued for it.
+func (n *Node) canGrant(req *fsm.Acquire, ready int) bool {
 	w, err := n.fsm.Worker(req.WorkerID)
 	if err != nil {
 		return false
 	}
-	return len(n.fsm.WorkerLeases(req.WorkerID)) < int(w.Capacity) && n.fsm.Ready(req.Queues, req.Kinds) > 0
+	return len(n.fsm.WorkerLeases(req.WorkerID)) < int(w.Capacity) && ready > 0
 }
 
 // acquireGate keeps parked long-polls from stampeding: when one job is

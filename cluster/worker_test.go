@@ -125,3 +125,44 @@ func TestLongPollAcquire(t *testing.T) {
 		t.Fatalf("idle poll: %+v %v", empty, err)
 	}
 }
+
+// TestParkedAcquireWakesWhenAJobComesDue: a job submitted to run later
+// changes nothing in the state when its time comes, yet a parked acquire is
+// granted it then, never earlier (by the granting command's leader time);
+// a retryable failure's backoff is waited out the same way.
+func TestParkedAcquireWakesWhenAJobComesDue(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	runAt := time.Now().Add(300 * time.Millisecond).UnixNano() // the fake clock's Wall is the real one
+	do(t, c, &fsm.SubmitJob{Spec: spec("later", fsm.LostRequeue), RunAt: runAt})
+	res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r1", Queues: []string{"default"}, Max: 1}, 8*time.Second)
+	if err != nil || len(res.Grants) != 1 {
+		t.Fatalf("parked acquire: %+v %v", res, err)
+	}
+	if g := res.Grants[0]; g.Lease.GrantedAt < runAt {
+		t.Fatalf("granted at %d, %s before its run-at time", g.Lease.GrantedAt, time.Duration(runAt-g.Lease.GrantedAt))
+	}
+
+	// A retryable failure with a policy: the next grant waits out the delay.
+	s := spec("flaky", fsm.LostRequeue)
+	s.Retry = &fsm.RetryPolicy{Initial: int64(300 * time.Millisecond), Max: int64(time.Second), Multiplier: 2000}
+	do(t, c, &fsm.SubmitJob{Spec: s})
+	do(t, c, &fsm.Report{WorkerID: "w", JobID: "later", Token: res.Grants[0].Lease.Token, ReportID: "done", Outcome: fsm.OutcomeSucceeded})
+	g := acquire(t, leader, "w", "r2")
+	rep := do(t, c, &fsm.Report{WorkerID: "w", JobID: "flaky", Token: g.Lease.Token, ReportID: "fail", Outcome: fsm.OutcomeFailed, Retryable: true}).(fsm.ReportResult)
+	if !rep.Requeued {
+		t.Fatalf("retryable failure not requeued: %+v", rep)
+	}
+	j, err := leader.FSM().Job("flaky")
+	if err != nil || j.NotBefore == 0 {
+		t.Fatalf("requeued job: %+v %v", j, err)
+	}
+	res, err = leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r3", Queues: []string{"default"}, Max: 1}, 8*time.Second)
+	if err != nil || len(res.Grants) != 1 {
+		t.Fatalf("parked acquire after the failure: %+v %v", res, err)
+	}
+	if at := res.Grants[0].Lease.GrantedAt; at < j.NotBefore {
+		t.Fatalf("retry granted %s before its backoff ended", time.Duration(j.NotBefore-at))
+	}
+}

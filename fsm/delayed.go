@@ -132,6 +132,31 @@ func (s *state) readyAt(queues, kinds []string, now int64) int {
 	return n
 }
 
+// nextDueAfter walks the entries due by now (as readyAt does) and returns
+// the earliest of their children that is not: a heap's earliest entry after
+// now is the root or a child of an entry due by now.
+func (s *state) nextDueAfter(now int64) (int64, bool) {
+	items := s.delayed.items
+	var best int64
+	found := false
+	var walk func(i int)
+	walk = func(i int) {
+		if i >= len(items) {
+			return
+		}
+		if at := items[i].at; at > now {
+			if !found || at < best {
+				best, found = at, true
+			}
+			return
+		}
+		walk(2*i + 1)
+		walk(2*i + 2)
+	}
+	walk(0)
+	return best, found
+}
+
 func containsName(names []string, v string) bool {
 	for _, n := range names {
 		if n == v {

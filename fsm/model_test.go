@@ -1868,6 +1868,17 @@ func (r *modelRun) compareState() {
 		if got := f.ReadyAt(qs, ks, later); got != nLater {
 			r.fail("ReadyAt(%v, %v, now+%s) = %d, want %d", qs, ks, time.Duration(later-m.now), got, nLater)
 		}
+		// A parked acquire must never sleep past a job's time: the next due
+		// time may be early (a stale entry) but never late.
+		next, waits := int64(0), false
+		for _, j := range m.jobs {
+			if j.State == JobQueued && j.NotBefore > later && (!waits || j.NotBefore < next) {
+				next, waits = j.NotBefore, true
+			}
+		}
+		if got, ok := f.NextDueAfter(later); waits && (!ok || got > next || got <= later) {
+			r.fail("NextDueAfter(now+%s) = %d %t, want a time in (then, %d]", time.Duration(later-m.now), got, ok, next)
+		}
 	}
 
 	// Every kept lease by token, fences, and some tokens no longer kept.

@@ -338,16 +338,14 @@ func (f *FSM) ReadyAt(queues, kinds []string, now int64) int {
 	return f.st.readyAt(queues, kinds, now)
 }
 
-// NextDue returns the earliest NotBefore of the jobs waiting in the delayed
-// heap (perhaps of one that no longer waits: it only wakes a poll early),
-// or false when none waits.
-func (f *FSM) NextDue() (int64, bool) {
+// NextDueAfter returns the earliest NotBefore after now among the jobs in
+// the delayed heap (perhaps of one that no longer waits: it only wakes a
+// poll early), or false when there is none: when the leader's parked
+// acquires should look again.
+func (f *FSM) NextDueAfter(now int64) (int64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if d := &f.st.delayed; d.live > 0 && len(d.items) > 0 {
-		return d.items[0].at, true
-	}
-	return 0, false
+	return f.st.nextDueAfter(now)
 }
 
 // Stats are counters of the whole state.

@@ -60,8 +60,11 @@ func TestDelayedJobWaitsForItsTime(t *testing.T) {
 	if n := m.f.ReadyAt(q, nil, runAt); n != 1 {
 		t.Fatalf("ReadyAt its time: %d, want 1", n)
 	}
-	if at, ok := m.f.NextDue(); !ok || at != runAt {
-		t.Fatalf("NextDue %d %t, want %d", at, ok, runAt)
+	if at, ok := m.f.NextDueAfter(m.now); !ok || at != runAt {
+		t.Fatalf("NextDueAfter(now) %d %t, want %d", at, ok, runAt)
+	}
+	if _, ok := m.f.NextDueAfter(runAt); ok {
+		t.Fatal("NextDueAfter(its time) found a later job")
 	}
 	if st := m.f.Stats(); st.Scheduled != 1 {
 		t.Fatalf("Stats.Scheduled %d, want 1", st.Scheduled)
