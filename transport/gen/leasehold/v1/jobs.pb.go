@@ -9,6 +9,7 @@ package leaseholdv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -23,8 +24,13 @@ const (
 )
 
 type SubmitJobRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Spec  *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	// When to run it, at most one of the two (neither: now). run_in is
+	// counted on the leader's clock, so a client's own clock does not matter.
+	// A second submit of the same spec is the same job whatever its time.
+	RunAt         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=run_at,json=runAt,proto3" json:"run_at,omitempty"`
+	RunIn         *durationpb.Duration   `protobuf:"bytes,3,opt,name=run_in,json=runIn,proto3" json:"run_in,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -62,6 +68,20 @@ func (*SubmitJobRequest) Descriptor() ([]byte, []int) {
 func (x *SubmitJobRequest) GetSpec() *JobSpec {
 	if x != nil {
 		return x.Spec
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetRunAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RunAt
+	}
+	return nil
+}
+
+func (x *SubmitJobRequest) GetRunIn() *durationpb.Duration {
+	if x != nil {
+		return x.RunIn
 	}
 	return nil
 }
@@ -811,9 +831,11 @@ var File_leasehold_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_jobs_proto_rawDesc = "" +
 	"\n" +
-	"\x17leasehold/v1/jobs.proto\x12\fleasehold.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18leasehold/v1/types.proto\"=\n" +
+	"\x17leasehold/v1/jobs.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18leasehold/v1/types.proto\"\xa2\x01\n" +
 	"\x10SubmitJobRequest\x12)\n" +
-	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\"R\n" +
+	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\x121\n" +
+	"\x06run_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05runAt\x120\n" +
+	"\x06run_in\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\x05runIn\"R\n" +
 	"\x11SubmitJobResponse\x12#\n" +
 	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\x12\x18\n" +
 	"\acreated\x18\x02 \x01(\bR\acreated\"\\\n" +
@@ -903,44 +925,47 @@ var file_leasehold_v1_jobs_proto_goTypes = []any{
 	(*GetLeaseRequest)(nil),             // 12: leasehold.v1.GetLeaseRequest
 	(*GetLeaseResponse)(nil),            // 13: leasehold.v1.GetLeaseResponse
 	(*JobSpec)(nil),                     // 14: leasehold.v1.JobSpec
-	(*Job)(nil),                         // 15: leasehold.v1.Job
-	(Consistency)(0),                    // 16: leasehold.v1.Consistency
-	(JobState)(0),                       // 17: leasehold.v1.JobState
-	(*timestamppb.Timestamp)(nil),       // 18: google.protobuf.Timestamp
-	(*Lease)(nil),                       // 19: leasehold.v1.Lease
+	(*timestamppb.Timestamp)(nil),       // 15: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 16: google.protobuf.Duration
+	(*Job)(nil),                         // 17: leasehold.v1.Job
+	(Consistency)(0),                    // 18: leasehold.v1.Consistency
+	(JobState)(0),                       // 19: leasehold.v1.JobState
+	(*Lease)(nil),                       // 20: leasehold.v1.Lease
 }
 var file_leasehold_v1_jobs_proto_depIdxs = []int32{
 	14, // 0: leasehold.v1.SubmitJobRequest.spec:type_name -> leasehold.v1.JobSpec
-	15, // 1: leasehold.v1.SubmitJobResponse.job:type_name -> leasehold.v1.Job
-	16, // 2: leasehold.v1.GetJobRequest.consistency:type_name -> leasehold.v1.Consistency
-	15, // 3: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	17, // 4: leasehold.v1.ListJobsRequest.state:type_name -> leasehold.v1.JobState
-	16, // 5: leasehold.v1.ListJobsRequest.consistency:type_name -> leasehold.v1.Consistency
-	15, // 6: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	15, // 7: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	17, // 8: leasehold.v1.CheckFenceResponse.state:type_name -> leasehold.v1.JobState
-	18, // 9: leasehold.v1.CheckFenceResponse.checked_at:type_name -> google.protobuf.Timestamp
-	16, // 10: leasehold.v1.GetLeaseRequest.consistency:type_name -> leasehold.v1.Consistency
-	19, // 11: leasehold.v1.GetLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	0,  // 12: leasehold.v1.JobService.SubmitJob:input_type -> leasehold.v1.SubmitJobRequest
-	2,  // 13: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	4,  // 14: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	6,  // 15: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	8,  // 16: leasehold.v1.JobService.CancelSubmitterJobs:input_type -> leasehold.v1.CancelSubmitterJobsRequest
-	10, // 17: leasehold.v1.JobService.CheckFence:input_type -> leasehold.v1.CheckFenceRequest
-	12, // 18: leasehold.v1.JobService.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	1,  // 19: leasehold.v1.JobService.SubmitJob:output_type -> leasehold.v1.SubmitJobResponse
-	3,  // 20: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	5,  // 21: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	7,  // 22: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	9,  // 23: leasehold.v1.JobService.CancelSubmitterJobs:output_type -> leasehold.v1.CancelSubmitterJobsResponse
-	11, // 24: leasehold.v1.JobService.CheckFence:output_type -> leasehold.v1.CheckFenceResponse
-	13, // 25: leasehold.v1.JobService.GetLease:output_type -> leasehold.v1.GetLeaseResponse
-	19, // [19:26] is the sub-list for method output_type
-	12, // [12:19] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	15, // 1: leasehold.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	16, // 2: leasehold.v1.SubmitJobRequest.run_in:type_name -> google.protobuf.Duration
+	17, // 3: leasehold.v1.SubmitJobResponse.job:type_name -> leasehold.v1.Job
+	18, // 4: leasehold.v1.GetJobRequest.consistency:type_name -> leasehold.v1.Consistency
+	17, // 5: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	19, // 6: leasehold.v1.ListJobsRequest.state:type_name -> leasehold.v1.JobState
+	18, // 7: leasehold.v1.ListJobsRequest.consistency:type_name -> leasehold.v1.Consistency
+	17, // 8: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	17, // 9: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	19, // 10: leasehold.v1.CheckFenceResponse.state:type_name -> leasehold.v1.JobState
+	15, // 11: leasehold.v1.CheckFenceResponse.checked_at:type_name -> google.protobuf.Timestamp
+	18, // 12: leasehold.v1.GetLeaseRequest.consistency:type_name -> leasehold.v1.Consistency
+	20, // 13: leasehold.v1.GetLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	0,  // 14: leasehold.v1.JobService.SubmitJob:input_type -> leasehold.v1.SubmitJobRequest
+	2,  // 15: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	4,  // 16: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	6,  // 17: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	8,  // 18: leasehold.v1.JobService.CancelSubmitterJobs:input_type -> leasehold.v1.CancelSubmitterJobsRequest
+	10, // 19: leasehold.v1.JobService.CheckFence:input_type -> leasehold.v1.CheckFenceRequest
+	12, // 20: leasehold.v1.JobService.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	1,  // 21: leasehold.v1.JobService.SubmitJob:output_type -> leasehold.v1.SubmitJobResponse
+	3,  // 22: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	5,  // 23: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	7,  // 24: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	9,  // 25: leasehold.v1.JobService.CancelSubmitterJobs:output_type -> leasehold.v1.CancelSubmitterJobsResponse
+	11, // 26: leasehold.v1.JobService.CheckFence:output_type -> leasehold.v1.CheckFenceResponse
+	13, // 27: leasehold.v1.JobService.GetLease:output_type -> leasehold.v1.GetLeaseResponse
+	21, // [21:28] is the sub-list for method output_type
+	14, // [14:21] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_jobs_proto_init() }

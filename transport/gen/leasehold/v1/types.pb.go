@@ -35,6 +35,11 @@ const (
 	JobState_JOB_STATE_CANCELLED   JobState = 5 // terminal
 	JobState_JOB_STATE_LOST        JobState = 6 // terminal: worker lost, policy FAIL
 	JobState_JOB_STATE_FAILED      JobState = 7 // terminal: poison job
+	// Queued, but not before not_before: a view, not a stored state. A job
+	// submitted to run later, or waiting out a retry's backoff, reads as
+	// scheduled until the answering node's clock reaches its not_before; a
+	// list by QUEUED shows only the queued jobs that are due.
+	JobState_JOB_STATE_SCHEDULED JobState = 8
 )
 
 // Enum value maps for JobState.
@@ -48,6 +53,7 @@ var (
 		5: "JOB_STATE_CANCELLED",
 		6: "JOB_STATE_LOST",
 		7: "JOB_STATE_FAILED",
+		8: "JOB_STATE_SCHEDULED",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -58,6 +64,7 @@ var (
 		"JOB_STATE_CANCELLED":   5,
 		"JOB_STATE_LOST":        6,
 		"JOB_STATE_FAILED":      7,
+		"JOB_STATE_SCHEDULED":   8,
 	}
 )
 
@@ -425,8 +432,11 @@ type JobSpec struct {
 	MaxAttempts     uint32                 `protobuf:"varint,7,opt,name=max_attempts,json=maxAttempts,proto3" json:"max_attempts,omitempty"` // 0: server default
 	OnWorkerLost    LostPolicy             `protobuf:"varint,8,opt,name=on_worker_lost,json=onWorkerLost,proto3,enum=leasehold.v1.LostPolicy" json:"on_worker_lost,omitempty"`
 	MaxWorkerLosses uint32                 `protobuf:"varint,9,opt,name=max_worker_losses,json=maxWorkerLosses,proto3" json:"max_worker_losses,omitempty"` // 0: server default
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How retryable failures are spaced. Unset: the server's default policy
+	// (a cluster not yet upgraded to level 5 retries at once, as before).
+	Retry         *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *JobSpec) Reset() {
@@ -522,6 +532,85 @@ func (x *JobSpec) GetMaxWorkerLosses() uint32 {
 	return 0
 }
 
+func (x *JobSpec) GetRetry() *RetryPolicy {
+	if x != nil {
+		return x.Retry
+	}
+	return nil
+}
+
+// After its n-th failure a retryable job waits
+// initial * multiplier^(n-1), at most max, shortened by up to jitter
+// (a fraction, derived from the job id and n, the same on every replica).
+// An initial of zero retries at once.
+type RetryPolicy struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Initial       *durationpb.Duration   `protobuf:"bytes,1,opt,name=initial,proto3" json:"initial,omitempty"`
+	Max           *durationpb.Duration   `protobuf:"bytes,2,opt,name=max,proto3" json:"max,omitempty"`                 // 0: initial * 2^10, at most 7 days
+	Multiplier    float64                `protobuf:"fixed64,3,opt,name=multiplier,proto3" json:"multiplier,omitempty"` // 1 to 10, with three decimals; 0: 2
+	Jitter        float64                `protobuf:"fixed64,4,opt,name=jitter,proto3" json:"jitter,omitempty"`         // 0 to 1, with two decimals
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryPolicy) Reset() {
+	*x = RetryPolicy{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryPolicy) ProtoMessage() {}
+
+func (x *RetryPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryPolicy.ProtoReflect.Descriptor instead.
+func (*RetryPolicy) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RetryPolicy) GetInitial() *durationpb.Duration {
+	if x != nil {
+		return x.Initial
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMax() *durationpb.Duration {
+	if x != nil {
+		return x.Max
+	}
+	return nil
+}
+
+func (x *RetryPolicy) GetMultiplier() float64 {
+	if x != nil {
+		return x.Multiplier
+	}
+	return 0
+}
+
+func (x *RetryPolicy) GetJitter() float64 {
+	if x != nil {
+		return x.Jitter
+	}
+	return 0
+}
+
 type Lease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"` // the lease's id and fencing token
@@ -544,7 +633,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[1]
+	mi := &file_leasehold_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -556,7 +645,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[1]
+	mi := &file_leasehold_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -569,7 +658,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Lease) GetToken() uint64 {
@@ -671,26 +760,29 @@ func (x *Lease) GetMessage() string {
 }
 
 type Job struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Spec          *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"` // submission order
-	State         JobState               `protobuf:"varint,3,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
-	Attempts      uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Losses        uint32                 `protobuf:"varint,5,opt,name=losses,proto3" json:"losses,omitempty"`
-	SubmittedAt   *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
-	UpdatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
-	FinishedAt    *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	Leases        []*Lease               `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"` // most recent last; only the last can be active
-	CreateIndex   uint64                 `protobuf:"varint,11,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
-	ModifyIndex   uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Spec        *JobSpec               `protobuf:"bytes,1,opt,name=spec,proto3" json:"spec,omitempty"`
+	Seq         uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"` // submission order
+	State       JobState               `protobuf:"varint,3,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
+	Attempts    uint32                 `protobuf:"varint,4,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Losses      uint32                 `protobuf:"varint,5,opt,name=losses,proto3" json:"losses,omitempty"`
+	SubmittedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=submitted_at,json=submittedAt,proto3" json:"submitted_at,omitempty"`
+	UpdatedAt   *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=updated_at,json=updatedAt,proto3" json:"updated_at,omitempty"`
+	FinishedAt  *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=finished_at,json=finishedAt,proto3" json:"finished_at,omitempty"`
+	Reason      string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Leases      []*Lease               `protobuf:"bytes,10,rep,name=leases,proto3" json:"leases,omitempty"` // most recent last; only the last can be active
+	CreateIndex uint64                 `protobuf:"varint,11,opt,name=create_index,json=createIndex,proto3" json:"create_index,omitempty"`
+	ModifyIndex uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
+	// Not granted before this leader time: the run-at time, then the end of
+	// a retry's backoff. Unset: at once.
+	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Job) Reset() {
 	*x = Job{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[2]
+	mi := &file_leasehold_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +794,7 @@ func (x *Job) String() string {
 func (*Job) ProtoMessage() {}
 
 func (x *Job) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[2]
+	mi := &file_leasehold_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +807,7 @@ func (x *Job) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Job.ProtoReflect.Descriptor instead.
 func (*Job) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Job) GetSpec() *JobSpec {
@@ -802,6 +894,13 @@ func (x *Job) GetModifyIndex() uint64 {
 	return 0
 }
 
+func (x *Job) GetNotBefore() *timestamppb.Timestamp {
+	if x != nil {
+		return x.NotBefore
+	}
+	return nil
+}
+
 type LeaseRef struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -812,7 +911,7 @@ type LeaseRef struct {
 
 func (x *LeaseRef) Reset() {
 	*x = LeaseRef{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[3]
+	mi := &file_leasehold_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +923,7 @@ func (x *LeaseRef) String() string {
 func (*LeaseRef) ProtoMessage() {}
 
 func (x *LeaseRef) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[3]
+	mi := &file_leasehold_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +936,7 @@ func (x *LeaseRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRef.ProtoReflect.Descriptor instead.
 func (*LeaseRef) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LeaseRef) GetJobId() string {
@@ -882,7 +981,7 @@ type Worker struct {
 
 func (x *Worker) Reset() {
 	*x = Worker{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[4]
+	mi := &file_leasehold_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -894,7 +993,7 @@ func (x *Worker) String() string {
 func (*Worker) ProtoMessage() {}
 
 func (x *Worker) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[4]
+	mi := &file_leasehold_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -907,7 +1006,7 @@ func (x *Worker) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Worker.ProtoReflect.Descriptor instead.
 func (*Worker) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Worker) GetId() string {
@@ -992,7 +1091,7 @@ type Timings struct {
 
 func (x *Timings) Reset() {
 	*x = Timings{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[5]
+	mi := &file_leasehold_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1103,7 @@ func (x *Timings) String() string {
 func (*Timings) ProtoMessage() {}
 
 func (x *Timings) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[5]
+	mi := &file_leasehold_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1116,7 @@ func (x *Timings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Timings.ProtoReflect.Descriptor instead.
 func (*Timings) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Timings) GetRenew() *durationpb.Duration {
@@ -1062,7 +1161,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[6]
+	mi := &file_leasehold_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1173,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[6]
+	mi := &file_leasehold_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1186,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Event) GetSeq() uint64 {
@@ -1188,7 +1287,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_leasehold_v1_types_proto_msgTypes[7]
+	mi := &file_leasehold_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1299,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_types_proto_msgTypes[7]
+	mi := &file_leasehold_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1312,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ErrorDetail) GetReason() string {
@@ -1262,7 +1361,7 @@ var File_leasehold_v1_types_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xa6\x02\n" +
+	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
 	"\aJobSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -1272,7 +1371,16 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\tsubmitter\x18\x06 \x01(\tR\tsubmitter\x12!\n" +
 	"\fmax_attempts\x18\a \x01(\rR\vmaxAttempts\x12>\n" +
 	"\x0eon_worker_lost\x18\b \x01(\x0e2\x18.leasehold.v1.LostPolicyR\fonWorkerLost\x12*\n" +
-	"\x11max_worker_losses\x18\t \x01(\rR\x0fmaxWorkerLosses\"\x93\x04\n" +
+	"\x11max_worker_losses\x18\t \x01(\rR\x0fmaxWorkerLosses\x12/\n" +
+	"\x05retry\x18\n" +
+	" \x01(\v2\x19.leasehold.v1.RetryPolicyR\x05retry\"\xa7\x01\n" +
+	"\vRetryPolicy\x123\n" +
+	"\ainitial\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
+	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x1e\n" +
+	"\n" +
+	"multiplier\x18\x03 \x01(\x01R\n" +
+	"multiplier\x12\x16\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\x93\x04\n" +
 	"\x05Lease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1b\n" +
@@ -1291,7 +1399,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\aoutcome\x18\v \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12\x1c\n" +
 	"\tretryable\x18\f \x01(\bR\tretryable\x12\x10\n" +
 	"\x03ref\x18\r \x01(\tR\x03ref\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"\xe6\x03\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\"\xa1\x04\n" +
 	"\x03Job\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12,\n" +
@@ -1307,7 +1415,9 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06leases\x18\n" +
 	" \x03(\v2\x13.leasehold.v1.LeaseR\x06leases\x12!\n" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
-	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\"7\n" +
+	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x129\n" +
+	"\n" +
+	"not_before\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\xbc\x03\n" +
@@ -1353,7 +1463,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xc5\x01\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xde\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -1362,7 +1472,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x12JOB_STATE_REPORTED\x10\x04\x12\x17\n" +
 	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x12\n" +
 	"\x0eJOB_STATE_LOST\x10\x06\x12\x14\n" +
-	"\x10JOB_STATE_FAILED\x10\a*\x8e\x01\n" +
+	"\x10JOB_STATE_FAILED\x10\a\x12\x17\n" +
+	"\x13JOB_STATE_SCHEDULED\x10\b*\x8e\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
@@ -1407,7 +1518,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
 	(LeaseState)(0),               // 1: leasehold.v1.LeaseState
@@ -1417,46 +1528,51 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(Consistency)(0),              // 5: leasehold.v1.Consistency
 	(WorkerState)(0),              // 6: leasehold.v1.WorkerState
 	(*JobSpec)(nil),               // 7: leasehold.v1.JobSpec
-	(*Lease)(nil),                 // 8: leasehold.v1.Lease
-	(*Job)(nil),                   // 9: leasehold.v1.Job
-	(*LeaseRef)(nil),              // 10: leasehold.v1.LeaseRef
-	(*Worker)(nil),                // 11: leasehold.v1.Worker
-	(*Timings)(nil),               // 12: leasehold.v1.Timings
-	(*Event)(nil),                 // 13: leasehold.v1.Event
-	(*ErrorDetail)(nil),           // 14: leasehold.v1.ErrorDetail
-	(*timestamppb.Timestamp)(nil), // 15: google.protobuf.Timestamp
+	(*RetryPolicy)(nil),           // 8: leasehold.v1.RetryPolicy
+	(*Lease)(nil),                 // 9: leasehold.v1.Lease
+	(*Job)(nil),                   // 10: leasehold.v1.Job
+	(*LeaseRef)(nil),              // 11: leasehold.v1.LeaseRef
+	(*Worker)(nil),                // 12: leasehold.v1.Worker
+	(*Timings)(nil),               // 13: leasehold.v1.Timings
+	(*Event)(nil),                 // 14: leasehold.v1.Event
+	(*ErrorDetail)(nil),           // 15: leasehold.v1.ErrorDetail
 	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
 	4,  // 0: leasehold.v1.JobSpec.on_worker_lost:type_name -> leasehold.v1.LostPolicy
-	1,  // 1: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
-	2,  // 2: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
-	15, // 3: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
-	15, // 4: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
-	15, // 5: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
-	3,  // 6: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
-	7,  // 7: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
-	0,  // 8: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	15, // 9: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	15, // 10: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	15, // 11: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	8,  // 12: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
-	15, // 13: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	15, // 14: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 15: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
-	16, // 16: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
-	15, // 17: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
-	10, // 18: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
-	16, // 19: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	16, // 20: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	16, // 21: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	15, // 22: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	16, // 23: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	24, // [24:24] is the sub-list for method output_type
-	24, // [24:24] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	8,  // 1: leasehold.v1.JobSpec.retry:type_name -> leasehold.v1.RetryPolicy
+	16, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	16, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	1,  // 4: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
+	2,  // 5: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
+	17, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
+	17, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
+	17, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	3,  // 9: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
+	7,  // 10: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
+	0,  // 11: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
+	17, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	17, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	17, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 15: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
+	17, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
+	17, // 17: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	17, // 18: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 19: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
+	16, // 20: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	17, // 21: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	11, // 22: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
+	16, // 23: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	16, // 24: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	16, // 25: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	17, // 26: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	16, // 27: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -1470,7 +1586,7 @@ func file_leasehold_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   8,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -873,15 +873,19 @@ func (x *HeartbeatStreamResponse) GetHeartbeat() *HeartbeatResponse {
 }
 
 type ReportRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	Token         uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
-	ReportId      string                 `protobuf:"bytes,4,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
-	Outcome       Outcome                `protobuf:"varint,5,opt,name=outcome,proto3,enum=leasehold.v1.Outcome" json:"outcome,omitempty"`
-	Retryable     bool                   `protobuf:"varint,6,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	Ref           string                 `protobuf:"bytes,7,opt,name=ref,proto3" json:"ref,omitempty"` // e.g. a commit
-	Message       string                 `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId  string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	JobId     string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	Token     uint64                 `protobuf:"varint,3,opt,name=token,proto3" json:"token,omitempty"`
+	ReportId  string                 `protobuf:"bytes,4,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	Outcome   Outcome                `protobuf:"varint,5,opt,name=outcome,proto3,enum=leasehold.v1.Outcome" json:"outcome,omitempty"`
+	Retryable bool                   `protobuf:"varint,6,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Ref       string                 `protobuf:"bytes,7,opt,name=ref,proto3" json:"ref,omitempty"` // e.g. a commit
+	Message   string                 `protobuf:"bytes,8,opt,name=message,proto3" json:"message,omitempty"`
+	// With a retryable failure: wait this long before the next attempt, in
+	// place of the job's retry policy (a snooze). It still counts as an
+	// attempt. At most 7 days.
+	RetryAfter    *durationpb.Duration `protobuf:"bytes,9,opt,name=retry_after,json=retryAfter,proto3" json:"retry_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -970,6 +974,13 @@ func (x *ReportRequest) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *ReportRequest) GetRetryAfter() *durationpb.Duration {
+	if x != nil {
+		return x.RetryAfter
+	}
+	return nil
 }
 
 type ReportResponse struct {
@@ -1508,7 +1519,7 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\theartbeat\x18\x02 \x01(\v2\x1e.leasehold.v1.HeartbeatRequestR\theartbeat\"j\n" +
 	"\x17HeartbeatStreamResponse\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12=\n" +
-	"\theartbeat\x18\x02 \x01(\v2\x1f.leasehold.v1.HeartbeatResponseR\theartbeat\"\xf1\x01\n" +
+	"\theartbeat\x18\x02 \x01(\v2\x1f.leasehold.v1.HeartbeatResponseR\theartbeat\"\xad\x02\n" +
 	"\rReportRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x14\n" +
@@ -1517,7 +1528,9 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\aoutcome\x18\x05 \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12\x1c\n" +
 	"\tretryable\x18\x06 \x01(\bR\tretryable\x12\x10\n" +
 	"\x03ref\x18\a \x01(\tR\x03ref\x12\x18\n" +
-	"\amessage\x18\b \x01(\tR\amessage\"\xb8\x01\n" +
+	"\amessage\x18\b \x01(\tR\amessage\x12:\n" +
+	"\vretry_after\x18\t \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"retryAfter\"\xb8\x01\n" +
 	"\x0eReportResponse\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12/\n" +
@@ -1635,42 +1648,43 @@ var file_leasehold_v1_workers_proto_depIdxs = []int32{
 	10, // 14: leasehold.v1.HeartbeatStreamRequest.heartbeat:type_name -> leasehold.v1.HeartbeatRequest
 	12, // 15: leasehold.v1.HeartbeatStreamResponse.heartbeat:type_name -> leasehold.v1.HeartbeatResponse
 	32, // 16: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
-	32, // 17: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
-	33, // 18: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
-	29, // 19: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	34, // 20: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
-	6,  // 21: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
-	34, // 22: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
-	25, // 23: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
-	34, // 24: leasehold.v1.GetWorkerRequest.consistency:type_name -> leasehold.v1.Consistency
-	25, // 25: leasehold.v1.GetWorkerResponse.worker:type_name -> leasehold.v1.Worker
-	1,  // 26: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
-	3,  // 27: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
-	5,  // 28: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 29: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
-	10, // 30: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	13, // 31: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
-	15, // 32: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
-	17, // 33: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	19, // 34: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	21, // 35: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	23, // 36: leasehold.v1.WorkerService.GetWorker:input_type -> leasehold.v1.GetWorkerRequest
-	2,  // 37: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
-	4,  // 38: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
-	7,  // 39: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 40: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
-	12, // 41: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	14, // 42: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
-	16, // 43: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
-	18, // 44: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	20, // 45: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	22, // 46: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	24, // 47: leasehold.v1.WorkerService.GetWorker:output_type -> leasehold.v1.GetWorkerResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	28, // 17: leasehold.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	32, // 18: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
+	33, // 19: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
+	29, // 20: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	34, // 21: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
+	6,  // 22: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
+	34, // 23: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
+	25, // 24: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
+	34, // 25: leasehold.v1.GetWorkerRequest.consistency:type_name -> leasehold.v1.Consistency
+	25, // 26: leasehold.v1.GetWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	1,  // 27: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
+	3,  // 28: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
+	5,  // 29: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 30: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
+	10, // 31: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	13, // 32: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
+	15, // 33: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
+	17, // 34: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	19, // 35: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	21, // 36: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	23, // 37: leasehold.v1.WorkerService.GetWorker:input_type -> leasehold.v1.GetWorkerRequest
+	2,  // 38: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
+	4,  // 39: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
+	7,  // 40: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 41: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
+	12, // 42: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	14, // 43: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
+	16, // 44: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
+	18, // 45: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	20, // 46: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	22, // 47: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	24, // 48: leasehold.v1.WorkerService.GetWorker:output_type -> leasehold.v1.GetWorkerResponse
+	38, // [38:49] is the sub-list for method output_type
+	27, // [27:38] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_workers_proto_init() }
