@@ -373,6 +373,28 @@ type retryableError struct{ err error }
 func (e *retryableError) Error() string   { return e.err.Error() }
 func (e *retryableError) Unwrap() []error { return []error{e.err, ErrRetryable} }
 
+// Snooze asks the worker runtime to report the job as a retryable failure
+// to run again after d, whatever the job's retry policy says: return it
+// from a handler. It still counts as an attempt, so a job cannot snooze
+// past its max_attempts. d is at most 7 days.
+func Snooze(d time.Duration) error {
+	return &snoozeError{d: d}
+}
+
+type snoozeError struct{ d time.Duration }
+
+func (e *snoozeError) Error() string   { return "snoozed for " + e.d.String() }
+func (e *snoozeError) Unwrap() []error { return []error{ErrRetryable} }
+
+// snoozeOf is the delay a handler's error asks for, or zero.
+func snoozeOf(err error) time.Duration {
+	var s *snoozeError
+	if errors.As(err, &s) {
+		return s.d
+	}
+	return 0
+}
+
 // RevokedError is the cause a handler's context is cancelled with when the
 // server revokes its job. Kill tells a kill (stop now) from a cancel.
 type RevokedError struct {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -33,6 +34,9 @@ type Result struct {
 	Retryable bool
 	Ref       string
 	Message   string
+	// RetryAfter, with a retryable failure, asks for this delay before the
+	// next attempt instead of the job's retry policy (see Snooze).
+	RetryAfter time.Duration
 }
 
 // Handler runs one job. Its context is cancelled, with a cause to test by
@@ -77,8 +81,20 @@ func jobOf(g *leaseholdv1.Grant) (*Job, error) {
 }
 
 // outcomeOf decides what to report for a handler that returned res and
-// err, its context having ended with cause (nil if it did not end).
-func outcomeOf(res Result, err error, cause error) (outcome leaseholdv1.Outcome, retryable bool, message string) {
+// err, its context having ended with cause (nil if it did not end), and
+// the delay a retryable failure asks for.
+func outcomeOf(res Result, err error, cause error) (outcome leaseholdv1.Outcome, retryable bool, message string, retryAfter time.Duration) {
+	outcome, retryable, message = outcomeWords(res, err, cause)
+	if retryable {
+		retryAfter = res.RetryAfter
+		if d := snoozeOf(err); d > 0 {
+			retryAfter = d
+		}
+	}
+	return outcome, retryable, message, retryAfter
+}
+
+func outcomeWords(res Result, err error, cause error) (outcome leaseholdv1.Outcome, retryable bool, message string) {
 	var rev *RevokedError
 	switch {
 	case err != nil && errors.As(cause, &rev) && (errors.Is(err, context.Canceled) || errors.Is(err, ErrRevoked)):

@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"fmt"
+	"time"
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 )
 
 // ReadOption changes how a read is served.
@@ -37,8 +40,9 @@ const DefaultQueue = "default"
 // fails with ErrConflict. An empty spec.Id is filled with a random id before
 // the first attempt (and written into spec), so retries cannot submit twice.
 // An empty spec.Queue is filled with DefaultQueue (and written into spec):
-// the API refuses a job without a queue.
-func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec) (job *leaseholdv1.Job, created bool, err error) {
+// the API refuses a job without a queue. RunAt or RunIn submit it to run
+// later.
+func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec, opts ...SubmitOption) (job *leaseholdv1.Job, created bool, err error) {
 	if spec == nil {
 		return nil, false, fmt.Errorf("leasehold: submit: %w: nil spec", ErrInvalidArgument)
 	}
@@ -48,11 +52,29 @@ func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec) (job *le
 	if spec.Queue == "" {
 		spec.Queue = DefaultQueue
 	}
-	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.SubmitJobRequest{Spec: spec}, jobSvc, jobsAPI.SubmitJob)
+	req := &leaseholdv1.SubmitJobRequest{Spec: spec}
+	for _, o := range opts {
+		o(req)
+	}
+	resp, err := unary(ctx, c, callOpts{}, req, jobSvc, jobsAPI.SubmitJob)
 	if err != nil {
 		return nil, false, err
 	}
 	return resp.GetJob(), resp.GetCreated(), nil
+}
+
+// SubmitOption says when a submitted job may run.
+type SubmitOption func(*leaseholdv1.SubmitJobRequest)
+
+// RunAt submits the job to run no earlier than t, by the leader's clock.
+func RunAt(t time.Time) SubmitOption {
+	return func(r *leaseholdv1.SubmitJobRequest) { r.RunAt, r.RunIn = timestamppb.New(t), nil }
+}
+
+// RunIn submits the job to run no earlier than d from when the leader
+// receives it: the client's own clock does not matter.
+func RunIn(d time.Duration) SubmitOption {
+	return func(r *leaseholdv1.SubmitJobRequest) { r.RunIn, r.RunAt = durationpb.New(d), nil }
 }
 
 // Job reads one job.

@@ -9,6 +9,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // task is one lease the worker holds, from grant to report or release. It
@@ -123,7 +124,7 @@ func (w *Worker) callHandler(t *task) (res Result, err error) {
 // report sends the task's final word with its fixed report id, retrying
 // (in the client) until the lease is lost or toleration has passed.
 func (w *Worker) report(t *task, res Result, herr, cause error) {
-	outcome, retryable, message := outcomeOf(res, herr, cause)
+	outcome, retryable, message, retryAfter := outcomeOf(res, herr, cause)
 	req := &leaseholdv1.ReportRequest{
 		WorkerId:  w.id,
 		JobId:     t.job.ID,
@@ -133,6 +134,9 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 		Retryable: retryable,
 		Ref:       strings.ToValidUTF8(res.Ref, "\uFFFD"),
 		Message:   clip(message, rules.MaxMessageLen),
+	}
+	if retryAfter > 0 {
+		req.RetryAfter = durationpb.New(min(retryAfter, rules.MaxRetryDelay))
 	}
 	w.mu.Lock()
 	bound := w.timings.toleration

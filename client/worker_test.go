@@ -423,6 +423,8 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 	h.grants <- grant("wrapped", "wrapped", 94, "")
 	h.grants <- grant("explicit", "explicit", 95, "")
 	h.grants <- grant("orphan", "unknown-kind", 96, "")
+	h.grants <- grant("snooze", "snooze", 97, "")
+	h.grants <- grant("later", "later", 98, "")
 	w := h.run(client.WorkerOptions{
 		Concurrency: 8,
 		Handlers: map[string]client.Handler{
@@ -441,27 +443,38 @@ func TestWorkerHandlerOutcomes(t *testing.T) {
 			"explicit": func(context.Context, *client.Job) (client.Result, error) {
 				return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_FAILED, Retryable: true, Message: "said so"}, nil
 			},
+			"snooze": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{}, client.Snooze(90 * time.Second)
+			},
+			"later": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{Outcome: leaseholdv1.Outcome_OUTCOME_FAILED, Retryable: true, Message: "not yet",
+					RetryAfter: time.Minute}, nil
+			},
 		},
 	})
-	waitFor(t, "five reports and a release", func() bool { return len(h.reports()) == 5 && len(h.released()) == 1 })
+	waitFor(t, "seven reports and a release", func() bool { return len(h.reports()) == 7 && len(h.released()) == 1 })
 	if err := w.stop(); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 	want := map[uint64]struct {
-		retryable bool
-		message   string
-		ref       string
+		retryable  bool
+		message    string
+		ref        string
+		retryAfter time.Duration
 	}{
-		91: {false, "boom", "partial"},
-		92: {true, "flaky", ""},
-		93: {false, "handler panicked: oops", ""},
-		94: {true, "try later: retryable", ""},
-		95: {true, "said so", ""},
+		91: {false, "boom", "partial", 0},
+		92: {true, "flaky", "", 0},
+		93: {false, "handler panicked: oops", "", 0},
+		94: {true, "try later: retryable", "", 0},
+		95: {true, "said so", "", 0},
+		97: {true, "snoozed for 1m30s", "", 90 * time.Second},
+		98: {true, "not yet", "", time.Minute},
 	}
 	for _, r := range h.reports() {
 		w := want[r.GetToken()]
-		if r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_FAILED || r.GetRetryable() != w.retryable || r.GetMessage() != w.message || r.GetRef() != w.ref {
-			t.Errorf("report %v, want failed, retryable %v, message %q, ref %q", r, w.retryable, w.message, w.ref)
+		if r.GetOutcome() != leaseholdv1.Outcome_OUTCOME_FAILED || r.GetRetryable() != w.retryable || r.GetMessage() != w.message ||
+			r.GetRef() != w.ref || r.GetRetryAfter().AsDuration() != w.retryAfter {
+			t.Errorf("report %v, want failed, retryable %v, message %q, ref %q, retry after %s", r, w.retryable, w.message, w.ref, w.retryAfter)
 		}
 	}
 	if got := h.released(); !slices.Equal(got, []uint64{96}) {
