@@ -69,6 +69,19 @@ func (n *Node) level() uint8 {
 	return fsm.Level
 }
 
+// ClusterLevel is the level every voter is recorded at: the newest codec
+// the leader may propose without refusing (UPGRADE_REQUIRED). The API asks
+// it before it adds what an older voter could not apply on its own
+// initiative, such as a default retry policy.
+func (n *Node) ClusterLevel() uint8 {
+	_, cluster := n.voterLevels()
+	return cluster
+}
+
+// Wall is the clock the leader stamps on commands: what a job's run-at
+// time and a lease's grant time are read against.
+func (n *Node) Wall() time.Time { return n.clock.Wall() }
+
 // heardLevel is what a voter said of itself when the leader last asked.
 type heardLevel struct {
 	level   uint8 // fsm.BaseLevel when it did not say

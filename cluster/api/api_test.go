@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -128,7 +129,7 @@ func writes() []struct {
 		cmd func(proto.Message) (fsm.Command, error)
 	}
 	return []w{
-		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Queue: "q", Payload: []byte("x"), Kind: "run"}}, translation(submitOf)},
+		{&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "j", Queue: "q", Payload: []byte("x"), Kind: "run"}}, translation(func(r *pb.SubmitJobRequest) (*fsm.SubmitJob, error) { return submitOf(r, time.Now()) })},
 		{&pb.CancelJobRequest{Id: "j", Kill: true}, translation(cancelOf)},
 		{&pb.CancelSubmitterJobsRequest{Submitter: "s"}, translation(cancelSubmitterOf)},
 		{&pb.RegisterWorkerRequest{WorkerId: "w", Capacity: 2, Version: "v1.0.0"}, translation(registerOf)},
@@ -152,11 +153,11 @@ func translation[M proto.Message, C fsm.Command](of func(M) (C, error)) func(pro
 }
 
 func TestSubmitDefaults(t *testing.T) {
-	cmd, err := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Kind: "run"}})
+	cmd, err := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Kind: "run"}}, time.Now())
 	if s := cmd.Spec; err != nil || s.OnWorkerLost != fsm.LostFail || s.MaxAttempts != DefaultMaxAttempts {
 		t.Fatalf("run defaults: %+v, %v", s, err)
 	}
-	cmd, err = submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b", Queue: "q"}})
+	cmd, err = submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "b", Queue: "q"}}, time.Now())
 	if s := cmd.Spec; err != nil || s.Kind != DefaultKind || s.OnWorkerLost != fsm.LostRequeue {
 		t.Fatalf("default kind: %+v, %v", s, err)
 	}
@@ -177,11 +178,11 @@ func TestTranslationsRefuse(t *testing.T) {
 		err   error
 		field string
 	}{
-		{"no spec", second(submitOf(&pb.SubmitJobRequest{})), "spec"},
-		{"no queue", validated(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a"}})), "spec.queue"},
-		{"policy 3", second(submitOf(spec(3))), "spec.on_worker_lost"},
-		{"policy 257", second(submitOf(spec(257))), "spec.on_worker_lost"},
-		{"policy -1", second(submitOf(spec(-1))), "spec.on_worker_lost"},
+		{"no spec", second(submitOf(&pb.SubmitJobRequest{}, time.Now())), "spec"},
+		{"no queue", validated(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a"}}, time.Now())), "spec.queue"},
+		{"policy 3", second(submitOf(spec(3), time.Now())), "spec.on_worker_lost"},
+		{"policy 257", second(submitOf(spec(257), time.Now())), "spec.on_worker_lost"},
+		{"policy -1", second(submitOf(spec(-1), time.Now())), "spec.on_worker_lost"},
 		{"outcome 257", second(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: 257})), "outcome"},
 		{"cancel without id", second(cancelOf(&pb.CancelJobRequest{})), "id"},
 		{"wait out of range", second(waitOf(&durationpb.Duration{Seconds: 1, Nanos: -1})), "wait"},

@@ -1,6 +1,8 @@
 package api
 
 import (
+	"time"
+
 	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
@@ -12,7 +14,9 @@ import (
 // otherwise); the command is validated before it is proposed (applyAs) and
 // again when it is encoded for the log.
 
-func submitOf(r *pb.SubmitJobRequest) (*fsm.SubmitJob, error) {
+// submitOf translates a submit on the leader, whose clock (now) run_in
+// counts from.
+func submitOf(r *pb.SubmitJobRequest, now time.Time) (*fsm.SubmitJob, error) {
 	if r.GetSpec() == nil {
 		return nil, rules.Invalid("spec", "must be set")
 	}
@@ -20,8 +24,30 @@ func submitOf(r *pb.SubmitJobRequest) (*fsm.SubmitJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &fsm.SubmitJob{Spec: spec}, nil
+	cmd := &fsm.SubmitJob{Spec: spec}
+	switch {
+	case r.RunAt != nil && r.RunIn != nil:
+		return nil, rules.Invalid("run_at", "set run_at or run_in, not both")
+	case r.RunAt != nil:
+		if err := r.GetRunAt().CheckValid(); err != nil || r.GetRunAt().AsTime().Before(time.Unix(0, 0)) {
+			return nil, rules.Invalid("run_at", "not a time after 1970")
+		}
+		cmd.RunAt = r.GetRunAt().AsTime().UnixNano()
+	case r.RunIn != nil:
+		d := r.GetRunIn().AsDuration()
+		if !r.GetRunIn().IsValid() || d < 0 || d > maxRunAhead {
+			return nil, rules.Invalid("run_in", "must be 0 to %s", maxRunAhead)
+		}
+		cmd.RunAt = now.Add(d).UnixNano()
+	}
+	if cmd.RunAt > now.Add(maxRunAhead).UnixNano() {
+		return nil, rules.Invalid("run_at", "more than %s ahead", maxRunAhead)
+	}
+	return cmd, nil
 }
+
+// maxRunAhead bounds how far ahead a job may be submitted to run.
+const maxRunAhead = 366 * 24 * time.Hour
 
 func cancelOf(r *pb.CancelJobRequest) (*fsm.Cancel, error) {
 	if err := rules.CheckID("id", r.GetId()); err != nil {
@@ -63,8 +89,12 @@ func reportOf(r *pb.ReportRequest) (*fsm.Report, error) {
 	if _, ok := pb.Outcome_name[int32(r.GetOutcome())]; !ok {
 		return nil, rules.Invalid("outcome", "unknown value %d", r.GetOutcome())
 	}
+	if r.RetryAfter != nil && !r.GetRetryAfter().IsValid() {
+		return nil, rules.Invalid("retry_after", "not a duration")
+	}
 	return &fsm.Report{WorkerID: r.GetWorkerId(), JobID: r.GetJobId(), Token: r.GetToken(), ReportID: r.GetReportId(),
-		Outcome: fsm.Outcome(r.GetOutcome()), Retryable: r.GetRetryable(), Ref: r.GetRef(), Message: r.GetMessage()}, nil
+		Outcome: fsm.Outcome(r.GetOutcome()), Retryable: r.GetRetryable(), Ref: r.GetRef(), Message: r.GetMessage(),
+		RetryAfter: int64(r.GetRetryAfter().AsDuration())}, nil
 }
 
 func releaseOf(r *pb.ReleaseRequest) (*fsm.Release, error) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"time"
 
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -23,6 +24,12 @@ const (
 	DefaultKind            = "default"
 	DefaultMaxAttempts     = 3
 	DefaultMaxWorkerLosses = 5
+	// The retry policy of a job that names none: 1 s after the first
+	// failure, doubling, at most 10 minutes, shortened by up to a fifth.
+	DefaultRetryInitial    = time.Second
+	DefaultRetryMax        = 10 * time.Minute
+	DefaultRetryMultiplier = 2.0
+	DefaultRetryJitter     = 0.2
 	// MaxWait bounds a long poll.
 	MaxWait = rules.MaxWait
 )
@@ -40,6 +47,13 @@ func specFromProto(s *pb.JobSpec) (fsm.JobSpec, error) {
 		ID: s.GetId(), Queue: s.GetQueue(), Kind: s.GetKind(), Payload: s.GetPayload(),
 		Priority: s.GetPriority(), Submitter: s.GetSubmitter(), MaxAttempts: s.GetMaxAttempts(),
 		OnWorkerLost: fsm.LostPolicy(policy), MaxWorkerLosses: s.GetMaxWorkerLosses(),
+	}
+	if s.Retry != nil {
+		p, err := retryFromProto(s.GetRetry())
+		if err != nil {
+			return fsm.JobSpec{}, err
+		}
+		spec.Retry = p
 	}
 	if spec.Kind == "" {
 		spec.Kind = DefaultKind
@@ -61,6 +75,55 @@ func specFromProto(s *pb.JobSpec) (fsm.JobSpec, error) {
 	return spec, nil
 }
 
+// DefaultRetry is the policy of a job that names none.
+func DefaultRetry() *fsm.RetryPolicy {
+	p, _ := retryFromProto(&pb.RetryPolicy{Initial: durationpb.New(DefaultRetryInitial), Max: durationpb.New(DefaultRetryMax),
+		Multiplier: DefaultRetryMultiplier, Jitter: DefaultRetryJitter})
+	return p
+}
+
+// retryFromProto reads a retry policy: an initial delay of zero is none
+// (retry at once); a zero max is the initial delay times 2^10 (at most
+// the bound), a zero multiplier 2.
+func retryFromProto(r *pb.RetryPolicy) (*fsm.RetryPolicy, error) {
+	initial, max := r.GetInitial().AsDuration(), r.GetMax().AsDuration()
+	if r.GetInitial() != nil && !r.GetInitial().IsValid() || initial < 0 || initial > rules.MaxRetryDelay {
+		return nil, rules.Invalid("spec.retry.initial", "must be 0 to %s", rules.MaxRetryDelay)
+	}
+	if r.GetMax() != nil && !r.GetMax().IsValid() || max < 0 || max > rules.MaxRetryDelay {
+		return nil, rules.Invalid("spec.retry.max", "must be 0 to %s", rules.MaxRetryDelay)
+	}
+	mult, jitter := r.GetMultiplier(), r.GetJitter()
+	if math.IsNaN(mult) || mult != 0 && (mult < 1 || mult > rules.MaxRetryMultiplier/1000) {
+		return nil, rules.Invalid("spec.retry.multiplier", "must be 1 to %d (0: 2)", rules.MaxRetryMultiplier/1000)
+	}
+	if math.IsNaN(jitter) || jitter < 0 || jitter > 1 {
+		return nil, rules.Invalid("spec.retry.jitter", "must be 0 to 1")
+	}
+	if initial == 0 {
+		return nil, nil
+	}
+	if max == 0 {
+		max = min(initial<<10, rules.MaxRetryDelay)
+	}
+	if max < initial {
+		return nil, rules.Invalid("spec.retry.max", "%s is less than the initial delay %s", max, initial)
+	}
+	if mult == 0 {
+		mult = 2
+	}
+	return &fsm.RetryPolicy{Initial: int64(initial), Max: int64(max), Multiplier: uint32(math.Round(mult * 1000)),
+		Jitter: uint32(math.Round(jitter * 100))}, nil
+}
+
+func retryToProto(p *fsm.RetryPolicy) *pb.RetryPolicy {
+	if p == nil {
+		return nil
+	}
+	return &pb.RetryPolicy{Initial: durationpb.New(time.Duration(p.Initial)), Max: durationpb.New(time.Duration(p.Max)),
+		Multiplier: float64(p.Multiplier) / 1000, Jitter: float64(p.Jitter) / 100}
+}
+
 func ts(unixNano int64) *timestamppb.Timestamp {
 	if unixNano == 0 {
 		return nil
@@ -72,7 +135,7 @@ func specToProto(s *fsm.JobSpec) *pb.JobSpec {
 	return &pb.JobSpec{
 		Id: s.ID, Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Priority: s.Priority,
 		Submitter: s.Submitter, MaxAttempts: s.MaxAttempts, OnWorkerLost: pb.LostPolicy(s.OnWorkerLost),
-		MaxWorkerLosses: s.MaxWorkerLosses,
+		MaxWorkerLosses: s.MaxWorkerLosses, Retry: retryToProto(s.Retry),
 	}
 }
 
@@ -90,6 +153,11 @@ func jobToProto(j *fsm.Job) *pb.Job {
 		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Executions(),
 		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
 		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
+		NotBefore: ts(j.NotBefore),
+	}
+	// Scheduled is a view: queued, and not yet due by this node's clock.
+	if j.State == fsm.JobQueued && j.NotBefore > time.Now().UnixNano() {
+		out.State = pb.JobState_JOB_STATE_SCHEDULED
 	}
 	for i := range j.Leases {
 		out.Leases = append(out.Leases, leaseToProto(&j.Leases[i]))

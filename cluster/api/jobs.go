@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -17,9 +18,14 @@ type jobService struct{ s *Server }
 func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.SubmitJobRequest]) (*connect.Response[pb.SubmitJobResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.SubmitJob, func(ctx context.Context) (*pb.SubmitJobResponse, error) {
 		r, err := applyAs[fsm.SubmitResult](j.s, ctx, req.Msg, func(m *pb.SubmitJobRequest) (*fsm.SubmitJob, error) {
-			cmd, err := submitOf(m)
+			cmd, err := submitOf(m, j.s.node.Wall())
 			if err != nil {
 				return nil, err
+			}
+			// No policy named: the default, once every voter applies it
+			// (before, a retry comes at once, as it always did).
+			if m.GetSpec().Retry == nil && j.s.node.ClusterLevel() >= 5 {
+				cmd.Spec.Retry = DefaultRetry()
 			}
 			// A submitter credential's jobs are its own: an empty
 			// submitter is its name, another name is refused.
@@ -54,10 +60,19 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 		return nil, toWire(err)
 	}
 	return readCall(j.s, ctx, req, m.GetConsistency(), jobsOf, jobsAPI.ListJobs, func(_ context.Context, f *fsm.FSM) (*pb.ListJobsResponse, error) {
-		jobs, next := f.Jobs(fsm.JobFilter{
+		flt := fsm.JobFilter{
 			Queue: m.GetQueue(), Kind: m.GetKind(), Submitter: m.GetSubmitter(), WorkerID: m.GetWorkerId(),
 			State: fsm.JobState(m.GetState()), AfterSeq: m.GetPageToken(), Limit: int(m.GetPageSize()),
-		})
+		}
+		// Scheduled and queued split the stored queued state by this
+		// node's clock, as jobToProto shows them.
+		switch now := time.Now().UnixNano(); m.GetState() {
+		case pb.JobState_JOB_STATE_SCHEDULED:
+			flt.State, flt.ScheduledAfter = fsm.JobQueued, now
+		case pb.JobState_JOB_STATE_QUEUED:
+			flt.DueBy = now
+		}
+		jobs, next := f.Jobs(flt)
 		res := &pb.ListJobsResponse{NextPageToken: next}
 		for i := range jobs {
 			res.Jobs = append(res.Jobs, jobToProto(&jobs[i]))
