@@ -79,6 +79,18 @@ func TestLeaderCheckCoalescesUnderLoad(t *testing.T) {
 	<-started
 	release <- struct{}{}
 	one.Wait()
+	// The check's goroutine ends once it finds nobody waiting. Until then
+	// a caller would take it for a running check and wait to see itself
+	// queued, while the check it starts itself takes it off the queue.
+	for {
+		c.mu.Lock()
+		running := c.running
+		c.mu.Unlock()
+		if !running {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	if verifies != 1 || len(slept) != 0 {
 		t.Fatalf("a lone caller: %d checks, slept %v", verifies, slept)
 	}

@@ -1,7 +1,7 @@
 // Package transport owns every byte leasehold puts on the network: how
 // connections are opened, secured, told apart and framed. It does not know
-// what a lease is or how a cluster is run; it imports no other package of
-// the project.
+// what a lease is or how a cluster is run; it imports no package of the
+// project outside its own tree (gen/ for the API's generated code).
 //
 // A node listens on one TCP port for its peers (the "peer port") and the
 // Mux splits it by the first byte a client sends, after the TLS handshake
@@ -20,10 +20,11 @@
 //
 // Mux.RaftLayer is the raft.StreamLayer handed to raft's NetworkTransport.
 // The RPC half is a small request/response protocol (RPCServer, RPCClient)
-// for cluster operations such as join, node info and audit records:
-// length-prefixed JSON frames, bounded by MaxFrameSize, with remote
-// failures returned as *RPCError carrying a stable code; a connection that
-// sends no request within RPCServer.IdleTimeout is closed. The public API's
+// for cluster operations such as join, node info and audit records (their
+// messages are in peer.go): length-prefixed JSON frames, bounded by
+// MaxFrameSize, with remote failures returned as *RPCError carrying a
+// stable code; a connection that sends no request within
+// RPCServer.IdleTimeout is closed. The public API's
 // protobuf definitions and generated code live here too (proto/, gen/), with
 // its error reasons (codes.go), so that wire types stay apart from the state
 // machine's commands; package cluster/api translates between the two. The
@@ -41,5 +42,6 @@
 // dropped after MuxConfig.HandshakeTimeout without holding up the accept
 // loop, a call ends when its context does (and a caller that hangs up
 // cancels the handler's context), and Close on the Mux or the RPCServer
-// returns only after every goroutine it started has exited.
+// returns only after every goroutine it started has exited. LimitListener
+// bounds the connections open on the API port, in all and per host.
 package transport

@@ -187,6 +187,36 @@ func presenceToProto(out *pb.Worker, p cluster.Presence) {
 	}
 }
 
+// heartbeatToProto fills out with the answer to one beat, the same for a
+// unary heartbeat and a stream's. It reuses statuses (a stream answers
+// every beat with one message; nil for a fresh one) and returns them,
+// grown to fit.
+func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, statuses []*pb.LeaseStatus) []*pb.LeaseStatus {
+	for len(statuses) < len(res.Leases) {
+		statuses = append(statuses, &pb.LeaseStatus{})
+	}
+	out.Leases = statuses[:len(res.Leases)]
+	for i, st := range res.Leases {
+		ps := out.Leases[i]
+		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), pb.Revoke(st.Revoke)
+	}
+	out.Unnamed = out.Unnamed[:0]
+	for i := range res.Unnamed {
+		out.Unnamed = append(out.Unnamed, leaseToProto(&res.Unnamed[i]))
+	}
+	return statuses
+}
+
+func verdictToProto(v cluster.Verdict) pb.Verdict {
+	switch v {
+	case cluster.VerdictKeep:
+		return pb.Verdict_VERDICT_KEEP
+	case cluster.VerdictStop:
+		return pb.Verdict_VERDICT_STOP
+	}
+	return pb.Verdict_VERDICT_LOST
+}
+
 func eventToProto(e *fsm.Event) *pb.Event {
 	return &pb.Event{
 		Seq: e.Seq, Index: e.Index, Time: ts(e.Time), Type: e.Type.String(), JobId: e.JobID,

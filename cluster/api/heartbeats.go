@@ -325,17 +325,6 @@ func newBeatAnswer(timings *pb.Timings) *beatAnswer {
 // of fills the message with the answer to beat seq.
 func (a *beatAnswer) of(seq uint64, res *cluster.HeartbeatResult) *pb.HeartbeatStreamResponse {
 	a.msg.Seq = seq
-	for len(a.statuses) < len(res.Leases) {
-		a.statuses = append(a.statuses, &pb.LeaseStatus{})
-	}
-	a.reply.Leases = a.statuses[:len(res.Leases)]
-	for i, st := range res.Leases {
-		ps := a.reply.Leases[i]
-		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), pb.Revoke(st.Revoke)
-	}
-	a.reply.Unnamed = a.reply.Unnamed[:0]
-	for i := range res.Unnamed {
-		a.reply.Unnamed = append(a.reply.Unnamed, leaseToProto(&res.Unnamed[i]))
-	}
+	a.statuses = heartbeatToProto(&a.reply, res, a.statuses)
 	return &a.msg
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
@@ -183,7 +184,21 @@ func TestHeartbeatStreamAnswersEachBeat(t *testing.T) {
 		sendBeat(t, s, seq, "w1", leases...)
 		return ack(t, s, seq)
 	}
-	r := hb(7, refs...)
+	// The stream's answer is the unary call's, word for word.
+	ws := workersOf(t, leader, "")
+	hbBoth := func(seq uint64, leases ...*pb.LeaseRef) *pb.HeartbeatResponse {
+		t.Helper()
+		r := hb(seq, leases...)
+		u, err := ws.Heartbeat(callCtx(t), connect.NewRequest(&pb.HeartbeatRequest{WorkerId: "w1", Leases: leases}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(r, u.Msg) {
+			t.Fatalf("beat %d: the stream answered\n%v\nthe unary call\n%v", seq, r, u.Msg)
+		}
+		return r
+	}
+	r := hbBoth(7, refs...)
 	if len(r.GetLeases()) != 2 || r.GetTimings().GetRenew().AsDuration() != clustertest.Renew {
 		t.Fatalf("first answer %v", r)
 	}
@@ -223,7 +238,7 @@ func TestHeartbeatStreamAnswersEachBeat(t *testing.T) {
 	if _, err := js.CancelJob(callCtx(t), connect.NewRequest(&pb.CancelJobRequest{Id: "a"})); err != nil {
 		t.Fatal(err)
 	}
-	r = hb(200, refs...)
+	r = hbBoth(200, refs...)
 	if st := r.GetLeases()[0]; st.GetVerdict() != pb.Verdict_VERDICT_STOP || st.GetRevoke() != pb.Revoke_REVOKE_CANCEL {
 		t.Fatalf("revoked lease answered %v", st)
 	}
@@ -233,11 +248,10 @@ func TestHeartbeatStreamAnswersEachBeat(t *testing.T) {
 
 	// A released lease, and a token that was never granted: lost. A live
 	// lease not named: listed as unnamed.
-	ws := workersOf(t, leader, "")
 	if _, err := ws.Release(callCtx(t), connect.NewRequest(&pb.ReleaseRequest{WorkerId: "w1", JobId: "b", Token: refs[1].GetToken()})); err != nil {
 		t.Fatal(err)
 	}
-	r = hb(201, refs[1], &pb.LeaseRef{JobId: "a", Token: refs[0].GetToken() + 1000})
+	r = hbBoth(201, refs[1], &pb.LeaseRef{JobId: "a", Token: refs[0].GetToken() + 1000})
 	for _, st := range r.GetLeases() {
 		if st.GetVerdict() != pb.Verdict_VERDICT_LOST {
 			t.Fatalf("lease %d of %s answered %v, want lost", st.GetToken(), st.GetJobId(), st.GetVerdict())

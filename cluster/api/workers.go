@@ -86,26 +86,9 @@ func (w workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.He
 			return nil, err
 		}
 		out := &pb.HeartbeatResponse{Timings: w.timings()}
-		for _, st := range res.Leases {
-			out.Leases = append(out.Leases, &pb.LeaseStatus{
-				JobId: st.JobID, Token: st.Token, Verdict: verdictToProto(st.Verdict), Revoke: pb.Revoke(st.Revoke),
-			})
-		}
-		for i := range res.Unnamed {
-			out.Unnamed = append(out.Unnamed, leaseToProto(&res.Unnamed[i]))
-		}
+		heartbeatToProto(out, &res, nil)
 		return out, nil
 	})
-}
-
-func verdictToProto(v cluster.Verdict) pb.Verdict {
-	switch v {
-	case cluster.VerdictKeep:
-		return pb.Verdict_VERDICT_KEEP
-	case cluster.VerdictStop:
-		return pb.Verdict_VERDICT_STOP
-	}
-	return pb.Verdict_VERDICT_LOST
 }
 
 func (w workerService) Report(ctx context.Context, req *connect.Request[pb.ReportRequest]) (*connect.Response[pb.ReportResponse], error) {

@@ -2,11 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -109,13 +109,19 @@ func (d *devCluster) start() error {
 func (d *devCluster) startNode(i int) error {
 	n, err := startNode(d.config(i), d.logger.Named(fmt.Sprintf("node-%d", i+1)))
 	if err != nil {
-		if strings.Contains(err.Error(), "address already in use") {
-			return fmt.Errorf("%w (is another leasehold dev running?)", err)
-		}
-		return err
+		return portTakenHint(err)
 	}
 	d.nodes[i] = n
 	return nil
+}
+
+// portTakenHint says why a dev port is likely taken: the dev ports are
+// fixed, so the usual holder is another `leasehold dev`.
+func portTakenHint(err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%w (is another leasehold dev running?)", err)
+	}
+	return err
 }
 
 // kill stops node i without handing leadership over, as a crash would.

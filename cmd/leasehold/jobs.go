@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -311,8 +312,11 @@ func tokenArg(c *cli.Context) (uint64, error) {
 	return tok, nil
 }
 
+// ignoreCancel makes the command's own cancellation (Ctrl-C, which ends
+// a watch or a worker) a clean exit. A node's refusal that merely says
+// "context canceled" is not this command's and stays an error.
 func ignoreCancel(err error) error {
-	if err != nil && (err == context.Canceled || strings.Contains(err.Error(), context.Canceled.Error())) {
+	if errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
