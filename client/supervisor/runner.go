@@ -19,10 +19,13 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // ExitRetryable is the exit status a command uses to say "failed, try
-// again" (EX_TEMPFAIL).
+// again" (EX_TEMPFAIL). With it, a duration the command wrote to
+// $LEASEHOLD_RETRY_AFTER_FILE ("30s", "5m") is the wait before the next
+// attempt, in place of the job's retry policy: a snooze.
 const ExitRetryable = 75
 
 // startBound is how long a supervisor may take to record itself after the
@@ -159,8 +162,10 @@ func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) 
 	if err := os.WriteFile(filepath.Join(dir, payloadFile), j.Payload, 0o600); err != nil {
 		return client.Result{}, client.Retryable(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, refFile), nil, 0o600); err != nil {
-		return client.Result{}, client.Retryable(err)
+	for _, f := range []string{refFile, retryAfterFile} {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
+			return client.Result{}, client.Retryable(err)
+		}
 	}
 	args := append(append([]string(nil), r.o.Supervise[1:]...),
 		"--job-dir", dir, "--deadline-file", filepath.Join(r.o.Dir, deadlineFile),
@@ -192,7 +197,8 @@ func (r *Runner) env(j *client.Job, dir string) []string {
 		"LEASEHOLD_JOB_ID="+j.ID, "LEASEHOLD_JOB_KIND="+j.Kind, "LEASEHOLD_JOB_QUEUE="+j.Queue,
 		"LEASEHOLD_FENCING_TOKEN="+strconv.FormatUint(j.Token, 10),
 		"LEASEHOLD_ATTEMPT="+strconv.FormatUint(uint64(j.Attempts)+1, 10),
-		"LEASEHOLD_WORKER_ID="+r.o.WorkerID, "LEASEHOLD_REF_FILE="+filepath.Join(dir, refFile))
+		"LEASEHOLD_WORKER_ID="+r.o.WorkerID, "LEASEHOLD_REF_FILE="+filepath.Join(dir, refFile),
+		"LEASEHOLD_RETRY_AFTER_FILE="+filepath.Join(dir, retryAfterFile))
 	if len(j.Payload) < 32<<10 && utf8.Valid(j.Payload) && !bytes.ContainsRune(j.Payload, 0) {
 		env = append(env, "LEASEHOLD_PAYLOAD="+string(j.Payload))
 	}
@@ -342,7 +348,16 @@ func (r *Runner) resultOf(ctx context.Context, res Result) (client.Result, error
 	case res.ExitCode == 0 && res.Error == "":
 		return client.Result{Outcome: pb.Outcome_OUTCOME_SUCCEEDED, Ref: res.Ref}, nil
 	case res.ExitCode == ExitRetryable:
-		return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Retryable: true, Ref: res.Ref, Message: message(res)}, nil
+		out := client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Retryable: true, Ref: res.Ref, Message: message(res)}
+		if res.RetryAfter != "" {
+			d, err := time.ParseDuration(res.RetryAfter)
+			if err != nil || d <= 0 || d > rules.MaxRetryDelay {
+				r.log.Warn("retry_after_ignored", "value", res.RetryAfter, "want", "a duration of at most 168h")
+			} else {
+				out.RetryAfter = d
+			}
+		}
+		return out, nil
 	default:
 		return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Ref: res.Ref, Message: message(res)}, nil
 	}

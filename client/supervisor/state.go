@@ -20,6 +20,7 @@ const (
 	jobsDir        = "jobs"
 	payloadFile    = "payload"
 	refFile        = "ref"
+	retryAfterFile = "retry-after"
 	supervisorFile = "supervisor"
 	resultFile     = "result"
 )
@@ -102,6 +103,9 @@ type Result struct {
 	Stopped string `json:"stopped,omitempty"`
 	Tail    string `json:"tail,omitempty"` // the last 2 KiB of stderr
 	Ref     string `json:"ref,omitempty"`
+	// RetryAfter is what the command wrote to its retry-after file: with
+	// exit status 75, the delay it asks for before the next attempt.
+	RetryAfter string `json:"retry_after,omitempty"`
 	// Ended is the wall time the command ended.
 	Ended time.Time `json:"ended"`
 }

@@ -92,6 +92,7 @@ func Supervise(o SuperviseOptions) int {
 			res := resultOf(err, &tail)
 			res.Stopped = stopped
 			res.Ref = readRef(filepath.Join(o.JobDir, refFile))
+			res.RetryAfter = readRef(filepath.Join(o.JobDir, retryAfterFile))
 			return finish(o, res)
 		case sig := <-sigs:
 			switch sig {
@@ -162,7 +163,8 @@ func resultOf(err error, tail *tailBuffer) Result {
 	return res
 }
 
-// readRef returns the first line of the ref file, bounded.
+// readRef returns the first line of the ref file (or the retry-after
+// file), bounded.
 func readRef(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {

@@ -234,3 +234,39 @@ func TestWaitSupervisorDiedWithoutResult(t *testing.T) {
 		t.Fatal("the command left behind still runs")
 	}
 }
+
+// A command that exits 75 after writing a duration to its retry-after file
+// asks for that delay (a snooze); anything else in the file is ignored.
+func TestRetryAfterFile(t *testing.T) {
+	dir := jobDir(t, "")
+	t.Setenv("AFTER", filepath.Join(dir, retryAfterFile))
+	code := Supervise(SuperviseOptions{JobDir: dir, DeadlineFile: filepath.Join(dir, "none"), KillAfter: time.Second,
+		Argv: []string{"sh", "-c", `echo 90s > "$AFTER"; exit 75`}})
+	if code != 0 {
+		t.Fatalf("Supervise = %d", code)
+	}
+	res := result(t, dir)
+	if res.ExitCode != ExitRetryable || res.RetryAfter != "90s" {
+		t.Fatalf("result %+v", res)
+	}
+	r, err := NewRunner(Options{Dir: t.TempDir(), Argv: []string{"true"}, Supervise: []string{"unused"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		code  int
+		after string
+		want  time.Duration
+	}{
+		{75, "90s", 90 * time.Second},
+		{75, "soon", 0},
+		{75, "200h", 0}, // past the bound
+		{75, "", 0},
+		{1, "90s", 0}, // not a retryable failure
+	} {
+		got, err := r.resultOf(context.Background(), Result{ExitCode: c.code, RetryAfter: c.after})
+		if err != nil || got.RetryAfter != c.want || got.Retryable != (c.code == 75) {
+			t.Errorf("exit %d, retry-after %q: %+v %v; want retryable %t after %s", c.code, c.after, got, err, c.code == 75, c.want)
+		}
+	}
+}

@@ -41,23 +41,35 @@ func timeOf(t *timestamppb.Timestamp) string {
 
 // jobView is a job as the CLI prints it.
 type jobView struct {
-	ID          string      `json:"id"`
-	State       string      `json:"state"`
-	Queue       string      `json:"queue"`
-	Kind        string      `json:"kind"`
-	Priority    int32       `json:"priority"`
-	Submitter   string      `json:"submitter,omitempty"`
-	Attempts    uint32      `json:"attempts"`
-	Losses      uint32      `json:"losses"`
-	Token       uint64      `json:"token,omitempty"`  // the newest lease's token
-	Worker      string      `json:"worker,omitempty"` // the newest lease's worker
-	Outcome     string      `json:"outcome,omitempty"`
-	Ref         string      `json:"ref,omitempty"`
-	Reason      string      `json:"reason,omitempty"`
-	Payload     string      `json:"payload"`
-	SubmittedAt string      `json:"submitted_at"`
-	FinishedAt  string      `json:"finished_at,omitempty"`
-	Leases      []leaseView `json:"leases,omitempty"`
+	ID          string `json:"id"`
+	State       string `json:"state"`
+	Queue       string `json:"queue"`
+	Kind        string `json:"kind"`
+	Priority    int32  `json:"priority"`
+	Submitter   string `json:"submitter,omitempty"`
+	Attempts    uint32 `json:"attempts"`
+	Losses      uint32 `json:"losses"`
+	Token       uint64 `json:"token,omitempty"`  // the newest lease's token
+	Worker      string `json:"worker,omitempty"` // the newest lease's worker
+	Outcome     string `json:"outcome,omitempty"`
+	Ref         string `json:"ref,omitempty"`
+	Reason      string `json:"reason,omitempty"`
+	Payload     string `json:"payload"`
+	SubmittedAt string `json:"submitted_at"`
+	FinishedAt  string `json:"finished_at,omitempty"`
+	// NotBefore: not granted before this (its run-at time, or the end of a
+	// retry's backoff).
+	NotBefore string      `json:"not_before,omitempty"`
+	Retry     *retryView  `json:"retry,omitempty"`
+	Leases    []leaseView `json:"leases,omitempty"`
+}
+
+// retryView is a job's retry policy.
+type retryView struct {
+	Initial    string  `json:"initial"`
+	Max        string  `json:"max"`
+	Multiplier float64 `json:"multiplier"`
+	Jitter     float64 `json:"jitter"`
 }
 
 type leaseView struct {
@@ -92,7 +104,11 @@ func jobViewOf(j *pb.Job) jobView {
 	v := jobView{ID: s.GetId(), State: enumName(j.GetState().String(), "JOB_STATE_"), Queue: s.GetQueue(),
 		Kind: s.GetKind(), Priority: s.GetPriority(), Submitter: s.GetSubmitter(), Attempts: j.GetAttempts(),
 		Losses: j.GetLosses(), Reason: j.GetReason(), Payload: string(s.GetPayload()),
-		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt())}
+		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt()), NotBefore: timeOf(j.GetNotBefore())}
+	if r := s.GetRetry(); r != nil {
+		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
+			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
+	}
 	for _, l := range j.GetLeases() {
 		v.Leases = append(v.Leases, leaseViewOf(l))
 	}
@@ -114,10 +130,14 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 	}
 	return output(c, v, func() {
 		w := newTable()
-		fmt.Fprintln(w, "ID\tSTATE\tQUEUE\tKIND\tPRIO\tATTEMPTS\tTOKEN\tWORKER\tOUTCOME\tREF")
+		fmt.Fprintln(w, "ID\tSTATE\tQUEUE\tKIND\tPRIO\tATTEMPTS\tTOKEN\tWORKER\tOUTCOME\tREF\tNOT BEFORE")
 		for _, v := range views {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", v.ID, v.State, v.Queue, v.Kind, v.Priority,
-				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref)
+			notBefore := "-"
+			if v.State == "scheduled" {
+				notBefore = v.NotBefore
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.State, v.Queue, v.Kind, v.Priority,
+				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref, notBefore)
 		}
 		w.Flush()
 	})
