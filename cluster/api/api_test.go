@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
@@ -173,6 +175,10 @@ func TestTranslationsRefuse(t *testing.T) {
 	spec := func(p pb.LostPolicy) *pb.SubmitJobRequest {
 		return &pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", OnWorkerLost: p}}
 	}
+	retry := func(r *pb.RetryPolicy) *pb.SubmitJobRequest {
+		return &pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Retry: r}}
+	}
+	sec := durationpb.New(time.Second)
 	for _, tc := range []struct {
 		name  string
 		err   error
@@ -183,6 +189,20 @@ func TestTranslationsRefuse(t *testing.T) {
 		{"policy 3", second(submitOf(spec(3), time.Now())), "spec.on_worker_lost"},
 		{"policy 257", second(submitOf(spec(257), time.Now())), "spec.on_worker_lost"},
 		{"policy -1", second(submitOf(spec(-1), time.Now())), "spec.on_worker_lost"},
+		{"retry initial -1s", second(submitOf(retry(&pb.RetryPolicy{Initial: durationpb.New(-time.Second)}), time.Now())), "spec.retry.initial"},
+		{"retry initial 8 days", second(submitOf(retry(&pb.RetryPolicy{Initial: durationpb.New(192 * time.Hour)}), time.Now())), "spec.retry.initial"},
+		{"retry max below initial", second(submitOf(retry(&pb.RetryPolicy{Initial: sec, Max: durationpb.New(time.Millisecond)}), time.Now())), "spec.retry.max"},
+		{"retry multiplier 0.5", second(submitOf(retry(&pb.RetryPolicy{Initial: sec, Multiplier: 0.5}), time.Now())), "spec.retry.multiplier"},
+		{"retry multiplier NaN", second(submitOf(retry(&pb.RetryPolicy{Initial: sec, Multiplier: math.NaN()}), time.Now())), "spec.retry.multiplier"},
+		{"retry jitter 2", second(submitOf(retry(&pb.RetryPolicy{Initial: sec, Jitter: 2}), time.Now())), "spec.retry.jitter"},
+		{"run_at and run_in", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
+			RunAt: timestamppb.Now(), RunIn: sec}, time.Now())), "run_at"},
+		{"run_in -1s", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
+			RunIn: durationpb.New(-time.Second)}, time.Now())), "run_in"},
+		{"run_at in two years", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
+			RunAt: timestamppb.New(time.Now().Add(2 * 365 * 24 * time.Hour))}, time.Now())), "run_at"},
+		{"retry_after without retryable", validated(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r",
+			Outcome: pb.Outcome_OUTCOME_FAILED, RetryAfter: sec})), "retry_after"},
 		{"outcome 257", second(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: 257})), "outcome"},
 		{"cancel without id", second(cancelOf(&pb.CancelJobRequest{})), "id"},
 		{"wait out of range", second(waitOf(&durationpb.Duration{Seconds: 1, Nanos: -1})), "wait"},

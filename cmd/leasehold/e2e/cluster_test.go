@@ -158,30 +158,33 @@ func (c *cluster) waitReady(t testing.TB) *node {
 
 // jobJSON is `job get -o json`.
 type jobJSON struct {
-	ID       string      `json:"id"`
-	State    string      `json:"state"`
-	Queue    string      `json:"queue"`
-	Kind     string      `json:"kind"`
-	Attempts uint32      `json:"attempts"`
-	Token    uint64      `json:"token"`
-	Worker   string      `json:"worker"`
-	Outcome  string      `json:"outcome"`
-	Ref      string      `json:"ref"`
-	Reason   string      `json:"reason"`
-	Payload  string      `json:"payload"`
-	Leases   []leaseJSON `json:"leases"`
+	ID       string `json:"id"`
+	State    string `json:"state"`
+	Queue    string `json:"queue"`
+	Kind     string `json:"kind"`
+	Attempts uint32 `json:"attempts"`
+	Token    uint64 `json:"token"`
+	Worker   string `json:"worker"`
+	Outcome  string `json:"outcome"`
+	Ref      string `json:"ref"`
+	Reason   string `json:"reason"`
+	Payload  string `json:"payload"`
+	// NotBefore: RFC 3339 with nanoseconds, empty when the job runs at once.
+	NotBefore string      `json:"not_before"`
+	Leases    []leaseJSON `json:"leases"`
 }
 
 type leaseJSON struct {
-	Token   uint64 `json:"token"`
-	JobID   string `json:"job_id"`
-	Worker  string `json:"worker"`
-	State   string `json:"state"`
-	Revoke  string `json:"revoke"`
-	Outcome string `json:"outcome"`
-	Ref     string `json:"ref"`
-	Message string `json:"message"`
-	EndedAt string `json:"ended_at"`
+	Token     uint64 `json:"token"`
+	JobID     string `json:"job_id"`
+	Worker    string `json:"worker"`
+	State     string `json:"state"`
+	Revoke    string `json:"revoke"`
+	Outcome   string `json:"outcome"`
+	Ref       string `json:"ref"`
+	Message   string `json:"message"`
+	GrantedAt string `json:"granted_at"`
+	EndedAt   string `json:"ended_at"`
 }
 
 // job reads a job with `job get -o json ID`.

@@ -64,6 +64,16 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 2") {
 		t.Fatalf("deregister as lost in a mixed cluster: exit %d, %s", r.code, r.stderr)
 	}
+	// A job to run later needs codec 5: refused too. A plain submit goes
+	// on, without the default retry policy an old node could not apply.
+	r = runCLI(t, c.env(), "job", "submit", "--id", "mixed-later", "--in", "1m")
+	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3") {
+		t.Fatalf("submit --in in a mixed cluster: exit %d, %s", r.code, r.stderr)
+	}
+	c.cli(t, "job", "submit", "--id", "mixed-2")
+	if out := c.cli(t, "job", "get", "-o", "json", "mixed-2"); strings.Contains(out, `"retry"`) {
+		t.Fatalf("a job submitted in a mixed cluster carries a retry policy:\n%s", out)
+	}
 	if oldNode.exited() {
 		t.Fatalf("the old node stopped: %s", oldNode.log())
 	}
@@ -79,13 +89,21 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	waitFor(t, jobBound, "every node's level recorded", func() error {
 		levels := memberLevels(t, c)
 		for _, id := range []string{"node-1", "node-2", "node-3"} {
-			if levels[id] < 4 {
+			if levels[id] < 5 {
 				return fmt.Errorf("levels %v", levels)
 			}
 		}
 		return nil
 	})
 	c.cli(t, "worker", "deregister", "mw")
+	var later jobJSON
+	decodeJSON(t, "job submit --in", c.cli(t, "job", "submit", "-o", "json", "--id", "mixed-later", "--in", "1m"), &later)
+	if later.State != "scheduled" {
+		t.Fatalf("submit --in after the upgrade: %+v", later)
+	}
+	if out := c.cli(t, "job", "get", "-o", "json", "mixed-later"); !strings.Contains(out, `"retry"`) {
+		t.Fatalf("a job submitted after the upgrade has no default retry policy:\n%s", out)
+	}
 	for _, n := range c.nodes {
 		if n.exited() {
 			t.Fatalf("%s stopped: %s", n.id, n.log())

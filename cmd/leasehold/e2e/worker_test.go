@@ -95,8 +95,11 @@ func TestExitStatusMapping(t *testing.T) {
 		t.Fatalf("worker run --once exited %d after a retryable failure, want 75", code)
 	}
 	j := c.job(t, "tempfail")
-	if j.State != "queued" || j.Attempts != 1 || len(j.Leases) != 1 || j.Leases[0].State != "reported" || j.Leases[0].Outcome != "failed" {
-		t.Fatalf("after exit 75: %+v, want queued with attempts 1 and one reported failed lease", j)
+	// Queued again after the default policy's first delay (up to 1 s):
+	// scheduled until then.
+	if j.State != "scheduled" && j.State != "queued" || j.NotBefore == "" || j.Attempts != 1 || len(j.Leases) != 1 ||
+		j.Leases[0].State != "reported" || j.Leases[0].Outcome != "failed" {
+		t.Fatalf("after exit 75: %+v, want scheduled (or queued) with attempts 1 and one reported failed lease", j)
 	}
 	if !strings.Contains(j.Leases[0].Message, "try again later") {
 		t.Errorf("after exit 75: lease message %q lacks the stderr tail %q", j.Leases[0].Message, "try again later")
@@ -297,5 +300,68 @@ workers = ["fw-*"]
 	want := fmt.Sprintf("current=true current_token=%d state=running\nfence-ok\n", j.Token)
 	if got := w.Stdout(); got != want || j.Outcome != "succeeded" {
 		t.Fatalf("command's stdout %q, job %+v; want %q and succeeded", got, j, want)
+	}
+}
+
+// parseTime reads a time the CLI printed (RFC 3339 with nanoseconds).
+func parseTime(t *testing.T, what, s string) time.Time {
+	t.Helper()
+	v, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		t.Fatalf("%s: %q: %v", what, s, err)
+	}
+	return v
+}
+
+// A job submitted with --in is scheduled, listed apart from the queued
+// ones, and granted no earlier than its time; a command that exits 75 after
+// writing a duration to $LEASEHOLD_RETRY_AFTER_FILE waits exactly that long
+// (a snooze, no jitter) before its next attempt.
+func TestScheduledJobAndSnooze(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+
+	var sub jobJSON
+	decodeJSON(t, "job submit --in", c.cli(t, "job", "submit", "-o", "json", "--id", "later", "--queue", "qs", "--in", "2s"), &sub)
+	if sub.State != "scheduled" || sub.NotBefore == "" {
+		t.Fatalf("submitted with --in 2s: %+v, want scheduled with a not-before time", sub)
+	}
+	if out := c.cli(t, "job", "list", "--queue", "qs", "--state", "scheduled"); !strings.Contains(out, "later") {
+		t.Fatalf("job list --state scheduled:\n%s", out)
+	}
+	if out := c.cli(t, "job", "list", "--queue", "qs", "--state", "queued"); strings.Contains(out, "later") {
+		t.Fatalf("job list --state queued shows a scheduled job:\n%s", out)
+	}
+	w := c.startWorker(t, "ws", "--once", "--queue", "qs", "--kill-after", "500ms", "--drain", "2s", "--", "true")
+	if code := w.Wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d", code)
+	}
+	j := c.job(t, "later")
+	notBefore := parseTime(t, "not_before", sub.NotBefore)
+	if j.State != "reported" || len(j.Leases) != 1 || parseTime(t, "granted_at", j.Leases[0].GrantedAt).Before(notBefore) {
+		t.Fatalf("job %+v: want reported, granted no earlier than %s", j, sub.NotBefore)
+	}
+
+	c.cli(t, "job", "submit", "--id", "snoozer", "--queue", "qz")
+	script := `if [ "$LEASEHOLD_ATTEMPT" = 1 ]; then echo 3s > "$LEASEHOLD_RETRY_AFTER_FILE"; exit 75; fi; echo "attempt $LEASEHOLD_ATTEMPT"`
+	w = c.startWorker(t, "wz", "--once", "--queue", "qz", "--kill-after", "500ms", "--drain", "2s", "--", "sh", "-c", script)
+	if code := w.Wait(t, jobBound); code != 75 {
+		t.Fatalf("worker run --once exited %d after a snooze, want 75", code)
+	}
+	j = c.job(t, "snoozer")
+	if len(j.Leases) != 1 || j.NotBefore == "" {
+		t.Fatalf("after the snooze: %+v", j)
+	}
+	if d := parseTime(t, "not_before", j.NotBefore).Sub(parseTime(t, "ended_at", j.Leases[0].EndedAt)); d != 3*time.Second {
+		t.Fatalf("snoozed for %s after the report, want 3s", d)
+	}
+	w = c.startWorker(t, "wz", "--once", "--queue", "qz", "--kill-after", "500ms", "--drain", "2s", "--", "sh", "-c", script)
+	if code := w.Wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d on the second attempt", code)
+	}
+	j = c.job(t, "snoozer")
+	if j.State != "reported" || j.Attempts != 2 || w.Stdout() != "attempt 2\n" ||
+		parseTime(t, "granted_at", j.Leases[1].GrantedAt).Before(parseTime(t, "not_before", j.NotBefore)) {
+		t.Fatalf("after the second attempt: %+v, command printed %q", j, w.Stdout())
 	}
 }
