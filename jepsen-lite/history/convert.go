@@ -71,8 +71,14 @@ func enumName(name, prefix string) string {
 	return s
 }
 
-// JobStateOf names an API job state.
+// JobStateOf names an API job state. Scheduled is the API's view of a
+// queued job not yet due by the answering node's clock: the history (and
+// the checkers' models) record the state the cluster stores, queued, and
+// judge the time apart from it (the job's not_before).
 func JobStateOf(s leaseholdv1.JobState) JobState {
+	if s == leaseholdv1.JobState_JOB_STATE_SCHEDULED {
+		return JobQueued
+	}
 	return JobState(enumName(s.String(), "JOB_STATE_"))
 }
 

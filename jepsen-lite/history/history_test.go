@@ -335,6 +335,9 @@ func TestJobSummaryOf(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("JobSummaryOf:\n got %+v\nwant %+v", got, want)
 	}
+	if history.JobStateOf(leaseholdv1.JobState_JOB_STATE_SCHEDULED) != history.JobQueued {
+		t.Error("a scheduled job is recorded as what the cluster stores: queued")
+	}
 	if history.JobStateOf(leaseholdv1.JobState_JOB_STATE_UNSPECIFIED) != "" || history.RevokeOf(leaseholdv1.Revoke_REVOKE_NONE) != "" {
 		t.Fatalf("unspecified values must name nothing")
 	}
