@@ -262,8 +262,12 @@ func (c *cluster) membersOf(ctx context.Context, i int) ([]history.Member, error
 // (not recorded).
 func (c *cluster) unfinished(ctx context.Context) (int, error) {
 	n := 0
-	for _, s := range []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_QUEUED, leaseholdv1.JobState_JOB_STATE_ACQUIRED,
-		leaseholdv1.JobState_JOB_STATE_RUNNING} {
+	// Scheduled jobs (a retry waiting out its backoff) are unfinished too:
+	// a list by queued shows only the due ones. Scheduled first: a job
+	// that comes due between the two lists is then counted twice, never
+	// missed.
+	for _, s := range []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_SCHEDULED, leaseholdv1.JobState_JOB_STATE_QUEUED,
+		leaseholdv1.JobState_JOB_STATE_ACQUIRED, leaseholdv1.JobState_JOB_STATE_RUNNING} {
 		var page uint64
 		for {
 			resp, err := c.client.Jobs(ctx, &leaseholdv1.ListJobsRequest{State: s, PageToken: page, PageSize: 1000})
