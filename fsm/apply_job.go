@@ -106,7 +106,10 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 func sameSpec(a, b *JobSpec) bool {
 	return a.ID == b.ID && a.Queue == b.Queue && a.Kind == b.Kind && bytes.Equal(a.Payload, b.Payload) &&
 		a.Priority == b.Priority && a.Submitter == b.Submitter && a.MaxAttempts == b.MaxAttempts &&
-		a.OnWorkerLost == b.OnWorkerLost && a.MaxWorkerLosses == b.MaxWorkerLosses && sameRetry(a.Retry, b.Retry)
+		a.OnWorkerLost == b.OnWorkerLost && a.MaxWorkerLosses == b.MaxWorkerLosses
+	// Not the retry policy: like the run-at time it says how to run the
+	// job, not what it is, and the API's default depends on when the
+	// cluster was upgraded; a resubmit must find its job either way.
 }
 
 func applyCompact(s *state, cmd Command) (any, error) {

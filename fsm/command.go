@@ -82,7 +82,8 @@ type SubmitJob struct {
 	Spec JobSpec
 	// RunAt is the leader time (unix nanoseconds) before which the job is
 	// not granted; zero for now. It is when to run it, not what it is: a
-	// second submit of the same spec is the same job whatever its RunAt.
+	// second submit of the same spec is the same job whatever its RunAt
+	// (or its spec's retry policy).
 	// Only codec version 5 carries it and the spec's Retry.
 	RunAt int64
 }

@@ -315,12 +315,8 @@ func specKey(s JobSpec) string {
 	if len(s.Payload) == 0 {
 		s.Payload = nil
 	}
-	retry := "none"
-	if s.Retry != nil {
-		retry = fmt.Sprintf("%+v", *s.Retry)
-	}
-	s.Retry = nil
-	return fmt.Sprintf("%+v %s", s, retry)
+	s.Retry = nil // how to run it, not what it is: a resubmit with another policy is the same job
+	return fmt.Sprintf("%+v", s)
 }
 
 // modelRetryDelay is the model's reading of RetryPolicy: the delay after

@@ -60,10 +60,3 @@ func (s *state) internRetry(p *RetryPolicy) *RetryPolicy {
 	return &c
 }
 
-// sameRetry says whether two policies are equal (nil is no policy).
-func sameRetry(a, b *RetryPolicy) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}

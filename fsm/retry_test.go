@@ -130,3 +130,17 @@ func TestCodecVersionFollowsTheFields(t *testing.T) {
 		}
 	}
 }
+
+// TestResubmitIgnoresRunAtAndRetry: when and how to retry a job are not
+// what the job is. The API's default policy depends on whether the cluster
+// was upgraded, so a resubmit must find its job either way.
+func TestResubmitIgnoresRunAtAndRetry(t *testing.T) {
+	m := newMachine(t)
+	m.do(&SubmitJob{Spec: spec("a")})
+	again := spec("a")
+	again.Retry = &RetryPolicy{Initial: int64(time.Second), Max: int64(time.Minute), Multiplier: 2000, Jitter: 20}
+	res := m.do(&SubmitJob{Spec: again, RunAt: m.now + int64(time.Hour)}).(SubmitResult)
+	if res.Created || res.Job.Retry != nil || res.Job.NotBefore != 0 {
+		t.Fatalf("resubmit with a policy and a run-at time: %+v, want the first job as it was", res)
+	}
+}

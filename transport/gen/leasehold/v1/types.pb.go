@@ -434,6 +434,8 @@ type JobSpec struct {
 	MaxWorkerLosses uint32                 `protobuf:"varint,9,opt,name=max_worker_losses,json=maxWorkerLosses,proto3" json:"max_worker_losses,omitempty"` // 0: server default
 	// How retryable failures are spaced. Unset: the server's default policy
 	// (a cluster not yet upgraded to level 5 retries at once, as before).
+	// Not part of the job's identity: a resubmit with another policy (or
+	// another run-at time) answers the existing job.
 	Retry         *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
