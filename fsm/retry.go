@@ -59,4 +59,3 @@ func (s *state) internRetry(p *RetryPolicy) *RetryPolicy {
 	s.retries[c] = &c
 	return &c
 }
-
