@@ -32,15 +32,7 @@ type delayedHeap struct {
 
 func (h *delayedHeap) push(it delayedItem) {
 	h.items = append(h.items, it)
-	i := len(h.items) - 1
-	for i > 0 {
-		p := (i - 1) / 2
-		if !h.items[i].before(h.items[p]) {
-			break
-		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
-		i = p
-	}
+	siftUp(h.items, len(h.items)-1)
 	h.live++
 }
 
@@ -49,22 +41,7 @@ func (h *delayedHeap) pop() delayedItem {
 	n := len(h.items) - 1
 	h.items[0] = h.items[n]
 	h.items = h.items[:n]
-	i := 0
-	for {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && h.items[r].before(h.items[l]) {
-			m = r
-		}
-		if !h.items[m].before(h.items[i]) {
-			break
-		}
-		h.items[i], h.items[m] = h.items[m], h.items[i]
-		i = m
-	}
+	siftDown(h.items, 0)
 	return top
 }
 
@@ -101,21 +78,7 @@ func (s *state) promoteDue() {
 // entries due by now (a heap's children are never earlier than their
 // parent).
 func (s *state) readyAt(queues, kinds []string, now int64) int {
-	n := 0
-	for _, q := range queues {
-		byKind := s.ready[q]
-		if len(kinds) == 0 {
-			for _, h := range byKind {
-				n += h.live
-			}
-			continue
-		}
-		for _, k := range kinds {
-			if h := byKind[k]; h != nil {
-				n += h.live
-			}
-		}
-	}
+	n := s.readyCount(queues, kinds)
 	items := s.delayed.items
 	var walk func(i int)
 	walk = func(i int) {

@@ -311,9 +311,14 @@ func (f *FSM) AcquireReplay(worker, requestID string) (AcquireResult, bool) {
 func (f *FSM) Ready(queues, kinds []string) int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
+	return f.st.readyCount(queues, kinds)
+}
+
+// readyCount counts the jobs in the ready heaps of these queues and kinds.
+func (s *state) readyCount(queues, kinds []string) int {
 	n := 0
 	for _, q := range queues {
-		byKind := f.st.ready[q]
+		byKind := s.ready[q]
 		if len(kinds) == 0 {
 			for _, h := range byKind {
 				n += h.live

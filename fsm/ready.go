@@ -85,32 +85,38 @@ func (h *jobHeap) peek(isQueued func(seq uint64) bool) (heapItem, bool) {
 	return heapItem{}, false
 }
 
-func (h *jobHeap) up(i int) {
+func (h *jobHeap) up(i int)   { siftUp(h.items, i) }
+func (h *jobHeap) down(i int) { siftDown(h.items, i) }
+
+// ordered is a heap entry: before says which of two comes out first.
+type ordered[T any] interface{ before(T) bool }
+
+func siftUp[T ordered[T]](items []T, i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if !h.items[i].before(h.items[p]) {
+		if !items[i].before(items[p]) {
 			return
 		}
-		h.items[i], h.items[p] = h.items[p], h.items[i]
+		items[i], items[p] = items[p], items[i]
 		i = p
 	}
 }
 
-func (h *jobHeap) down(i int) {
-	n := len(h.items)
+func siftDown[T ordered[T]](items []T, i int) {
+	n := len(items)
 	for {
 		l := 2*i + 1
 		if l >= n {
 			return
 		}
 		m := l
-		if r := l + 1; r < n && h.items[r].before(h.items[l]) {
+		if r := l + 1; r < n && items[r].before(items[l]) {
 			m = r
 		}
-		if !h.items[m].before(h.items[i]) {
+		if !items[m].before(items[i]) {
 			return
 		}
-		h.items[i], h.items[m] = h.items[m], h.items[i]
+		items[i], items[m] = items[m], items[i]
 		i = m
 	}
 }
