@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/transport"
@@ -71,9 +72,23 @@ func enumName(name, prefix string) string {
 	return s
 }
 
-// JobStateOf names an API job state.
+// JobStateOf names an API job state. Scheduled is a view of queued (not
+// yet due by the answering node's clock, which differs from node to node
+// and from the leader's): the history records it as queued, and the job's
+// not_before says when it is due.
 func JobStateOf(s leaseholdv1.JobState) JobState {
+	if s == leaseholdv1.JobState_JOB_STATE_SCHEDULED {
+		return JobQueued
+	}
 	return JobState(enumName(s.String(), "JOB_STATE_"))
+}
+
+// unixNs is a timestamp in unix nanoseconds; 0 when unset.
+func unixNs(t *timestamppb.Timestamp) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.AsTime().UnixNano()
 }
 
 // LeaseStateOf names an API lease state.
@@ -102,6 +117,7 @@ func LeaseOf(l *leaseholdv1.Lease) Lease {
 		Token: l.GetToken(), WorkerID: l.GetWorkerId(), RequestID: l.GetRequestId(),
 		State: LeaseStateOf(l.GetState()), Revoke: RevokeOf(l.GetRevoke()), Started: l.GetStartedAt() != nil,
 		ReportID: l.GetReportId(), Outcome: OutcomeOf(l.GetOutcome()), Retryable: l.GetRetryable(), Ref: l.GetRef(),
+		GrantedAtNs: unixNs(l.GetGrantedAt()), EndedAtNs: unixNs(l.GetEndedAt()),
 	}
 }
 
@@ -110,6 +126,11 @@ func JobSummaryOf(j *leaseholdv1.Job) JobSummary {
 	s := JobSummary{
 		ID: j.GetSpec().GetId(), State: JobStateOf(j.GetState()), Attempts: j.GetAttempts(),
 		Losses: j.GetLosses(), Reason: j.GetReason(), Tokens: []uint64{},
+		NotBeforeNs: unixNs(j.GetNotBefore()), MaxAttempts: j.GetSpec().GetMaxAttempts(),
+	}
+	if p := j.GetSpec().GetRetry(); p != nil {
+		s.Retry = &RetryPolicy{InitialNs: int64(p.GetInitial().AsDuration()), MaxNs: int64(p.GetMax().AsDuration()),
+			Multiplier: p.GetMultiplier(), Jitter: p.GetJitter()}
 	}
 	for _, l := range j.GetLeases() {
 		ls := LeaseOf(l)
@@ -133,6 +154,7 @@ func GrantsOf(gs []*leaseholdv1.Grant) []Grant {
 		out = append(out, Grant{
 			JobID: l.GetJobId(), Token: l.GetToken(), WorkerID: l.GetWorkerId(),
 			RequestID: l.GetRequestId(), Started: l.GetStartedAt() != nil,
+			GrantedAtNs: unixNs(l.GetGrantedAt()), NotBeforeNs: unixNs(g.GetJob().GetNotBefore()),
 		})
 	}
 	return out
