@@ -29,7 +29,7 @@ import (
 //     rises, after each lease that ended in a retryable failure, to that
 //     report's ended_at plus the smallest delay it could have chosen: the
 //     report's own retry_after (a snooze) when the history holds the
-//     report, else the policy's first delay less its whole jitter
+//     holder's report, else the policy's first delay less its whole jitter
 //     (later delays only grow: the multiplier is at least 1, the cap at
 //     least the first delay). A report the history does not hold (a shell
 //     worker's) is bounded by the delay its job.retry_scheduled event
@@ -83,7 +83,7 @@ func checkNotBefore(v *view, r *Result) {
 						job, l.Token, f.idx)
 				}
 				if retryableFailure(p) {
-					d, src, ok := v.smallestDelay(j, p.Token, reports, retryDelays)
+					d, src, ok := v.smallestDelay(j, p, reports, retryDelays)
 					if !ok {
 						unbounded++
 					}
@@ -166,25 +166,28 @@ func (v *view) retryReports(job string) map[uint64][]*history.Input {
 	return out
 }
 
-// smallestDelay is the smallest delay the retryable failure of token could
-// have set: the smallest any of its recorded reports asks for (a snooze's
-// own, else the policy's least), else the one its job.retry_scheduled
-// event states. ok is false when neither is known (the delay is taken as
-// zero).
-func (v *view) smallestDelay(j *history.JobSummary, tok uint64, reports map[uint64][]*history.Input, events map[leaseKey]int64) (int64, string, bool) {
-	if rs := reports[tok]; len(rs) > 0 {
-		d, src := int64(math.MaxInt64), ""
-		for _, in := range rs {
-			if in.RetryAfterNs > 0 && in.RetryAfterNs < d {
-				d, src = in.RetryAfterNs, "the report's snooze"
-			}
-			if p := policyLeast(j.Retry); in.RetryAfterNs == 0 && p < d {
-				d, src = p, "the retry policy's least"
-			}
+// smallestDelay is the smallest delay the retryable failure that ended
+// lease l could have set: the smallest any of its holder's recorded
+// reports of it asks for (a snooze's own, else the policy's least), else
+// the one its job.retry_scheduled event states. ok is false when neither
+// is known (the delay is taken as zero).
+func (v *view) smallestDelay(j *history.JobSummary, l *history.Lease, reports map[uint64][]*history.Input, events map[leaseKey]int64) (int64, string, bool) {
+	d, src := int64(math.MaxInt64), ""
+	for _, in := range reports[l.Token] {
+		if in.WorkerID != l.WorkerID {
+			continue // not the holder: its report did not end the lease
 		}
+		if in.RetryAfterNs > 0 && in.RetryAfterNs < d {
+			d, src = in.RetryAfterNs, "the report's snooze"
+		}
+		if p := policyLeast(j.Retry); in.RetryAfterNs == 0 && p < d {
+			d, src = p, "the retry policy's least"
+		}
+	}
+	if src != "" {
 		return d, src, true
 	}
-	if d, ok := events[leaseKey{j.ID, tok}]; ok {
+	if d, ok := events[leaseKey{j.ID, l.Token}]; ok {
 		return d, "its job.retry_scheduled event", true
 	}
 	return 0, "unknown: report not recorded", false

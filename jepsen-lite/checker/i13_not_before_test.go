@@ -173,3 +173,36 @@ func TestPolicyLeast(t *testing.T) {
 		}
 	}
 }
+
+// unrecordedRetry adds j7: shell worker s1's retryable failure of token
+// 12 at 2100 is not recorded (its job.retry_scheduled event says 200 ms);
+// w2's refused report of the same token (no snooze: the policy's 800 ms)
+// is; token 13 is granted at grant.
+func unrecordedRetry(t *testing.T, grant int64) *hb {
+	b := i13Scenario(t, i13Defaults)
+	b.submitAt("j7", 3700, 3702, 0)
+	b.grantAt("s1", "j7", 12, 3710, 3712, lt(2000), 0)
+	l := b.lease("j7", 12)
+	l.State, l.ReportID, l.Outcome, l.Retryable, l.EndedAtNs = history.LeaseReported, "rs", history.OutcomeFailed, true, lt(2100)
+	b.job("j7").Attempts++
+	b.event(3721, history.ClusterEvent{Type: history.EventLeaseReported, JobID: "j7", Token: 12, WorkerID: "s1", Detail: "OUTCOME_FAILED"})
+	b.event(3722, history.ClusterEvent{Type: history.EventRetryScheduled, JobID: "j7", Token: 12,
+		Detail: "retryable failure; retry in 200ms, not before 2026-12-02T06:00:00Z"})
+	b.call("w2", history.OpReport, history.Input{WorkerID: "w2", JobID: "j7", Token: 12, ReportID: "rw2",
+		Outcome: history.OutcomeFailed, Retryable: true}, 3730, 3732, history.StatusFail, "NOT_OWNER", nil)
+	b.grantAt("s1", "j7", 13, 3740, 3742, lt(grant), 0)
+	b.report("s1", "j7", 13, "r13", 3750, 3752)
+	return b
+}
+
+// A retryable failure whose report the history does not hold (a shell
+// worker's) is bounded by its job.retry_scheduled event, not by another
+// worker's recorded report of the same token, which did not end it.
+func TestI13UnrecordedReportBoundByEvent(t *testing.T) {
+	rep := Check(unrecordedRetry(t, 2305).finish(5000, true), Options{})
+	expectOnly(t, rep)
+	if res := resultOf(t, rep, "I13"); res.Stats["retries_unbounded"] != 0 || res.Stats["min_margin_ms"] != 5 {
+		t.Fatalf("I13 stats %v", res.Stats)
+	}
+	i13Caught(t, unrecordedRetry(t, 2250), 1, "token 13 granted", "its job.retry_scheduled event")
+}
