@@ -54,7 +54,7 @@ func (s *state) waiting(it delayedItem) (*Job, bool) {
 
 // delayedJob says whether a queued job waits in the delayed heap rather
 // than its ready heap: right after promoteDue, exactly those not yet due.
-func (s *state) delayedJob(j *Job) bool { return j.NotBefore > s.lastTime }
+func (s *state) delayedJob(j *Job) bool { return delayHonoured && j.NotBefore > s.lastTime }
 
 // promoteDue moves every job whose time has come to its ready heap. It
 // runs before each command, at the command's leader time.

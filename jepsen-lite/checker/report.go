@@ -70,7 +70,7 @@ func (r *Report) Violations() int {
 	return n
 }
 
-// Result returns the result for an invariant ("I1".."I12", "O1", "F1").
+// Result returns the result for an invariant ("I1".."I13", "O1", "F1").
 func (r *Report) Result(invariant string) (Result, bool) {
 	for _, res := range r.Results {
 		if res.Invariant == invariant {

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/transport"
@@ -82,6 +83,14 @@ func JobStateOf(s leaseholdv1.JobState) JobState {
 	return JobState(enumName(s.String(), "JOB_STATE_"))
 }
 
+// unixNs is a timestamp in unix nanoseconds; 0 when unset.
+func unixNs(t *timestamppb.Timestamp) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.AsTime().UnixNano()
+}
+
 // LeaseStateOf names an API lease state.
 func LeaseStateOf(s leaseholdv1.LeaseState) LeaseState {
 	return LeaseState(enumName(s.String(), "LEASE_STATE_"))
@@ -108,6 +117,7 @@ func LeaseOf(l *leaseholdv1.Lease) Lease {
 		Token: l.GetToken(), WorkerID: l.GetWorkerId(), RequestID: l.GetRequestId(),
 		State: LeaseStateOf(l.GetState()), Revoke: RevokeOf(l.GetRevoke()), Started: l.GetStartedAt() != nil,
 		ReportID: l.GetReportId(), Outcome: OutcomeOf(l.GetOutcome()), Retryable: l.GetRetryable(), Ref: l.GetRef(),
+		GrantedAtNs: unixNs(l.GetGrantedAt()), EndedAtNs: unixNs(l.GetEndedAt()),
 	}
 }
 
@@ -116,6 +126,11 @@ func JobSummaryOf(j *leaseholdv1.Job) JobSummary {
 	s := JobSummary{
 		ID: j.GetSpec().GetId(), State: JobStateOf(j.GetState()), Attempts: j.GetAttempts(),
 		Losses: j.GetLosses(), Reason: j.GetReason(), Tokens: []uint64{},
+		NotBeforeNs: unixNs(j.GetNotBefore()), MaxAttempts: j.GetSpec().GetMaxAttempts(),
+	}
+	if p := j.GetSpec().GetRetry(); p != nil {
+		s.Retry = &RetryPolicy{InitialNs: int64(p.GetInitial().AsDuration()), MaxNs: int64(p.GetMax().AsDuration()),
+			Multiplier: p.GetMultiplier(), Jitter: p.GetJitter()}
 	}
 	for _, l := range j.GetLeases() {
 		ls := LeaseOf(l)
@@ -139,6 +154,7 @@ func GrantsOf(gs []*leaseholdv1.Grant) []Grant {
 		out = append(out, Grant{
 			JobID: l.GetJobId(), Token: l.GetToken(), WorkerID: l.GetWorkerId(),
 			RequestID: l.GetRequestId(), Started: l.GetStartedAt() != nil,
+			GrantedAtNs: unixNs(l.GetGrantedAt()), NotBeforeNs: unixNs(g.GetJob().GetNotBefore()),
 		})
 	}
 	return out

@@ -86,7 +86,8 @@
 //
 // Input fields (omit what an op does not take): job_id, token, worker_id,
 // request_id, report_id, outcome, retryable, ref, reason, submitter,
-// queue, kind, priority, max, start, stale, leases ([{job_id, token}]).
+// queue, kind, priority, max, start, stale, leases ([{job_id, token}]),
+// run_in_ns, retry_after_ns.
 // Output fields: grants ([Grant]), replayed, created, job (JobSummary),
 // state (a job state), outcome, requeued, current, current_token, revoked,
 // verdicts ([Verdict]), unnamed ([{job_id, token}]), lease (Lease), leases
@@ -94,11 +95,15 @@
 // or zero output field may be omitted. Per op, the fields the checkers
 // read (write them all):
 //
-//	submit            in: job_id (queue, kind, priority, submitter)
+//	submit            in: job_id (queue, kind, priority, submitter),
+//	                  run_in_ns (the delay asked for, if any)
 //	                  out: created (true iff this call made the job), job
+//	                  (its not_before_ns as the leader stamped it)
 //	acquire           in: worker_id, request_id, max, start
 //	                  out: grants — each {job_id, token, worker_id,
-//	                  request_id, started (the lease's started_at was set)}
+//	                  request_id, started (the lease's started_at was set),
+//	                  granted_at_ns (the granting leader's time),
+//	                  not_before_ns (the job's, as the answer carried it)}
 //	                  — and replayed
 //	start             in: worker_id, job_id, token    out: lease
 //	heartbeat         in: worker_id, leases (those it named)
@@ -106,7 +111,7 @@
 //	                  lost, revoke cancel|kill} in the order named — and
 //	                  unnamed
 //	report            in: worker_id, job_id, token, report_id, outcome,
-//	                  retryable, ref
+//	                  retryable, ref, retry_after_ns (a snooze's delay)
 //	                  out: outcome, state (the job's state right after:
 //	                  reported, or queued when requeued), requeued
 //	release           in: worker_id, job_id, token, reason    out: job
@@ -231,9 +236,14 @@
 // A JobSummary (also get_job's and release's output) is: id, state, tokens
 // (every lease token the job keeps, oldest first; the server keeps the
 // last 32), current_token (the live lease, 0 if none), outcome (of the
-// newest reported lease), attempts, losses, reason, and leases, one per
-// token in the same order: {token, worker_id, request_id, state, revoke,
-// started, report_id, outcome, retryable, ref}. JobSummaryOf builds it
+// newest reported lease), attempts, losses, reason, not_before_ns (the
+// leader time before which it is not granted; 0: none), max_attempts,
+// retry ({initial_ns, max_ns, multiplier, jitter}: the spec's policy as the
+// server stamped it), and leases, one per token in the same order: {token,
+// worker_id, request_id, state, revoke, started, report_id, outcome,
+// retryable, ref, granted_at_ns, ended_at_ns (leader times)}. A job read as
+// scheduled (queued, not yet due by the answering node's clock) is
+// recorded as queued. JobSummaryOf builds it
 // from the API's Job; without leases, checks of report outcomes are
 // skipped.
 //

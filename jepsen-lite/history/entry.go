@@ -192,6 +192,11 @@ type Input struct {
 	Start     bool       `json:"start,omitempty"`
 	Stale     bool       `json:"stale,omitempty"`
 	Leases    []LeaseRef `json:"leases,omitempty"`
+	// RunInNs (submit): the delay asked for before the job may run.
+	RunInNs int64 `json:"run_in_ns,omitempty"`
+	// RetryAfterNs (report): the delay a retryable failure asked for (a
+	// snooze), in place of the job's retry policy.
+	RetryAfterNs int64 `json:"retry_after_ns,omitempty"`
 }
 
 // Output holds a call's answer; each op uses the fields doc.go lists.
@@ -227,6 +232,11 @@ type Grant struct {
 	WorkerID  string `json:"worker_id,omitempty"`
 	RequestID string `json:"request_id,omitempty"`
 	Started   bool   `json:"started,omitempty"`
+	// GrantedAtNs is the lease's granted_at, the granting leader's time
+	// (unix nanoseconds, not comparable with Entry.Ns); NotBeforeNs the
+	// job's not_before as the same answer carried it (0: none).
+	GrantedAtNs int64 `json:"granted_at_ns,omitempty"`
+	NotBeforeNs int64 `json:"not_before_ns,omitempty"`
 }
 
 // Verdict is a heartbeat's answer for one lease it named.
@@ -368,6 +378,23 @@ type JobSummary struct {
 	Reason   string  `json:"reason,omitempty"`
 	// Leases, when given, describe each token of Tokens, in the same order.
 	Leases []Lease `json:"leases,omitempty"`
+	// NotBeforeNs is the job's not_before (leader time, unix nanoseconds;
+	// 0: none): its run-at time, then the end of its latest retry's
+	// backoff. MaxAttempts and Retry are its spec's, as the server stamped
+	// them.
+	NotBeforeNs int64        `json:"not_before_ns,omitempty"`
+	MaxAttempts uint32       `json:"max_attempts,omitempty"`
+	Retry       *RetryPolicy `json:"retry,omitempty"`
+}
+
+// RetryPolicy is a job's retry policy: after its n-th failure it waits
+// Initial × Multiplier^(n-1), at most Max, shortened by up to Jitter (a
+// fraction, 0 to 1).
+type RetryPolicy struct {
+	InitialNs  int64   `json:"initial_ns"`
+	MaxNs      int64   `json:"max_ns,omitempty"`
+	Multiplier float64 `json:"multiplier,omitempty"`
+	Jitter     float64 `json:"jitter,omitempty"`
 }
 
 // Lease is one lease of a job as a read saw it.
@@ -382,6 +409,10 @@ type Lease struct {
 	Outcome   Outcome    `json:"outcome,omitempty"`
 	Retryable bool       `json:"retryable,omitempty"`
 	Ref       string     `json:"ref,omitempty"`
+	// GrantedAtNs and EndedAtNs are the leader times (unix nanoseconds)
+	// the lease was granted and ended at (0: not ended).
+	GrantedAtNs int64 `json:"granted_at_ns,omitempty"`
+	EndedAtNs   int64 `json:"ended_at_ns,omitempty"`
 }
 
 // ClusterEvent is one event of the cluster's replicated event log as the
@@ -418,6 +449,7 @@ const (
 	EventLeaderChanged   = "leader.changed"
 	EventJobSubmitted    = "job.submitted"
 	EventJobRequeued     = "job.requeued"
+	EventRetryScheduled  = "job.retry_scheduled"
 	EventJobCancelled    = "job.cancelled"
 	EventJobLost         = "job.lost"
 	EventJobFailed       = "job.failed"

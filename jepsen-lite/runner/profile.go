@@ -29,6 +29,7 @@ type Builds struct {
 	NoReportID  string // -tags chaos,chaos_noreportid: a repeated report id applied again
 	NoRelease   string // -tags chaos,chaos_norelease: an expired lease's job never queued again
 	OpenPeer    string // -tags chaos,chaos_openpeer: a join's claim taken without asking the claimed node
+	NoDelay     string // -tags chaos,chaos_nodelay: a job's not_before ignored, granted at once
 	NoSelfStop  string // jepsen-lite, -tags chaos_noselfstop: its workers never self-stop
 }
 
@@ -46,6 +47,7 @@ func BuildsIn(dir string) Builds {
 		NoReportID:  filepath.Join(dir, "leasehold-chaos-noreportid"),
 		NoRelease:   filepath.Join(dir, "leasehold-chaos-norelease"),
 		OpenPeer:    filepath.Join(dir, "leasehold-chaos-openpeer"),
+		NoDelay:     filepath.Join(dir, "leasehold-chaos-nodelay"),
 		NoSelfStop:  filepath.Join(dir, "jepsen-lite-noselfstop"),
 	}
 }
@@ -167,8 +169,13 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// with peer TLS the handshake refuses it first.
 		openpeer := mk("broken-openpeer", b.OpenPeer, 3, "outsider", 10*time.Second)
 		openpeer.Expect = []string{"O1"}
+		// No fault needed: jobs submitted to run later and retries after
+		// a backoff or a snooze are granted at once, before their
+		// not_before (I13).
+		nodelay := mk("broken-nodelay", b.NoDelay, 3, "none", 10*time.Second)
+		nodelay.Expect = []string{"I13"}
 		return append(runs, nofence, noabs, noverify, noselfstop, earlyack, stalereads, doublegrant, tokenreuse,
-			noreportid, norelease, openpeer), nil
+			noreportid, norelease, openpeer, nodelay), nil
 	case "soak":
 		// Five nodes at production timings, every family mixed, the flood
 		// beside the load, for an hour; an hour's log on each tmpfs.

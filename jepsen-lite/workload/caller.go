@@ -24,13 +24,18 @@ func (c *Caller) ctx(parent context.Context) (context.Context, context.CancelFun
 	return context.WithTimeout(parent, c.Timeout)
 }
 
-// Submit submits spec.
-func (c *Caller) Submit(ctx context.Context, spec *leaseholdv1.JobSpec) (*leaseholdv1.Job, bool, error) {
+// Submit submits spec, to run no earlier than runIn from when the leader
+// takes it (0: at once).
+func (c *Caller) Submit(ctx context.Context, spec *leaseholdv1.JobSpec, runIn time.Duration) (*leaseholdv1.Job, bool, error) {
 	id := c.Rec.Invoke(c.Process, history.OpSubmit, history.Input{JobID: spec.GetId(), Queue: spec.GetQueue(),
-		Kind: spec.GetKind(), Priority: spec.GetPriority(), Submitter: spec.GetSubmitter()})
+		Kind: spec.GetKind(), Priority: spec.GetPriority(), Submitter: spec.GetSubmitter(), RunInNs: int64(runIn)})
 	cctx, cancel := c.ctx(ctx)
 	defer cancel()
-	job, created, err := c.Client.Submit(cctx, spec)
+	var opts []client.SubmitOption
+	if runIn > 0 {
+		opts = append(opts, client.RunIn(runIn))
+	}
+	job, created, err := c.Client.Submit(cctx, spec, opts...)
 	out := JobOutput(job)
 	out.Created = created
 	c.Rec.CompleteErr(id, err, out)

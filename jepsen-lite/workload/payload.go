@@ -20,15 +20,18 @@ const (
 
 // Payload tells a worker's handler what the job does: run for Run,
 // writing to both sinks every WriteEvery, then succeed, or fail
-// retryably when Fail.
+// retryably when Fail: after the job's retry policy's backoff, or, with
+// SnoozeMs, after that long (a snooze).
 type Payload struct {
 	RunMs        int64 `json:"run_ms"`
 	WriteEveryMs int64 `json:"write_every_ms"`
 	Fail         bool  `json:"fail,omitempty"`
+	SnoozeMs     int64 `json:"snooze_ms,omitempty"`
 }
 
 func (p Payload) run() time.Duration        { return time.Duration(p.RunMs) * time.Millisecond }
 func (p Payload) writeEvery() time.Duration { return time.Duration(p.WriteEveryMs) * time.Millisecond }
+func (p Payload) snooze() time.Duration     { return time.Duration(p.SnoozeMs) * time.Millisecond }
 
 // Encode is the payload's bytes.
 func (p Payload) Encode() []byte {
@@ -42,8 +45,8 @@ func DecodePayload(b []byte) (Payload, error) {
 	if err := json.Unmarshal(b, &p); err != nil {
 		return Payload{}, fmt.Errorf("payload: %w", err)
 	}
-	if p.RunMs < 0 || p.WriteEveryMs <= 0 {
-		return Payload{}, fmt.Errorf("payload: run_ms %d, write_every_ms %d", p.RunMs, p.WriteEveryMs)
+	if p.RunMs < 0 || p.WriteEveryMs <= 0 || p.SnoozeMs < 0 {
+		return Payload{}, fmt.Errorf("payload: run_ms %d, write_every_ms %d, snooze_ms %d", p.RunMs, p.WriteEveryMs, p.SnoozeMs)
 	}
 	return p, nil
 }

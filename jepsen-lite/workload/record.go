@@ -88,7 +88,8 @@ func AcquireInput(r *leaseholdv1.AcquireRequest) history.Input {
 // ReportInput is a report's input.
 func ReportInput(r *leaseholdv1.ReportRequest) history.Input {
 	return history.Input{WorkerID: r.GetWorkerId(), JobID: r.GetJobId(), Token: r.GetToken(), ReportID: r.GetReportId(),
-		Outcome: history.OutcomeOf(r.GetOutcome()), Retryable: r.GetRetryable(), Ref: r.GetRef()}
+		Outcome: history.OutcomeOf(r.GetOutcome()), Retryable: r.GetRetryable(), Ref: r.GetRef(),
+		RetryAfterNs: int64(r.GetRetryAfter().AsDuration())}
 }
 
 // JobOutput carries a job (and its state) as an answer; nil job, empty

@@ -42,7 +42,10 @@ type ShellJobConfig struct {
 	WorkerID string
 	// RefFile is LEASEHOLD_REF_FILE: the ref to report.
 	RefFile string
-	Payload []byte
+	// RetryAfterFile is LEASEHOLD_RETRY_AFTER_FILE: the delay a retryable
+	// failure asks for (a snooze).
+	RetryAfterFile string
+	Payload        []byte
 	// HistoryDir receives the command's history file (ShellHistoryFile).
 	HistoryDir string
 	SinkURL    string
@@ -64,7 +67,7 @@ func ShellJobFromEnv(stdin io.Reader) (ShellJobConfig, error) {
 		return ShellJobConfig{}, fmt.Errorf("LEASEHOLD_FENCING_TOKEN: %w", err)
 	}
 	cfg := ShellJobConfig{JobID: os.Getenv("LEASEHOLD_JOB_ID"), Token: token, WorkerID: os.Getenv("LEASEHOLD_WORKER_ID"),
-		RefFile: os.Getenv("LEASEHOLD_REF_FILE")}
+		RefFile: os.Getenv("LEASEHOLD_REF_FILE"), RetryAfterFile: os.Getenv("LEASEHOLD_RETRY_AFTER_FILE")}
 	if cfg.JobID == "" || cfg.WorkerID == "" || token == 0 {
 		return ShellJobConfig{}, errors.New("LEASEHOLD_JOB_ID, LEASEHOLD_FENCING_TOKEN and LEASEHOLD_WORKER_ID are required")
 	}
@@ -172,7 +175,12 @@ func RunShellJob(cfg ShellJobConfig) int {
 		log.Error("payload", "error", perr)
 		return 1
 	case p.Fail && stop.Cause == history.CauseCompleted:
-		return 75 // EX_TEMPFAIL: failed, retryable
+		if p.SnoozeMs > 0 && cfg.RetryAfterFile != "" {
+			if err := os.WriteFile(cfg.RetryAfterFile, []byte(p.snooze().String()+"\n"), 0o600); err != nil {
+				log.Warn("retry after", "error", err)
+			}
+		}
+		return 75 // EX_TEMPFAIL: failed, retryable (snoozed when it wrote a delay)
 	}
 	if cfg.RefFile != "" {
 		if err := os.WriteFile(cfg.RefFile, []byte(fmt.Sprintf("ref-%s-%d\n", cfg.JobID, cfg.Token)), 0o600); err != nil {

@@ -63,23 +63,23 @@ func (s *Submitter) step(ctx context.Context) {
 		return
 	case r < 0.09:
 		if id := s.jobs.Pick(s.rng); id != "" {
-			s.c.Submit(ctx, cloneSpec(s.jobs.Spec(id))) // the same spec: created false
+			s.c.Submit(ctx, cloneSpec(s.jobs.Spec(id)), 0) // the same spec: created false
 		}
 		return
 	case r < 0.10:
 		if id := s.jobs.Pick(s.rng); id != "" {
 			spec := cloneSpec(s.jobs.Spec(id))
 			spec.Priority += 100 // another spec under the same id: a conflict
-			s.c.Submit(ctx, spec)
+			s.c.Submit(ctx, spec, 0)
 		}
 		return
 	}
 	if s.backlog(ctx) >= s.cfg.MaxQueued {
 		return
 	}
-	spec := s.newSpec()
+	spec, runIn := s.newSpec()
 	s.jobs.Add(spec)
-	s.c.Submit(ctx, cloneSpec(spec))
+	s.c.Submit(ctx, cloneSpec(spec), runIn)
 }
 
 // backlog counts the worker jobs waiting, from any node (not recorded).
@@ -96,10 +96,14 @@ func (s *Submitter) backlog(ctx context.Context) int {
 
 // newSpec makes the next job: mostly short ones, some long (past
 // toleration), some run-style (lost with their worker), some for the
-// Reporter; a few fail retryably.
-func (s *Submitter) newSpec() *leaseholdv1.JobSpec {
+// Reporter; a few short ones fail retryably (a third of those snooze
+// instead of taking the retry policy's backoff). Some of the workers'
+// jobs are submitted to run later, after runIn. Delays stay short beside a
+// run: a job that fails every attempt waits about 1 s and 2 s (the
+// server's default policy) and snoozes at most 0.5 s each time.
+func (s *Submitter) newSpec() (spec *leaseholdv1.JobSpec, runIn time.Duration) {
 	s.next++
-	spec := &leaseholdv1.JobSpec{
+	spec = &leaseholdv1.JobSpec{
 		Id: fmt.Sprintf("j%05d", s.next), Queue: QueueMain, Priority: int32(s.rng.IntN(4)),
 		Submitter: SubmitterMain, MaxAttempts: 3,
 	}
@@ -122,10 +126,16 @@ func (s *Submitter) newSpec() *leaseholdv1.JobSpec {
 	default:
 		spec.Kind = KindShort
 		p.RunMs = s.rng.Int64N(4*renew + 1)
-		p.Fail = s.rng.IntN(10) == 0
+		p.Fail = s.rng.IntN(100) < 15
+		if p.Fail && s.rng.IntN(3) == 0 {
+			p.SnoozeMs = 100 + s.rng.Int64N(401)
+		}
+	}
+	if spec.Queue == QueueMain && s.rng.IntN(100) < 15 {
+		runIn = 500*time.Millisecond + time.Duration(s.rng.Int64N(2501))*time.Millisecond
 	}
 	spec.Payload = p.Encode()
-	return spec
+	return spec, runIn
 }
 
 func cloneSpec(s *leaseholdv1.JobSpec) *leaseholdv1.JobSpec {

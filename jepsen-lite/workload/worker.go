@@ -161,6 +161,8 @@ func (w *workerProc) handle(ctx context.Context, job *client.Job) (client.Result
 		return client.Result{}, ctx.Err()
 	case perr != nil:
 		return client.Result{}, perr
+	case p.Fail && p.SnoozeMs > 0:
+		return client.Result{Ref: ref(job)}, client.Snooze(p.snooze())
 	case p.Fail:
 		return client.Result{Ref: ref(job)}, client.Retryable(errors.New("scripted retryable failure"))
 	}
