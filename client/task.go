@@ -147,6 +147,16 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	done := w.observer.observe("Report", req)
 	resp, err := w.c.Report(ctx, req)
 	ended(done, resp, err)
+	if err != nil && req.RetryAfter != nil && (errors.Is(err, ErrUpgradeRequired) || refusedField(err, "9", "retry_after")) {
+		// A cluster whose voters cannot all apply a snooze yet (or a node
+		// of a build before it): the same report without its delay, so the
+		// job retries by its policy instead of its lease being dropped.
+		w.log.Warn("snooze refused by the cluster; reporting a plain retryable failure", "job_id", t.job.ID, "token", t.job.Token, "error", err)
+		req.RetryAfter = nil
+		done := w.observer.observe("Report", req)
+		resp, err = w.c.Report(ctx, req)
+		ended(done, resp, err)
+	}
 	if err != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
 		// Refused by validation, so never recorded: end the lease with a
 		// failure that says why, rather than leave it renewed forever.

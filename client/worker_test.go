@@ -671,3 +671,42 @@ func TestWorkerKillAfterCancel(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// A snooze the cluster cannot apply yet (UPGRADE_REQUIRED while a voter is
+// below level 5), or a node of an older build refuses (unknown field 9), is
+// reported again as a plain retryable failure under the same report id, not
+// dropped: a dropped report left the lease to be released, the job requeued
+// at once with no attempt counted, again and again.
+func TestWorkerSnoozeFallsBackBelowLevel5(t *testing.T) {
+	refusals := map[string]error{
+		"upgrading": transport.NewError(transport.ReasonUpgradeRequired, errors.New("upgrade node-3"), nil),
+		"old build": transport.NewError(transport.ReasonInvalidArgument, errors.New("proto: unknown field 9"), &leaseholdv1.ErrorDetail{Field: "9"}),
+	}
+	for mode, refusal := range refusals {
+		h := newWorkerHarness(t)
+		h.node.on("Report", func(_ context.Context, msg proto.Message, _ http.Header) (proto.Message, error) {
+			req := msg.(*leaseholdv1.ReportRequest)
+			if req.RetryAfter != nil {
+				return nil, refusal
+			}
+			return &leaseholdv1.ReportResponse{JobId: req.GetJobId(), Token: req.GetToken(), Outcome: req.GetOutcome(),
+				State: leaseholdv1.JobState_JOB_STATE_QUEUED, Requeued: true}, nil
+		})
+		h.grants <- grant("snoozer", "k", 81, "")
+		w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{
+			"k": func(context.Context, *client.Job) (client.Result, error) { return client.Result{}, client.Snooze(time.Minute) },
+		}})
+		waitFor(t, mode+": the report and its plain retry", func() bool { return len(h.reports()) == 2 })
+		if err := w.stop(); err != nil {
+			t.Fatalf("%s: Run: %v", mode, err)
+		}
+		first, second := h.reports()[0], h.reports()[1]
+		if first.GetRetryAfter().AsDuration() != time.Minute || second.RetryAfter != nil || !second.GetRetryable() ||
+			second.GetReportId() != first.GetReportId() {
+			t.Fatalf("%s: reports %v then %v; want the snooze, then the same report id retryable without it", mode, first, second)
+		}
+		if got := h.released(); len(got) != 0 {
+			t.Fatalf("%s: released %v: the lease was dropped", mode, got)
+		}
+	}
+}
