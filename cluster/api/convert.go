@@ -148,7 +148,9 @@ func leaseToProto(l *fsm.Lease) *pb.Lease {
 	}
 }
 
-func jobToProto(j *fsm.Job) *pb.Job {
+// jobToProto converts a job; now is the answering node's clock (Node.Wall),
+// against which a queued job reads as scheduled.
+func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	out := &pb.Job{
 		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Executions(),
 		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
@@ -156,7 +158,7 @@ func jobToProto(j *fsm.Job) *pb.Job {
 		NotBefore: ts(j.NotBefore),
 	}
 	// Scheduled is a view: queued, and not yet due by this node's clock.
-	if j.State == fsm.JobQueued && j.NotBefore > time.Now().UnixNano() {
+	if j.State == fsm.JobQueued && j.NotBefore > now.UnixNano() {
 		out.State = pb.JobState_JOB_STATE_SCHEDULED
 	}
 	for i := range j.Leases {
@@ -224,10 +226,10 @@ func eventToProto(e *fsm.Event) *pb.Event {
 	}
 }
 
-func grantsToProto(gs []fsm.Grant) []*pb.Grant {
+func grantsToProto(gs []fsm.Grant, now time.Time) []*pb.Grant {
 	out := make([]*pb.Grant, 0, len(gs))
 	for i := range gs {
-		out = append(out, &pb.Grant{Job: jobToProto(&gs[i].Job), Lease: leaseToProto(&gs[i].Lease)})
+		out = append(out, &pb.Grant{Job: jobToProto(&gs[i].Job, now), Lease: leaseToProto(&gs[i].Lease)})
 	}
 	return out
 }

@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -37,7 +36,7 @@ func (j jobService) SubmitJob(ctx context.Context, req *connect.Request[pb.Submi
 		if err != nil {
 			return nil, err
 		}
-		return &pb.SubmitJobResponse{Job: jobToProto(&r.Job), Created: r.Created}, nil
+		return &pb.SubmitJobResponse{Job: jobToProto(&r.Job, j.s.node.Wall()), Created: r.Created}, nil
 	})
 }
 
@@ -50,7 +49,7 @@ func (j jobService) GetJob(ctx context.Context, req *connect.Request[pb.GetJobRe
 		if err != nil {
 			return nil, err
 		}
-		return &pb.GetJobResponse{Job: jobToProto(&job)}, nil
+		return &pb.GetJobResponse{Job: jobToProto(&job, j.s.node.Wall())}, nil
 	})
 }
 
@@ -66,16 +65,17 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 		}
 		// Scheduled and queued split the stored queued state by this
 		// node's clock, as jobToProto shows them.
-		switch now := time.Now().UnixNano(); m.GetState() {
+		now := j.s.node.Wall()
+		switch m.GetState() {
 		case pb.JobState_JOB_STATE_SCHEDULED:
-			flt.State, flt.ScheduledAfter = fsm.JobQueued, now
+			flt.State, flt.ScheduledAfter = fsm.JobQueued, now.UnixNano()
 		case pb.JobState_JOB_STATE_QUEUED:
-			flt.DueBy = now
+			flt.DueBy = now.UnixNano()
 		}
 		jobs, next := f.Jobs(flt)
 		res := &pb.ListJobsResponse{NextPageToken: next}
 		for i := range jobs {
-			res.Jobs = append(res.Jobs, jobToProto(&jobs[i]))
+			res.Jobs = append(res.Jobs, jobToProto(&jobs[i], now))
 		}
 		return res, nil
 	})
@@ -95,7 +95,7 @@ func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.Cance
 		if err != nil {
 			return nil, err
 		}
-		return &pb.CancelJobResponse{Job: jobToProto(&r.Job), Revoked: r.Revoked}, nil
+		return &pb.CancelJobResponse{Job: jobToProto(&r.Job, j.s.node.Wall()), Revoked: r.Revoked}, nil
 	})
 }
 

@@ -59,7 +59,7 @@ func (w workerService) Acquire(ctx context.Context, req *connect.Request[pb.Acqu
 		if err != nil {
 			return nil, err
 		}
-		return &pb.AcquireResponse{Grants: grantsToProto(res.Grants), Replayed: res.Replayed}, nil
+		return &pb.AcquireResponse{Grants: grantsToProto(res.Grants, w.s.node.Wall()), Replayed: res.Replayed}, nil
 	})
 }
 
@@ -115,7 +115,7 @@ func (w workerService) Release(ctx context.Context, req *connect.Request[pb.Rele
 		if err != nil {
 			return nil, err
 		}
-		return &pb.ReleaseResponse{Job: jobToProto(&j)}, nil
+		return &pb.ReleaseResponse{Job: jobToProto(&j, w.s.node.Wall())}, nil
 	})
 }
 
@@ -130,7 +130,7 @@ func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.L
 			if err != nil {
 				continue // ended between the two reads
 			}
-			out.Leases = append(out.Leases, &pb.Grant{Job: jobToProto(&j), Lease: leaseToProto(&l)})
+			out.Leases = append(out.Leases, &pb.Grant{Job: jobToProto(&j, w.s.node.Wall()), Lease: leaseToProto(&l)})
 		}
 		return out, nil
 	})
