@@ -694,7 +694,9 @@ func TestWorkerSnoozeFallsBackBelowLevel5(t *testing.T) {
 		})
 		h.grants <- grant("snoozer", "k", 81, "")
 		w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{
-			"k": func(context.Context, *client.Job) (client.Result, error) { return client.Result{}, client.Snooze(time.Minute) },
+			"k": func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{}, client.Snooze(time.Minute)
+			},
 		}})
 		waitFor(t, mode+": the report and its plain retry", func() bool { return len(h.reports()) == 2 })
 		if err := w.stop(); err != nil {
