@@ -132,9 +132,27 @@ func (n *Node) voterLevelsBut(skip string) (levels map[string]heardLevel, cluste
 // (at most once per recordRetry): the table may not record them yet (a
 // new cluster, a new voter).
 func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, error) {
-	need := fsm.CodecOf(cmd)
+	err := n.requireLevel(ctx, fsm.CodecOf(cmd))
+	var upgrade *UpgradeError
+	if r, ok := cmd.(*fsm.RegisterWorker); ok && errors.As(err, &upgrade) {
+		plain := *r
+		plain.Version = "" // the version is shown, never relied on
+		if fsm.CodecOf(&plain) <= upgrade.Level {
+			return &plain, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// requireLevel returns nil when every voter applies entries of codec need
+// (and reads snapshots of that version), else an *UpgradeError naming the
+// voters that hold it back.
+func (n *Node) requireLevel(ctx context.Context, need uint8) error {
 	if need <= fsm.BaseLevel {
-		return cmd, nil
+		return nil
 	}
 	levels, cluster := n.voterLevels()
 	if need > cluster && n.raft.State() == raft.Leader {
@@ -150,14 +168,7 @@ func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, er
 		}
 	}
 	if need <= cluster {
-		return cmd, nil
-	}
-	if r, ok := cmd.(*fsm.RegisterWorker); ok {
-		plain := *r
-		plain.Version = "" // the version is shown, never relied on
-		if fsm.CodecOf(&plain) <= cluster {
-			return &plain, nil
-		}
+		return nil
 	}
 	// Name the voters that hold it back: those that said a lower level (or
 	// said nothing); a voter heard at a high enough level and not yet
@@ -188,7 +199,7 @@ func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, er
 	if len(err.Nodes) == 0 {
 		err.Nodes = unrecorded
 	}
-	return nil, err
+	return err
 }
 
 // joinFloor is the lowest level a joining node may have: the highest the

@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -47,6 +48,32 @@ func TestRollingUpgradeGatesNewEntries(t *testing.T) {
 		if n.Level != 0 {
 			t.Fatalf("a level recorded while node-2 cannot apply the record: %+v", n)
 		}
+	}
+
+	// A backup holding a job that waits is snapshot version 5, which node-2
+	// could not read: its restore is refused the same way, and nothing
+	// changes.
+	backup := fsm.New()
+	data, err := fsm.Encode(time.Now().UnixNano(), &fsm.SubmitJob{Spec: spec("later", fsm.LostRequeue), RunAt: time.Now().Add(time.Hour).UnixNano()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backup.Apply(1, data); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	snap := backup.Snapshot()
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	snap.Release()
+	_, err = c.Leader().RestoreSnapshot(ctx(t), &buf)
+	var up *cluster.UpgradeError
+	if !errors.As(err, &up) || up.Need != 5 || len(up.Nodes) != 1 || !strings.HasPrefix(up.Nodes[0], "node-2") {
+		t.Fatalf("restore of a version-5 backup in a mixed cluster: %v, want UPGRADE_REQUIRED naming node-2", err)
+	}
+	if _, err := c.Leader().FSM().Job("later"); err == nil {
+		t.Fatal("a refused restore changed the state")
 	}
 
 	// node-2 upgraded: every level is recorded, and the release goes through.

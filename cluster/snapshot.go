@@ -71,6 +71,17 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	if _, err := fsm.PrepareRestore(tmp, r, plan); err != nil {
 		return fsm.Stats{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
+	// Every voter must read what Raft will send it: a backup holding jobs
+	// that wait is written in snapshot version 5, which a voter below
+	// level 5 cannot read. Versions up to 3 predate levels: every build
+	// reads them.
+	if v, err := fsm.SnapshotVersion(tmp); err != nil {
+		return fsm.Stats{}, err
+	} else if v > 3 {
+		if err := n.requireLevel(ctx, v); err != nil {
+			return fsm.Stats{}, err
+		}
+	}
 	size, err := tmp.Seek(0, io.SeekCurrent)
 	if err != nil {
 		return fsm.Stats{}, err

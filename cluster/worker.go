@@ -147,7 +147,9 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 		var due <-chan time.Time
 		var dueTimer *time.Timer
 		if at, ok := n.fsm.NextDueAfter(now); ok {
-			dueTimer = time.NewTimer(time.Duration(at - now))
+			// At most a second: the timer runs on the monotonic clock and
+			// the due time is a wall time, which may step forward.
+			dueTimer = time.NewTimer(min(time.Duration(at-now), dueRecheck))
 			due = dueTimer.C
 		}
 		var err error
@@ -170,6 +172,10 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 		}
 	}
 }
+
+// dueRecheck bounds a parked acquire's wait for the next due job, so a step
+// of the leader's wall clock is noticed within it.
+const dueRecheck = time.Second
 
 // canGrant reports whether an acquire could grant anything now: the worker
 // is registered with free capacity and ready jobs are queued for it.

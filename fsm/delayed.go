@@ -1,5 +1,7 @@
 package fsm
 
+import "slices"
+
 // Jobs that may not run yet: a job submitted with a run-at time in the
 // future, or queued again after a retryable failure with a backoff delay,
 // is queued (its State says so) but not ready. It waits in the delayed heap,
@@ -43,6 +45,26 @@ func (h *delayedHeap) pop() delayedItem {
 	h.items = h.items[:n]
 	siftDown(h.items, 0)
 	return top
+}
+
+// left records that one of its jobs left the queue before its time. Stale
+// entries are dropped when they come due, or all at once when they
+// outnumber the live ones (a job waiting a year would otherwise keep every
+// cancelled job's entry behind it), as in jobHeap.
+func (h *delayedHeap) left(waiting func(delayedItem) (*Job, bool)) {
+	h.live--
+	if stale := len(h.items) - h.live; stale > 64 && stale > h.live {
+		h.items = slices.DeleteFunc(h.items, func(it delayedItem) bool { _, ok := waiting(it); return !ok })
+		slices.SortFunc(h.items, func(a, b delayedItem) int {
+			if a.before(b) {
+				return -1
+			}
+			if b.before(a) {
+				return 1
+			}
+			return 0
+		}) // a sorted slice is a valid heap
+	}
 }
 
 // waiting says whether the entry's job is still queued at that time: the

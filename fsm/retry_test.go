@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -142,5 +143,27 @@ func TestResubmitIgnoresRunAtAndRetry(t *testing.T) {
 	res := m.do(&SubmitJob{Spec: again, RunAt: m.now + int64(time.Hour)}).(SubmitResult)
 	if res.Created || res.Job.Retry != nil || res.Job.NotBefore != 0 {
 		t.Fatalf("resubmit with a policy and a run-at time: %+v, want the first job as it was", res)
+	}
+}
+
+// TestDelayedHeapDropsCancelledEntries: jobs cancelled while they wait
+// leave no entries behind for long, even while a far job keeps the heap
+// live (the entries are not in the state's size, so they must not grow
+// with the jobs ever cancelled).
+func TestDelayedHeapDropsCancelledEntries(t *testing.T) {
+	m := newMachine(t)
+	m.do(&SubmitJob{Spec: spec("far"), RunAt: m.now + int64(365*24*time.Hour)})
+	for round := range 5 {
+		for i := range 200 {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			m.do(&SubmitJob{Spec: spec(id), RunAt: m.now + int64(time.Hour)})
+			m.do(&Cancel{JobID: id})
+		}
+	}
+	if n, live := len(m.f.st.delayed.items), m.f.st.delayed.live; live != 1 || n > 64+2*live {
+		t.Fatalf("delayed heap: %d entries for %d waiting job", n, live)
+	}
+	if err := m.f.CheckInvariants(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -167,6 +167,19 @@ func (sw *snapWriter) finish() error {
 	return sw.err
 }
 
+// SnapshotVersion reads the version of the snapshot at the start of r (an
+// io.ReaderAt, so the caller's offset does not move).
+func SnapshotVersion(r io.ReaderAt) (byte, error) {
+	head := make([]byte, len(snapMagic)+1)
+	if _, err := r.ReadAt(head, 0); err != nil {
+		return 0, fmt.Errorf("%w: snapshot header: %w", ErrCorrupt, err)
+	}
+	if string(head[:len(snapMagic)]) != snapMagic {
+		return 0, fmt.Errorf("%w: not a snapshot", ErrCorrupt)
+	}
+	return head[len(snapMagic)], nil
+}
+
 // snapVersionFor is the version a snapshot of these nodes is written in:
 // the lowest level recorded for them (at most snapVersion), 3 while none
 // is recorded.

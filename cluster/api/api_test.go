@@ -201,6 +201,9 @@ func TestTranslationsRefuse(t *testing.T) {
 			RunIn: durationpb.New(-time.Second)}, time.Now())), "run_in"},
 		{"run_at in two years", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
 			RunAt: timestamppb.New(time.Now().Add(2 * 365 * 24 * time.Hour))}, time.Now())), "run_at"},
+		// 2^64 ns (584 years) and a minute ahead: UnixNano would wrap it to a minute from now.
+		{"run_at past 2262", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
+			RunAt: &timestamppb.Timestamp{Seconds: time.Now().Unix() + 18446744073 + 60}}, time.Now())), "run_at"},
 		{"retry_after without retryable", validated(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r",
 			Outcome: pb.Outcome_OUTCOME_FAILED, RetryAfter: sec})), "retry_after"},
 		{"outcome 257", second(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: 257})), "outcome"},

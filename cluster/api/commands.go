@@ -29,19 +29,21 @@ func submitOf(r *pb.SubmitJobRequest, now time.Time) (*fsm.SubmitJob, error) {
 	case r.RunAt != nil && r.RunIn != nil:
 		return nil, rules.Invalid("run_at", "set run_at or run_in, not both")
 	case r.RunAt != nil:
-		if err := r.GetRunAt().CheckValid(); err != nil || r.GetRunAt().AsTime().Before(time.Unix(0, 0)) {
+		// Compared as times before the conversion: UnixNano wraps past 2262.
+		at := r.GetRunAt().AsTime()
+		if err := r.GetRunAt().CheckValid(); err != nil || at.Before(time.Unix(0, 0)) {
 			return nil, rules.Invalid("run_at", "not a time after 1970")
 		}
-		cmd.RunAt = r.GetRunAt().AsTime().UnixNano()
+		if at.After(now.Add(maxRunAhead)) {
+			return nil, rules.Invalid("run_at", "more than %s ahead", maxRunAhead)
+		}
+		cmd.RunAt = at.UnixNano()
 	case r.RunIn != nil:
 		d := r.GetRunIn().AsDuration()
 		if !r.GetRunIn().IsValid() || d < 0 || d > maxRunAhead {
 			return nil, rules.Invalid("run_in", "must be 0 to %s", maxRunAhead)
 		}
 		cmd.RunAt = now.Add(d).UnixNano()
-	}
-	if cmd.RunAt > now.Add(maxRunAhead).UnixNano() {
-		return nil, rules.Invalid("run_at", "more than %s ahead", maxRunAhead)
 	}
 	return cmd, nil
 }
