@@ -134,8 +134,12 @@ func TestParkedAcquireWakesWhenAJobComesDue(t *testing.T) {
 	c := clustertest.New(t, 3)
 	leader := c.Leader()
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
-	runAt := time.Now().Add(300 * time.Millisecond).UnixNano() // the fake clock's Wall is the real one
+	runAt := time.Now().Add(time.Second).UnixNano() // the fake clock's Wall is the real one
 	do(t, c, &fsm.SubmitJob{Spec: spec("later", fsm.LostRequeue), RunAt: runAt})
+	// The poll must park: a job already due would pass without the wake.
+	if leader.FSM().ReadyAt([]string{"default"}, nil, time.Now().UnixNano()) != 0 {
+		t.Fatal("the job came due before the acquire parked (submit took over a second): nothing tested")
+	}
 	res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r1", Queues: []string{"default"}, Max: 1}, 8*time.Second)
 	if err != nil || len(res.Grants) != 1 {
 		t.Fatalf("parked acquire: %+v %v", res, err)
