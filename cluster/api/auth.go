@@ -388,6 +388,7 @@ func (s *Server) refused(r *http.Request, id Identity, err error) {
 
 // writeRefusal answers a refused request in its own protocol.
 func (s *Server) writeRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	s.stats.refused(err)
 	if s.errw.IsSupported(r) {
 		s.errw.Write(w, r, err)
 		return

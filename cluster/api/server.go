@@ -47,6 +47,7 @@ type Options struct {
 // /metrics, all on one HTTP handler behind one authentication layer.
 type Server struct {
 	node     *cluster.Node
+	stats    *apiMetrics
 	log      hclog.Logger
 	creds    atomic.Pointer[credentials]
 	cluster  string
@@ -84,6 +85,7 @@ func NewServer(o Options) *Server {
 	s.log = s.log.Named("api")
 	s.timingsPB = timingsToProto(s.node.Timings())
 	s.creds.Store(newCredentials(o.Credentials))
+	s.stats = newAPIMetrics(s.node.Registerer())
 	// HTTP/2 over the peer port's API connections (TLS, when on, is the
 	// peer port's): every forwarded call shares one connection per leader.
 	tr := &http.Transport{
@@ -201,6 +203,9 @@ type hintInterceptor struct{ s *Server }
 func (h hintInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
+		if err != nil {
+			h.s.stats.refused(err)
+		}
 		if _, api := h.s.node.Leader(); api != "" {
 			var cerr *connect.Error
 			switch {
