@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
@@ -63,11 +64,23 @@ func (f *FSM) Counts() Counts {
 
 // String names the command type by its Go type, as in "SubmitJob".
 func (t CommandType) String() string {
-	if f, ok := commandFactories[t]; ok {
-		return strings.TrimPrefix(fmt.Sprintf("%T", f()), "*fsm.")
+	commandNamesOnce.Do(func() {
+		for t, f := range commandFactories {
+			commandNames[t] = strings.TrimPrefix(fmt.Sprintf("%T", f()), "*fsm.")
+		}
+	})
+	if name := commandNames[t]; name != "" {
+		return name
 	}
 	return fmt.Sprintf("command(%d)", uint8(t))
 }
+
+// commandNames are the types' names, made once (String is on the apply
+// path of the metrics).
+var (
+	commandNamesOnce sync.Once
+	commandNames     [256]string
+)
 
 // JobStates lists every job state, in number order.
 func JobStates() []JobState { return sortedKeys(jobStateNames) }
