@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/ui"
 )
 
 // Options configure a Server.
@@ -124,6 +125,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /livez", s.livez)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.metrics)
+	// The status page: its files are open (they hold no data); the calls
+	// it makes need the same credentials as any other.
+	mux.Handle(ui.Prefix, ui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if s.pprof {
 		// Admin only: no role but admin may call a path authenticate
 		// does not know.

@@ -61,6 +61,9 @@ func devCommand() *cli.Command {
 				if logPath == "" {
 					logPath = filepath.Join(logDir, "leasehold-dev.log")
 				}
+				if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+					return err
+				}
 				f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 				if err != nil {
 					return err

@@ -29,7 +29,7 @@ func TestDevCluster(t *testing.T) {
 		}
 		l.Close()
 	}
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "dev") // made by dev, with its log file
 	// No --endpoints and no LEASEHOLD_ENDPOINTS: the defaults must reach dev.
 	env := baseEnv()
 
