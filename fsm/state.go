@@ -61,9 +61,9 @@ type state struct {
 	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobDead + 1]int // jobs per state
-	timed        int                // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
-	bytes        int64              // jobs' and events' size (size.go)
-	touched      map[uint64]int64   // during an apply: seq -> size before it changed
+	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
+	bytes        int64            // jobs' and events' size (size.go)
+	touched      map[uint64]int64 // during an apply: seq -> size before it changed
 }
 
 func newState() *state {
