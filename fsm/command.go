@@ -523,15 +523,15 @@ func (c *RetryJob) Validate() error {
 
 func (c *PurgeJobs) Validate() error {
 	if len(c.JobIDs) > MaxPurgeBatch {
-		return tooLarge("job_ids", len(c.JobIDs), MaxPurgeBatch)
+		return tooLarge("ids", len(c.JobIDs), MaxPurgeBatch)
 	}
 	for _, id := range c.JobIDs {
-		if err := checkID("job_ids", id); err != nil {
+		if err := checkID("ids", id); err != nil {
 			return err
 		}
 	}
 	if len(c.JobIDs) > 0 && (c.Queue != "" || c.OlderThan != 0) {
-		return invalid("job_ids", "purge by ids, or by queue and age, not both")
+		return invalid("ids", "purge by ids, or by queue and age, not both")
 	}
 	if c.Queue != "" {
 		if err := checkName("queue", c.Queue); err != nil {

@@ -45,7 +45,7 @@ func (s *Server) status() *pb.StatusResponse {
 		StateBytes: stats.Bytes, StateQuotaBytes: s.node.StateQuota(),
 	}
 	for state, n := range stats.Jobs {
-		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})
+		out.Jobs = append(out.Jobs, &pb.JobCount{State: stateToProto(state), Count: uint64(n)})
 	}
 	sort.Slice(out.Jobs, func(i, j int) bool { return out.Jobs[i].State < out.Jobs[j].State })
 	return out
@@ -200,7 +200,7 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, "# TYPE leasehold_live_leases gauge\nleasehold_live_leases %d\n", m.LiveLeases)
 	fmt.Fprintf(w, "# TYPE leasehold_last_token gauge\nleasehold_last_token %d\n", m.LastToken)
 	fmt.Fprintf(w, "# TYPE leasehold_jobs gauge\n")
-	for _, state := range []string{"queued", "acquired", "running", "reported", "cancelled", "lost", "failed"} {
+	for _, state := range []string{"queued", "acquired", "running", "reported", "cancelled", "lost", "failed", "dead"} {
 		fmt.Fprintf(w, "leasehold_jobs{state=%q} %d\n", state, m.Jobs[state])
 	}
 }
