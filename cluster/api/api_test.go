@@ -63,6 +63,7 @@ func TestErrorReasons(t *testing.T) {
 		{fsm.ErrNotOwner, transport.ReasonNotOwner, connect.CodePermissionDenied, nil},
 		{fsm.ErrUnknownWorker, transport.ReasonUnknownWorker, connect.CodeFailedPrecondition, nil},
 		{fsm.ErrFinished, transport.ReasonJobFinished, connect.CodeFailedPrecondition, nil},
+		{fsm.ErrNotDead, transport.ReasonJobNotDead, connect.CodeFailedPrecondition, nil},
 		{fsm.ErrTokensExhausted, transport.ReasonTokensExhausted, connect.CodeResourceExhausted, nil},
 		{errUnauthenticated, transport.ReasonUnauthenticated, connect.CodeUnauthenticated, nil},
 		{errForbidden, transport.ReasonForbidden, connect.CodePermissionDenied, nil},
