@@ -43,7 +43,7 @@ func TestDeadLetterRetryAndPurge(t *testing.T) {
 		}
 	}
 	dead := c.job(t, "doomed")
-	if dead.State != "dead" || dead.Attempts != 2 || !strings.HasPrefix(dead.Reason, "out of attempts (2 of 2)") || len(dead.Leases) != 2 {
+	if dead.State != "dead" || dead.Attempts != 2 || !strings.HasPrefix(dead.Reason, "out of attempts (2 of 2): exit status 75") || len(dead.Leases) != 2 {
 		t.Fatalf("after two retryable failures of two: %+v, want dead, out of attempts", dead)
 	}
 	var listed []jobJSON
