@@ -20,9 +20,16 @@ import (
 func (s *state) level() uint8 {
 	v := uint8(0)
 	for _, n := range s.nodes {
-		if n.Level != 0 && (v == 0 || n.Level < v) {
-			v = n.Level
-		}
+		v = lowerLevel(v, n.Level)
+	}
+	return v
+}
+
+// lowerLevel is the lower of a lowest level so far (0: none yet) and a
+// node's recorded level (0: not recorded).
+func lowerLevel(v, l uint8) uint8 {
+	if l != 0 && (v == 0 || l < v) {
+		return l
 	}
 	return v
 }

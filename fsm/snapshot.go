@@ -192,9 +192,7 @@ func SnapshotVersion(r io.ReaderAt) (byte, error) {
 func snapVersionFor(nodes []*Node) byte {
 	v := byte(0)
 	for _, n := range nodes {
-		if n.Level != 0 && (v == 0 || n.Level < v) {
-			v = n.Level
-		}
+		v = lowerLevel(v, n.Level)
 	}
 	if v == 0 {
 		return 3
