@@ -290,7 +290,11 @@ func (s *state) check() error {
 	}
 	// Compaction takes a prefix of the finish order by time, a purge by
 	// age one of the dead index: finish times must not decrease along them.
-	for name, list := range map[string][]uint64{"finish order": s.finished, "dead index": s.dead} {
+	for _, idx := range []struct {
+		name string
+		list []uint64
+	}{{"finish order", s.finished}, {"dead index", s.dead}} {
+		name, list := idx.name, idx.list
 		var prevFin uint64
 		var prevAt int64
 		for _, seq := range list {
