@@ -46,6 +46,8 @@ func New() *FSM {
 	f.register(CmdRecordEvents, applyRecordEvents)
 	f.register(CmdAudit, applyAudit)
 	f.register(CmdRemoveIdle, applyRemoveIdle)
+	f.register(CmdRetryJob, applyRetryJob)
+	f.register(CmdPurgeJobs, applyPurgeJobs)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

@@ -461,6 +461,16 @@ func (s *Server) actAsSubmitter(ctx context.Context, submitter string) error {
 	return s.denied(ctx, fmt.Errorf("%w submitter %q", errNotYours, submitter))
 }
 
+// actAsEverySubmitter refuses, and audits, a call that reaches the jobs
+// of every submitter (a purge by queue or age) from a credential scoped
+// to one submitter: only an admin or a submitter credential for "*".
+func (s *Server) actAsEverySubmitter(ctx context.Context, what string) error {
+	if identityOf(ctx).mayActAsSubmitter("*") {
+		return nil
+	}
+	return s.denied(ctx, fmt.Errorf("%w every submitter (%s)", errNotYours, what))
+}
+
 // denied audits a refusal to act in another's name (at the refusals' rate:
 // one per source host, identity, call and target a window) and returns
 // err.

@@ -45,7 +45,7 @@ func (s *Server) status() *pb.StatusResponse {
 		StateBytes: stats.Bytes, StateQuotaBytes: s.node.StateQuota(),
 	}
 	for state, n := range stats.Jobs {
-		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})
+		out.Jobs = append(out.Jobs, &pb.JobCount{State: stateToProto(state), Count: uint64(n)})
 	}
 	sort.Slice(out.Jobs, func(i, j int) bool { return out.Jobs[i].State < out.Jobs[j].State })
 	return out
