@@ -82,3 +82,38 @@ func TestDeadLettersWaitForLevel6(t *testing.T) {
 		t.Fatalf("after the retry: %s token %d, want after with a token above %d", again.Job.ID, again.Lease.Token, g.Lease.Token)
 	}
 }
+
+// Dead jobs wait DeadRetention to be retried, then the leader's compaction
+// purges them, by the state's own time: a job dead for longer goes, one
+// dead for less stays.
+func TestDeadJobsPurgedAfterRetention(t *testing.T) {
+	c := clustertest.New(t, 1, func(i int, cfg *cluster.Config) {
+		cfg.DeadRetention = time.Hour
+		cfg.CompactInterval = 20 * time.Millisecond
+		cluster.AskLevelsEvery(cfg, 100*time.Millisecond)
+	})
+	c.WaitFor(10*time.Second, "the level recorded", func() bool {
+		return c.Leader().ClusterLevel() == fsm.Level
+	})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 1})
+	failOut := func(id string) {
+		s := spec(id, fsm.LostRequeue)
+		s.MaxAttempts = 1
+		do(t, c, &fsm.SubmitJob{Spec: s})
+		g := acquire(t, c.Leader(), "w1", "r-"+id)
+		do(t, c, &fsm.Report{WorkerID: "w1", JobID: id, Token: g.Lease.Token, ReportID: "r-" + id, Outcome: fsm.OutcomeFailed, Retryable: true})
+		if j, _ := c.Leader().FSM().Job(id); j.State != fsm.JobDead {
+			t.Fatalf("%s ended %s, want dead", id, j.State)
+		}
+	}
+	failOut("old")
+	c.Nodes[0].Clock.ShiftWall(2 * time.Hour)
+	failOut("young")
+	c.WaitFor(10*time.Second, "the old dead job purged", func() bool {
+		_, err := c.Leader().FSM().Job("old")
+		return errors.Is(err, fsm.ErrNotFound)
+	})
+	if j, err := c.Leader().FSM().Job("young"); err != nil || j.State != fsm.JobDead {
+		t.Fatalf("the young dead job: %v %v, want kept", j.State, err)
+	}
+}

@@ -82,6 +82,7 @@ type RaftSection struct {
 type RetentionSection struct {
 	Jobs            duration `toml:"jobs"`
 	Events          duration `toml:"events"`
+	DeadJobs        duration `toml:"dead_jobs"`
 	CompactInterval duration `toml:"compact_interval"`
 }
 
@@ -191,7 +192,8 @@ func defaultServerConfig() ServerConfig {
 		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, SnapshotInterval: duration{d.SnapshotInterval},
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
 	}
-	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, CompactInterval: duration{d.CompactInterval}}
+	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, DeadJobs: duration{d.DeadRetention},
+		CompactInterval: duration{d.CompactInterval}}
 	l := api.DefaultLimits()
 	c.Limits = LimitsSection{
 		MaxRequestBytes: l.MaxRequestBytes, MaxConnections: l.MaxConns, MaxConnectionsPerHost: l.MaxConnsPerHost,
@@ -254,6 +256,7 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	cfg.LogStore, cfg.WALSegmentBytes = c.Raft.LogStore, c.Raft.WALSegmentBytes
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
+	cfg.DeadRetention = c.Retention.DeadJobs.Duration
 	cfg.StateQuotaBytes, cfg.MaxQueuedPerSubmitter = c.Limits.StateQuotaBytes, c.Limits.MaxQueuedPerSubmitter
 	cfg.Logger = logger
 	cfg.Clock = serverClock()
