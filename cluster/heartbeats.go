@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -69,13 +70,22 @@ type Arrival struct {
 	// expiring holds the tokens whose expiry was decided when the beat
 	// arrived: they are answered lost.
 	expiring map[uint64]bool
+	// notes are the beat's progress notes, recorded by Answer for the
+	// leases it finds live; at is when the beat arrived (wall clock).
+	notes map[uint64]string
+	at    time.Time
 }
 
 // Arrive validates a beat and records the worker as heard now. A worker the
 // state does not know gets fsm.ErrUnknownWorker and is not timed; a beat
-// arriving after the term ended gets the NOT_LEADER answer.
-func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef) (Arrival, error) {
+// arriving after the term ended gets the NOT_LEADER answer. The beat's
+// progress notes, if any, wait for Answer: only a lease it finds current
+// gets its note recorded.
+func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef, notes ...ProgressNote) (Arrival, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
+		return Arrival{}, err
+	}
+	if err := validateNotes(held, notes); err != nil {
 		return Arrival{}, err
 	}
 	table := h.table
@@ -92,7 +102,14 @@ func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef) (Arrival, erro
 	if _, err := h.n.fsm.Worker(workerID); err != nil {
 		return Arrival{}, err
 	}
-	return Arrival{expiring: table.heard(workerID, h.n.clock.Now())}, nil
+	a := Arrival{expiring: table.heard(workerID, h.n.clock.Now())}
+	if len(notes) > 0 {
+		a.notes, a.at = make(map[uint64]string, len(notes)), h.n.clock.Wall()
+		for _, n := range notes {
+			a.notes[n.Token] = n.Note
+		}
+	}
+	return a, nil
 }
 
 // Confirm returns nil once a quorum has confirmed this node's leadership
@@ -129,7 +146,9 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // Answer fills res with the answer to a confirmed beat from the state,
 // reusing res's slices: each lease the worker named, in its order (keep,
 // stop when revoked, lost when not live or its expiry is decided), and the
-// live leases it did not name, by token.
+// live leases it did not name, by token. The beat's progress notes are
+// recorded for the leases answered keep or stop: live, held by this worker,
+// under the token named, as of a state read after the quorum check.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
 	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
 	h.live = h.n.fsm.AppendWorkerLeases(h.live[:0], workerID)
@@ -151,6 +170,14 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			}
 		}
 		res.Leases = append(res.Leases, st)
+	}
+	if len(a.notes) > 0 && h.ls != nil {
+		for _, st := range res.Leases {
+			if note, ok := a.notes[st.Token]; ok && st.Verdict != VerdictLost {
+				// Lost: a stale token, or an expiry already decided.
+				h.ls.progress.hear(st.JobID, st.Token, note, a.at)
+			}
+		}
 	}
 	for _, l := range h.live {
 		if _, named := slices.BinarySearch(h.named, l.Token); !named && !a.expiring[l.Token] {

@@ -66,7 +66,7 @@ type HeartbeatResult struct {
 // removed as idle) gets fsm.ErrUnknownWorker and is not timed: made-up ids
 // must cost neither an entry in the table nor an event when they fall
 // silent. The client registers again when told so.
-func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
+func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef, notes ...ProgressNote) (HeartbeatResult, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -74,7 +74,7 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	a, err := h.Arrive(workerID, held)
+	a, err := h.Arrive(workerID, held, notes...)
 	if err != nil {
 		return HeartbeatResult{}, err
 	}

@@ -242,6 +242,14 @@ func refsFromProto(refs []*pb.LeaseRef) []fsm.LeaseRef {
 	return out
 }
 
+// notesFromProto appends a heartbeat's progress notes to dst.
+func notesFromProto(dst []cluster.ProgressNote, notes []*pb.ProgressNote) []cluster.ProgressNote {
+	for _, n := range notes {
+		dst = append(dst, cluster.ProgressNote{Token: n.GetToken(), Note: n.GetNote()})
+	}
+	return dst
+}
+
 func refsToProto(refs []fsm.LeaseRef) []*pb.LeaseRef {
 	out := make([]*pb.LeaseRef, len(refs))
 	for i, r := range refs {
