@@ -62,7 +62,16 @@ type WorkerOptions struct {
 	// Observer watches the runtime's calls and acknowledgements (testers
 	// record histories with it). Default: nothing watches.
 	Observer Observer
+	// Middleware wraps every handler the worker runs (Handlers' and those
+	// Reattach returns), the first outermost: with [a, b], a job runs
+	// a(b(handler)). Use it for what every job needs: logging, metrics,
+	// tracing, a recover of your own. None may be nil.
+	Middleware []Middleware
 }
+
+// Middleware wraps a Handler in another: it may act before and after the
+// handler, change its context or result, or not call it at all.
+type Middleware func(Handler) Handler
 
 // Defaults of WorkerOptions.
 const (
@@ -84,6 +93,7 @@ type Worker struct {
 	pollWait     time.Duration
 	drainTimeout time.Duration
 	reattachFn   func(ctx context.Context, job *Job) (Handler, bool)
+	middleware   []Middleware
 	deadlineFn   func(time.Time)
 	clock        clock.Clock
 	log          hclog.Logger
@@ -108,6 +118,10 @@ type Worker struct {
 	stopAcquire context.CancelFunc // cancels it
 	acked       chan struct{}      // closed and replaced at every ack
 	freed       chan struct{}      // closed and replaced when a task ends
+
+	// notesHeard: the last acknowledged heartbeat said the server takes
+	// progress notes; until one does, beats carry none.
+	notesHeard bool
 }
 
 // timings are the cluster's, from RegisterWorker and heartbeat replies.
@@ -148,6 +162,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		pollWait:     opts.PollWait,
 		drainTimeout: opts.DrainTimeout,
 		reattachFn:   opts.Reattach,
+		middleware:   slices.Clone(opts.Middleware),
 		deadlineFn:   opts.Deadline,
 		clock:        opts.Clock,
 		log:          opts.Logger,
@@ -169,6 +184,11 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		}
 		if h == nil {
 			return nil, fmt.Errorf("%w: Handlers[%q] is nil", ErrInvalidConfig, kind)
+		}
+	}
+	for i, m := range w.middleware {
+		if m == nil {
+			return nil, fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidConfig, i)
 		}
 	}
 	if len(w.kinds) == 0 {
