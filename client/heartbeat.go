@@ -256,9 +256,10 @@ type beatLeases struct {
 }
 
 // heldLeases says what the next heartbeat names: every lease, and each
-// lease's latest progress note until a beat carrying it is acknowledged,
-// when the server takes notes. So a note goes with every beat until one
-// is acknowledged, and never in a call of its own.
+// lease's latest progress note until a beat carrying it is acknowledged
+// by the current leader's term, when the server takes notes. So a note
+// goes with every beat until one is acknowledged, again after a change of
+// leader, and never in a call of its own.
 func (w *Worker) heldLeases() beatLeases {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -267,7 +268,7 @@ func (w *Worker) heldLeases() beatLeases {
 		b.refs = append(b.refs, &leaseholdv1.LeaseRef{JobId: t.job.ID, Token: t.job.Token})
 	}
 	slices.SortFunc(b.refs, func(a, b *leaseholdv1.LeaseRef) int { return cmp.Compare(a.Token, b.Token) })
-	if !w.notesHeard {
+	if w.notesTerm == 0 {
 		return b
 	}
 	for _, r := range b.refs {
@@ -277,6 +278,30 @@ func (w *Worker) heldLeases() beatLeases {
 		}
 	}
 	return b
+}
+
+// noteAcksLocked applies an acknowledged beat's answer to the notes: the
+// notes it carried are held by the leader of term; a leader of another
+// term than the last holds none of the earlier ones, so each lease's latest
+// note goes again.
+func (w *Worker) noteAcksLocked(term uint64, beat beatLeases) {
+	if term != w.notesTerm {
+		for _, t := range w.tasks {
+			t.ackedVer = 0
+			if t.note == "" {
+				t.ackedVer = t.noteVer // nothing to clear on a new leader
+			}
+		}
+		w.notesTerm = term
+	}
+	if term == 0 {
+		return
+	}
+	for i, n := range beat.notes {
+		if t := w.tasks[n.GetToken()]; t != nil && beat.vers[i] > t.ackedVer {
+			t.ackedVer = beat.vers[i]
+		}
+	}
 }
 
 // notesRefused reports whether err is a strict server's refusal of a
@@ -291,7 +316,7 @@ func notesRefused(err error) bool {
 // build during an upgrade).
 func (w *Worker) refuseNotes(err error) {
 	w.mu.Lock()
-	w.notesHeard = false
+	w.notesTerm = 0
 	w.mu.Unlock()
 	w.log.Info("the leader does not take progress notes; heartbeating without them", "error", err)
 }
@@ -301,12 +326,7 @@ func (w *Worker) refuseNotes(err error) {
 // worker did not know it held.
 func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse, beat beatLeases) {
 	w.mu.Lock()
-	w.notesHeard = resp.GetNotesHeard()
-	for i, n := range beat.notes {
-		if t := w.tasks[n.GetToken()]; t != nil && beat.vers[i] > t.ackedVer {
-			t.ackedVer = beat.vers[i]
-		}
-	}
+	w.noteAcksLocked(resp.GetNotesTerm(), beat)
 	w.acknowledgeLocked(sent, resp)
 	deadline := w.deadlineLocked()
 	w.mu.Unlock()

@@ -124,7 +124,8 @@ func (h *workerHarness) beatAt(a *acks, n, beats, acked int) {
 // A note travels with the next heartbeat once the server said it takes
 // notes, and again with each beat until one carrying it is acknowledged;
 // the latest note wins, a long one is cut, and no beat goes just for a
-// note.
+// note. A new leader's term holds none of the notes: each lease's latest
+// goes again.
 func TestProgressTravelsWithTheNextHeartbeat(t *testing.T) {
 	h := newWorkerHarness(t)
 	h.grants <- grant("j1", "k", 21, "")
@@ -148,8 +149,12 @@ func TestProgressTravelsWithTheNextHeartbeat(t *testing.T) {
 	long := strings.Repeat("é", rules.MaxProgressLen) // 2 bytes each
 	jobs["j2"].Progress(long)
 	h.beatAt(&a, 4, 4, 5)
+	h.newTerm()
+	h.beatAt(&a, 5, 5, 6) // answered by the new term
+	h.beatAt(&a, 6, 6, 7)
+	h.beatAt(&a, 7, 7, 8)
 	cut := strings.Repeat("é", rules.MaxProgressLen/2)
-	want := [][]string{nil, {"21=step 2 [31m"}, nil, {"22=" + cut}}
+	want := [][]string{nil, {"21=step 2 [31m"}, nil, {"22=" + cut}, nil, {"21=step 2 [31m", "22=" + cut}, nil}
 	if got := h.notes(); !slices.EqualFunc(got, want, slices.Equal) {
 		t.Fatalf("notes by heartbeat %q, want %q", got, want)
 	}

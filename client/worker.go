@@ -119,9 +119,10 @@ type Worker struct {
 	acked       chan struct{}      // closed and replaced at every ack
 	freed       chan struct{}      // closed and replaced when a task ends
 
-	// notesHeard: the last acknowledged heartbeat said the server takes
-	// progress notes; until one does, beats carry none.
-	notesHeard bool
+	// notesTerm is the leader's term the last acknowledged heartbeat
+	// named, whose memory holds the notes sent (zero: the server does not
+	// take notes, and beats carry none).
+	notesTerm uint64
 }
 
 // timings are the cluster's, from RegisterWorker and heartbeat replies.

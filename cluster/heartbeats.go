@@ -61,6 +61,15 @@ func (n *Node) Heartbeats() (*Heartbeats, error) {
 // stopping. A stream ends then, answering NOT_LEADER.
 func (h *Heartbeats) Done() <-chan struct{} { return h.done }
 
+// term is the term whose office answers the beats (the unchecked build's:
+// the node's current one).
+func (h *Heartbeats) term() uint64 {
+	if h.ls != nil {
+		return h.ls.term
+	}
+	return h.n.raft.CurrentTerm()
+}
+
 // NotLeader is the error of a beat that reaches a term that has ended:
 // the leader as this node now knows it.
 func (h *Heartbeats) NotLeader() error { return h.n.notLeader() }
@@ -160,6 +169,7 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 	slices.Sort(h.named)
 
 	res.Leases, res.Unnamed = res.Leases[:0], res.Unnamed[:0]
+	res.Term = h.term()
 	for _, l := range held {
 		st := LeaseStatus{JobID: l.JobID, Token: l.Token, Verdict: VerdictLost}
 		i, ok := slices.BinarySearchFunc(h.live, l.Token, func(l fsm.Lease, tok uint64) int { return cmp.Compare(l.Token, tok) })

@@ -52,6 +52,9 @@ type HeartbeatResult struct {
 	// reply to its acquire was lost, or it restarted): it should take them
 	// up or release them.
 	Unnamed []fsm.Lease
+	// Term is the leader's term that answered, whose memory holds the
+	// beat's progress notes.
+	Term uint64
 }
 
 // Heartbeat renews every lease of a worker, in the leader's memory only,

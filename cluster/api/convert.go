@@ -202,6 +202,7 @@ func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, s
 		ps := out.Leases[i]
 		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), pb.Revoke(st.Revoke)
 	}
+	out.NotesTerm = res.Term
 	out.Unnamed = out.Unnamed[:0]
 	for i := range res.Unnamed {
 		out.Unnamed = append(out.Unnamed, leaseToProto(&res.Unnamed[i]))

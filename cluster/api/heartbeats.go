@@ -320,7 +320,6 @@ type beatAnswer struct {
 func newBeatAnswer(timings *pb.Timings) *beatAnswer {
 	a := &beatAnswer{}
 	a.reply.Timings = timings
-	a.reply.NotesHeard = true
 	a.msg.Heartbeat = &a.reply
 	return a
 }

@@ -41,8 +41,9 @@ func TestProgressNotes(t *testing.T) {
 	}
 
 	before := time.Now()
-	if r := beat("w1", refs, &pb.ProgressNote{Token: refs[0].GetToken(), Note: "step 1 of 3"}); !r.GetNotesHeard() {
-		t.Fatalf("answer %v does not say notes are heard", r)
+	term := leader.Status().Term
+	if r := beat("w1", refs, &pb.ProgressNote{Token: refs[0].GetToken(), Note: "step 1 of 3"}); r.GetNotesTerm() != term {
+		t.Fatalf("answer %v does not say notes are held by term %d", r, term)
 	}
 	j := progress(js, "a", pb.Consistency_CONSISTENCY_LINEARIZABLE)
 	if j.GetProgress() != "step 1 of 3" || j.GetProgressAt().AsTime().Before(before.Add(-time.Minute)) {
@@ -58,8 +59,8 @@ func TestProgressNotes(t *testing.T) {
 		Notes: []*pb.ProgressNote{{Token: refs[0].GetToken(), Note: "step 2 of 3"}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if r := ack(t, s, 1); !r.GetNotesHeard() {
-		t.Fatalf("stream answer %v does not say notes are heard", r)
+	if r := ack(t, s, 1); r.GetNotesTerm() != term {
+		t.Fatalf("stream answer %v does not say notes are held by term %d", r, term)
 	}
 	if j := progress(js, "a", pb.Consistency_CONSISTENCY_LINEARIZABLE); j.GetProgress() != "step 2 of 3" {
 		t.Fatalf("job a: progress %q, want the latest note", j.GetProgress())

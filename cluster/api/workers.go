@@ -86,7 +86,7 @@ func (w workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.He
 		if err != nil {
 			return nil, err
 		}
-		out := &pb.HeartbeatResponse{Timings: w.timings(), NotesHeard: true}
+		out := &pb.HeartbeatResponse{Timings: w.timings()}
 		heartbeatToProto(out, &res, nil)
 		return out, nil
 	})

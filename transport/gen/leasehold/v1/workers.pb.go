@@ -595,7 +595,7 @@ type HeartbeatRequest struct {
 	// Progress notes, at most one per lease named in leases. The leader keeps
 	// the latest of each live lease in memory and shows it in the job. A
 	// server from before this field refuses a request that sets it (strict
-	// decoding): send notes only to a server whose answer set notes_heard.
+	// decoding): send notes only to a server whose answer set notes_term.
 	Notes         []*ProgressNote `protobuf:"bytes,3,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -780,9 +780,11 @@ type HeartbeatResponse struct {
 	Leases  []*LeaseStatus         `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`   // one per lease named, in order
 	Unnamed []*Lease               `protobuf:"bytes,2,rep,name=unnamed,proto3" json:"unnamed,omitempty"` // live leases of the worker it did not name
 	Timings *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
-	// The server takes progress notes (HeartbeatRequest.notes); unset by a
-	// server from before them, which refuses a heartbeat carrying any.
-	NotesHeard    bool `protobuf:"varint,4,opt,name=notes_heard,json=notesHeard,proto3" json:"notes_heard,omitempty"`
+	// Set by a server that takes progress notes (HeartbeatRequest.notes):
+	// the leader's term, whose memory holds them. Zero from a server from
+	// before notes, which refuses a heartbeat carrying any. When it changes,
+	// the notes the old leader held are gone: send each lease's latest again.
+	NotesTerm     uint64 `protobuf:"varint,4,opt,name=notes_term,json=notesTerm,proto3" json:"notes_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -838,11 +840,11 @@ func (x *HeartbeatResponse) GetTimings() *Timings {
 	return nil
 }
 
-func (x *HeartbeatResponse) GetNotesHeard() bool {
+func (x *HeartbeatResponse) GetNotesTerm() uint64 {
 	if x != nil {
-		return x.NotesHeard
+		return x.NotesTerm
 	}
-	return false
+	return 0
 }
 
 type HeartbeatStreamRequest struct {
@@ -1590,13 +1592,13 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12/\n" +
 	"\averdict\x18\x03 \x01(\x0e2\x15.leasehold.v1.VerdictR\averdict\x12,\n" +
-	"\x06revoke\x18\x04 \x01(\x0e2\x14.leasehold.v1.RevokeR\x06revoke\"\xc7\x01\n" +
+	"\x06revoke\x18\x04 \x01(\x0e2\x14.leasehold.v1.RevokeR\x06revoke\"\xc5\x01\n" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x06leases\x18\x01 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x12-\n" +
 	"\aunnamed\x18\x02 \x03(\v2\x13.leasehold.v1.LeaseR\aunnamed\x12/\n" +
-	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\x12\x1f\n" +
-	"\vnotes_heard\x18\x04 \x01(\bR\n" +
-	"notesHeard\"h\n" +
+	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\x12\x1d\n" +
+	"\n" +
+	"notes_term\x18\x04 \x01(\x04R\tnotesTerm\"h\n" +
 	"\x16HeartbeatStreamRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12<\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1e.leasehold.v1.HeartbeatRequestR\theartbeat\"j\n" +
