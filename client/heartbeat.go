@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // beatDueError: a heartbeat was abandoned because the next one was due.
@@ -271,14 +272,33 @@ func (w *Worker) heldLeases() beatLeases {
 	if w.notesTerm == 0 {
 		return b
 	}
-	for _, r := range b.refs {
-		if t := w.tasks[r.Token]; t.noteVer > t.ackedVer {
-			b.notes = append(b.notes, &leaseholdv1.ProgressNote{Token: r.Token, Note: t.note})
-			b.vers = append(b.vers, t.noteVer)
+	// Notes take at most noteBudget bytes of a beat, so a worker of many
+	// leases never makes a heartbeat too large to be taken; the first
+	// lease considered turns with each beat, so none waits for ever.
+	budget := noteBudget
+	w.noteTurn++
+	for i := range b.refs {
+		r := b.refs[(i+w.noteTurn)%len(b.refs)]
+		t := w.tasks[r.Token]
+		if t.noteVer <= t.ackedVer {
+			continue
 		}
+		if budget -= len(t.note) + noteOverhead; budget < 0 {
+			break
+		}
+		b.notes = append(b.notes, &leaseholdv1.ProgressNote{Token: r.Token, Note: t.note})
+		b.vers = append(b.vers, t.noteVer)
 	}
 	return b
 }
+
+// noteBudget bounds the bytes of progress notes in one heartbeat (the
+// notes of 128 leases at the longest); noteOverhead is what a note costs
+// on the wire besides its text, at most.
+const (
+	noteBudget   = 128 * (rules.MaxProgressLen + noteOverhead)
+	noteOverhead = 16
+)
 
 // noteAcksLocked applies an acknowledged beat's answer to the notes: the
 // notes it carried are held by the leader of term; a leader of another

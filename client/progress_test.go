@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,7 +77,7 @@ func TestNewWorkerRefusesNilMiddleware(t *testing.T) {
 }
 
 // notes returns the progress notes each heartbeat carried, as
-// "token=note", in order.
+// "token=note", sorted, beat by beat.
 func (h *workerHarness) notes() [][]string {
 	var out [][]string
 	for _, r := range h.node.requests("Heartbeat") {
@@ -84,6 +85,7 @@ func (h *workerHarness) notes() [][]string {
 		for _, n := range r.msg.(*leaseholdv1.HeartbeatRequest).GetNotes() {
 			beat = append(beat, fmt.Sprintf("%d=%s", n.GetToken(), n.GetNote()))
 		}
+		slices.Sort(beat)
 		out = append(out, beat)
 	}
 	return out
@@ -199,6 +201,50 @@ func testProgressWithoutNotes(t *testing.T, unary bool) {
 	}
 	if hb := h.heartbeats(); !slices.EqualFunc(hb, [][]uint64{{31}, {31}, {31}, {31}, {31}, {31}}, slices.Equal) {
 		t.Fatalf("heartbeats %v: each names the lease", hb)
+	}
+	if err := h.stopDraining(w, client.DefaultDrainTimeout); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+// The notes of many leases are spread over beats, so a heartbeat never
+// grows past what a server takes: each beat carries at most 128 notes at
+// their longest, and the rest go with the next.
+func TestProgressNotesSpreadOverBeats(t *testing.T) {
+	const leases = 130
+	h := newWorkerHarness(t)
+	go func() {
+		for i := range leases {
+			h.grants <- grant(fmt.Sprintf("j%d", i), "k", uint64(100+i), "")
+		}
+	}()
+	long := strings.Repeat("x", rules.MaxProgressLen)
+	var a acks
+	var started atomic.Int64
+	w := h.run(client.WorkerOptions{Concurrency: leases, Observer: a.observer(),
+		Handlers: map[string]client.Handler{"k": func(ctx context.Context, j *client.Job) (client.Result, error) {
+			j.Progress(long)
+			started.Add(1)
+			<-ctx.Done()
+			return client.Result{}, ctx.Err()
+		}}})
+	waitFor(t, "every handler to publish its note", func() bool { return started.Load() == leases })
+	h.beatAt(&a, 1, 1, 2)
+	h.beatAt(&a, 2, 2, 3)
+	h.beatAt(&a, 3, 3, 4)
+	notes := h.notes()
+	got := map[string]bool{}
+	for _, beat := range notes {
+		for _, n := range beat {
+			if got[n] {
+				t.Fatalf("note %.10s... sent twice", n)
+			}
+			got[n] = true
+		}
+	}
+	if len(notes[1]) != 128 || len(notes[2]) != leases-128 || len(got) != leases {
+		t.Fatalf("notes per beat %d, %d, %d; %d leases' notes in all, want 128 then %d, every lease's once",
+			len(notes[0]), len(notes[1]), len(notes[2]), len(got), leases-128)
 	}
 	if err := h.stopDraining(w, client.DefaultDrainTimeout); err != nil {
 		t.Fatalf("Run: %v", err)

@@ -123,6 +123,7 @@ type Worker struct {
 	// named, whose memory holds the notes sent (zero: the server does not
 	// take notes, and beats carry none).
 	notesTerm uint64
+	noteTurn  int // turns the first lease whose note a beat considers
 }
 
 // timings are the cluster's, from RegisterWorker and heartbeat replies.
