@@ -7,6 +7,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -153,5 +154,57 @@ func TestProgressNotesRefused(t *testing.T) {
 	}
 	if _, ok := leader.Progress("a", tok); ok {
 		t.Fatal("a refused beat left a note")
+	}
+}
+
+// Notes are the leader's memory of its term: after leadership moves, the
+// new leader shows none until the worker sends it again, and its answers
+// name the new term, so the worker knows to.
+func TestProgressNotesEndWithTheTerm(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	refs := holding(t, old, "", "w1", "a")
+	note := &pb.ProgressNote{Token: refs[0].GetToken(), Note: "half way"}
+	r, err := workersOf(t, old, "").Heartbeat(callCtx(t), connect.NewRequest(&pb.HeartbeatRequest{WorkerId: "w1", Leases: refs, Notes: []*pb.ProgressNote{note}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldTerm := r.Msg.GetNotesTerm()
+	if _, ok := old.Progress("a", note.GetToken()); !ok {
+		t.Fatal("the leader did not keep the note")
+	}
+	next := c.Nodes[(old.Index+1)%3]
+	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	leader := c.Leader()
+	js := leaseholdv1connect.NewJobServiceClient(h2c(t), "http://"+leader.APIAddr)
+	var j *pb.GetJobResponse
+	c.WaitFor(10*time.Second, "the new leader to answer", func() bool {
+		res, err := js.GetJob(callCtx(t), connect.NewRequest(&pb.GetJobRequest{Id: "a"}))
+		if err == nil {
+			j = res.Msg
+		}
+		return err == nil
+	})
+	if p := j.GetJob().GetProgress(); p != "" {
+		t.Fatalf("the new leader shows %q, a note it never heard", p)
+	}
+	if _, ok := old.Progress("a", note.GetToken()); ok {
+		t.Fatal("the old leader still answers with its note")
+	}
+	var again *pb.HeartbeatResponse
+	c.WaitFor(10*time.Second, "a heartbeat to reach the new leader", func() bool {
+		r, err := workersOf(t, leader, "").Heartbeat(callCtx(t), connect.NewRequest(&pb.HeartbeatRequest{WorkerId: "w1", Leases: refs, Notes: []*pb.ProgressNote{note}}))
+		if err == nil {
+			again = r.Msg
+		}
+		return err == nil
+	})
+	if again.GetNotesTerm() <= oldTerm {
+		t.Fatalf("the new leader's answer names term %d, the old one's was %d", again.GetNotesTerm(), oldTerm)
+	}
+	if _, ok := leader.Progress("a", note.GetToken()); !ok {
+		t.Fatal("the new leader did not keep the note sent again")
 	}
 }
