@@ -178,16 +178,13 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			if st.Revoke != fsm.RevokeNone {
 				st.Verdict = VerdictStop
 			}
-		}
-		res.Leases = append(res.Leases, st)
-	}
-	if len(a.notes) > 0 && h.ls != nil {
-		for _, st := range res.Leases {
-			if note, ok := a.notes[st.Token]; ok && st.Verdict != VerdictLost {
-				// Lost: a stale token, or an expiry already decided.
-				h.ls.progress.hear(st.JobID, st.Token, note, a.at)
+			if note, ok := a.notes[l.Token]; ok && h.ls != nil {
+				// Keyed by the state's copy of the id, which the table
+				// shares rather than holding the request's.
+				h.ls.progress.hear(h.live[i].JobID, l.Token, note, a.at)
 			}
 		}
+		res.Leases = append(res.Leases, st)
 	}
 	for _, l := range h.live {
 		if _, named := slices.BinarySearch(h.named, l.Token); !named && !a.expiring[l.Token] {
