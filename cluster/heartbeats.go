@@ -79,10 +79,12 @@ type Arrival struct {
 	// expiring holds the tokens whose expiry was decided when the beat
 	// arrived: they are answered lost.
 	expiring map[uint64]bool
+	at       time.Time // when it arrived, for the ack latency
 	// notes are the beat's progress notes, recorded by Answer for the
-	// leases it finds live; at is when the beat arrived (wall clock).
+	// leases it finds live; wall is when the beat arrived, on the wall
+	// clock (shown with the note).
 	notes map[uint64]string
-	at    time.Time
+	wall  time.Time
 }
 
 // Arrive validates a beat and records the worker as heard now. A worker the
@@ -111,9 +113,10 @@ func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef, notes ...Progr
 	if _, err := h.n.fsm.Worker(workerID); err != nil {
 		return Arrival{}, err
 	}
-	a := Arrival{expiring: table.heard(workerID, h.n.clock.Now())}
+	now := h.n.clock.Now()
+	a := Arrival{expiring: table.heard(workerID, now), at: now}
 	if len(notes) > 0 {
-		a.notes, a.at = make(map[uint64]string, len(notes)), h.n.clock.Wall()
+		a.notes, a.wall = make(map[uint64]string, len(notes)), h.n.clock.Wall()
 		for _, n := range notes {
 			a.notes[n.Token] = n.Note
 		}
@@ -159,6 +162,7 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // recorded for the leases answered keep or stop: live, held by this worker,
 // under the token named, as of a state read after the quorum check.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
+	defer func() { h.n.metrics.heartbeatAck.Observe(h.n.clock.Now().Sub(a.at).Seconds()) }()
 	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
 	h.live = h.n.fsm.AppendWorkerLeases(h.live[:0], workerID)
 	slices.SortFunc(h.live, byToken)
@@ -181,7 +185,7 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			if note, ok := a.notes[l.Token]; ok && h.ls != nil {
 				// Keyed by the state's copy of the id, which the table
 				// shares rather than holding the request's.
-				h.ls.progress.hear(h.live[i].JobID, l.Token, note, a.at)
+				h.ls.progress.hear(h.live[i].JobID, l.Token, note, a.wall)
 			}
 		}
 		res.Leases = append(res.Leases, st)

@@ -37,6 +37,23 @@ func sampleCommands() []Command {
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
 		&RemoveIdle{WorkerIDs: []string{"w1", "w2"}, Reason: "silent past 1h0m0s, holding nothing"},
+		&RetryJob{JobID: "job-1", Reason: "fixed the bug"},
+		&PurgeJobs{JobIDs: []string{"job-1", "job-2"}, Limit: 2, Reason: "triaged"},
+		&PurgeJobs{Queue: "mail", OlderThan: 7 * 24 * 3600e9, Limit: MaxPurgeBatch},
+	}
+}
+
+// RetryJob and PurgeJobs exist only from codec 6: an older build stops at
+// them, so the cluster proposes them only at level 6.
+func TestDeadLetterCommandsAreCodec6(t *testing.T) {
+	for _, c := range []Command{&RetryJob{JobID: "j"}, &PurgeJobs{Queue: "q", Limit: 1}} {
+		data, err := Encode(7, c)
+		if err != nil || data[0] != codecV6 || CodecOf(c) != codecV6 {
+			t.Fatalf("%T: codec %d (CodecOf %d), want 6 (%v)", c, data[0], CodecOf(c), err)
+		}
+	}
+	if Level < codecV6 {
+		t.Fatalf("this build's level %d does not cover codec 6", Level)
 	}
 }
 
@@ -345,6 +362,17 @@ func TestValidation(t *testing.T) {
 		{&SetNode{NodeID: "n", RaftAddr: "nohost", APIAddr: "h:1"}, "raft_addr", ErrInvalidArgument},
 		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:port"}, "api_addr", ErrInvalidArgument},
 		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:1" + strings.Repeat("0", MaxAddrLen)}, "api_addr", ErrTooLarge},
+		{&RetryJob{JobID: ""}, "job_id", ErrInvalidArgument},
+		{&RetryJob{JobID: "j", Reason: "\xff"}, "reason", ErrInvalidArgument},
+		{&PurgeJobs{Limit: 0}, "limit", ErrInvalidArgument},
+		{&PurgeJobs{Limit: MaxPurgeBatch + 1}, "limit", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: make([]string, MaxPurgeBatch+1), Limit: 1}, "ids", ErrTooLarge},
+		{&PurgeJobs{JobIDs: []string{"bad id"}, Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: []string{"j"}, Queue: "q", Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: []string{"j"}, OlderThan: 1, Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{Queue: "no/slash", Limit: 1}, "queue", ErrInvalidArgument},
+		{&PurgeJobs{OlderThan: -1, Limit: 1}, "older_than", ErrInvalidArgument},
+		{&PurgeJobs{OlderThan: MaxPurgeAge + 1, Limit: 1}, "older_than", ErrInvalidArgument},
 	} {
 		_, err := Encode(1, tc.cmd)
 		var fe *FieldError
