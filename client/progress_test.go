@@ -65,6 +65,32 @@ func TestWorkerMiddlewareOrder(t *testing.T) {
 	}
 }
 
+// A handler Reattach returns after a restart runs in the middleware too.
+func TestMiddlewareWrapsReattachedHandlers(t *testing.T) {
+	h := newWorkerHarness(t)
+	h.live = []*leaseholdv1.Grant{grant("again", "k", 91, "")}
+	wrapped := make(chan string, 1)
+	w := h.run(client.WorkerOptions{
+		Handlers: map[string]client.Handler{"k": newBlockingHandler().handle},
+		Middleware: []client.Middleware{func(next client.Handler) client.Handler {
+			return func(ctx context.Context, j *client.Job) (client.Result, error) {
+				wrapped <- j.ID
+				return next(ctx, j)
+			}
+		}},
+		Reattach: func(context.Context, *client.Job) (client.Handler, bool) {
+			return func(context.Context, *client.Job) (client.Result, error) { return client.Result{Ref: "reattached"}, nil }, true
+		},
+	})
+	if id := recv(t, "the middleware to run", wrapped); id != "again" {
+		t.Fatalf("middleware ran for job %q, want the re-attached one", id)
+	}
+	waitFor(t, "the report", func() bool { return len(h.reports()) == 1 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
 func TestNewWorkerRefusesNilMiddleware(t *testing.T) {
 	_, err := client.NewWorker(client.WorkerOptions{
 		Client: newClient(t, newFakeNode(t).addr), ID: "w",
@@ -73,6 +99,14 @@ func TestNewWorkerRefusesNilMiddleware(t *testing.T) {
 	})
 	if !errors.Is(err, client.ErrInvalidConfig) || !strings.Contains(err.Error(), "Middleware[0]") {
 		t.Fatalf("NewWorker: %v, want ErrInvalidConfig naming Middleware[0]", err)
+	}
+	_, err = client.NewWorker(client.WorkerOptions{
+		Client: newClient(t, newFakeNode(t).addr), ID: "w",
+		Handlers:   map[string]client.Handler{"k": newBlockingHandler().handle},
+		Middleware: []client.Middleware{func(client.Handler) client.Handler { return nil }},
+	})
+	if !errors.Is(err, client.ErrInvalidConfig) {
+		t.Fatalf("NewWorker with a middleware that returns nil: %v, want ErrInvalidConfig", err)
 	}
 }
 

@@ -65,10 +65,6 @@ func (w *Worker) addTaskLocked(job *Job, h Handler) {
 	if _, ok := w.tasks[job.Token]; ok {
 		return
 	}
-	// The first middleware is the outermost.
-	for i := len(w.middleware) - 1; i >= 0; i-- {
-		h = w.middleware[i](h)
-	}
 	t := &task{job: job, handler: h, reportID: newID(), killed: make(chan struct{})}
 	job.progress = func(note string) { w.noteProgress(t, note) }
 	t.ctx, t.cancel = context.WithCancelCause(context.WithValue(w.hard, killedKey{}, t.killed))

@@ -193,6 +193,11 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 			return nil, fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidConfig, i)
 		}
 	}
+	for kind, h := range w.handlers {
+		if w.handlers[kind] = w.wrap(h); w.handlers[kind] == nil {
+			return nil, fmt.Errorf("%w: Middleware made Handlers[%q] nil", ErrInvalidConfig, kind)
+		}
+	}
 	if len(w.kinds) == 0 {
 		// Asking for exactly the kinds it can run keeps the worker from
 		// taking a job only to release it, again and again.
@@ -240,6 +245,15 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	w.log = w.log.With("worker_id", w.id)
 	return w, nil
+}
+
+// wrap wraps a handler in the middleware, the first outermost. It runs
+// user code, so never under the worker's lock.
+func (w *Worker) wrap(h Handler) Handler {
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		h = w.middleware[i](h)
+	}
+	return h
 }
 
 // Run registers the worker and runs jobs until ctx ends, then shuts down
@@ -347,6 +361,9 @@ func (w *Worker) reattach(ctx context.Context) {
 			continue
 		}
 		h, ok := w.askReattach(ctx, job)
+		if ok {
+			h = w.wrap(h)
+		}
 		if ok && job.Lease.GetStartedAt() == nil {
 			done := w.observer.observe("StartLease", &leaseholdv1.StartLeaseRequest{WorkerId: w.id, JobId: job.ID, Token: job.Token})
 			lease, err := w.c.Start(ctx, w.id, job.ID, job.Token)
