@@ -79,7 +79,9 @@ func TestMiddlewareWrapsReattachedHandlers(t *testing.T) {
 			}
 		}},
 		Reattach: func(context.Context, *client.Job) (client.Handler, bool) {
-			return func(context.Context, *client.Job) (client.Result, error) { return client.Result{Ref: "reattached"}, nil }, true
+			return func(context.Context, *client.Job) (client.Result, error) {
+				return client.Result{Ref: "reattached"}, nil
+			}, true
 		},
 	})
 	if id := recv(t, "the middleware to run", wrapped); id != "again" {
