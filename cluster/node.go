@@ -105,6 +105,8 @@ type leaderState struct {
 	// cutOffSince is when the expiry loop started holding expiries
 	// because every worker fell silent at once (expire.go); zero when not.
 	cutOffSince time.Time
+	// progress holds the term's progress notes (progress.go).
+	progress progressTable
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,

@@ -52,6 +52,9 @@ type HeartbeatResult struct {
 	// reply to its acquire was lost, or it restarted): it should take them
 	// up or release them.
 	Unnamed []fsm.Lease
+	// Term is the leader's term that answered, whose memory holds the
+	// beat's progress notes.
+	Term uint64
 }
 
 // Heartbeat renews every lease of a worker, in the leader's memory only,
@@ -66,7 +69,7 @@ type HeartbeatResult struct {
 // removed as idle) gets fsm.ErrUnknownWorker and is not timed: made-up ids
 // must cost neither an entry in the table nor an event when they fall
 // silent. The client registers again when told so.
-func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
+func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef, notes ...ProgressNote) (HeartbeatResult, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -74,7 +77,7 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	a, err := h.Arrive(workerID, held)
+	a, err := h.Arrive(workerID, held, notes...)
 	if err != nil {
 		return HeartbeatResult{}, err
 	}

@@ -783,7 +783,14 @@ type Job struct {
 	ModifyIndex uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	// Not granted before this leader time: the run-at time, then the end of
 	// a retry's backoff. Unset: at once.
-	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// The latest progress note the handler of the job's live lease sent with
+	// a heartbeat, and when the leader heard it (its wall clock). Kept in the
+	// leader's memory only, never replicated: lost when leadership moves or
+	// the lease ends, and unset in an answer from any node but the leader (a
+	// stale read).
+	Progress      string                 `protobuf:"bytes,14,opt,name=progress,proto3" json:"progress,omitempty"`
+	ProgressAt    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=progress_at,json=progressAt,proto3" json:"progress_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +912,20 @@ func (x *Job) GetModifyIndex() uint64 {
 func (x *Job) GetNotBefore() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *Job) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
+func (x *Job) GetProgressAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProgressAt
 	}
 	return nil
 }
@@ -1407,7 +1428,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\aoutcome\x18\v \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12\x1c\n" +
 	"\tretryable\x18\f \x01(\bR\tretryable\x12\x10\n" +
 	"\x03ref\x18\r \x01(\tR\x03ref\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"\xa1\x04\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\"\xfa\x04\n" +
 	"\x03Job\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12,\n" +
@@ -1425,7 +1446,10 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x129\n" +
 	"\n" +
-	"not_before\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"7\n" +
+	"not_before\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x1a\n" +
+	"\bprogress\x18\x0e \x01(\tR\bprogress\x12;\n" +
+	"\vprogress_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"progressAt\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\xbc\x03\n" +
@@ -1566,22 +1590,23 @@ var file_leasehold_v1_types_proto_depIdxs = []int32{
 	17, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	9,  // 15: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
 	17, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
-	17, // 17: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	17, // 18: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 19: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
-	16, // 20: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
-	17, // 21: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
-	11, // 22: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
-	16, // 23: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	16, // 24: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	16, // 25: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	17, // 26: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	16, // 27: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	17, // 17: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
+	17, // 18: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	17, // 19: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 20: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
+	16, // 21: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	17, // 22: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	11, // 23: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
+	16, // 24: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	16, // 25: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	16, // 26: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	17, // 27: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	16, // 28: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
