@@ -195,6 +195,7 @@ async function openJob(id) {
     setText("job-detail-spec", JSON.stringify(Object.assign(spec, {
       attempts: j.attempts || 0, losses: j.losses || 0, reason: j.reason, notBefore: j.notBefore,
       submittedAt: j.submittedAt, finishedAt: j.finishedAt,
+      progress: j.progress ? `${j.progress} (heard ${when(j.progressAt)})` : undefined,
     }), null, 2));
     rows("job-leases", j.leases || [], (l) => [l.token, l.workerId, enumName(l.state, "LEASE_STATE_"),
       when(l.grantedAt), when(l.endedAt), enumName(l.outcome, "OUTCOME_"), l.ref, l.message]);
