@@ -37,6 +37,8 @@ func sampleCommands() []Command {
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
 		&RemoveIdle{WorkerIDs: []string{"w1", "w2"}, Reason: "silent past 1h0m0s, holding nothing"},
+		&SetQueue{Queue: "emails", SetPaused: true, Paused: true},
+		&SetQueue{Queue: "emails", SetPaused: true, SetMaxRunning: true, MaxRunning: 12},
 	}
 }
 

@@ -34,6 +34,9 @@ const (
 	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
 	EventJobScheduled       EventType = 29 // a job submitted to run later: Detail says when
 	EventRetryScheduled     EventType = 30 // a retryable failure queued again after a delay: Detail says it
+	EventQueuePaused        EventType = 35 // Detail: the queue
+	EventQueueResumed       EventType = 36 // Detail: the queue
+	EventQueueLimited       EventType = 37 // Detail: the queue and its new limit
 )
 
 var eventTypeNames = map[EventType]string{
@@ -67,6 +70,9 @@ var eventTypeNames = map[EventType]string{
 	EventQuotaCleared:       "quota.cleared",
 	EventJobScheduled:       "job.scheduled",
 	EventRetryScheduled:     "job.retry_scheduled",
+	EventQueuePaused:        "queue.paused",
+	EventQueueResumed:       "queue.resumed",
+	EventQueueLimited:       "queue.limited",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

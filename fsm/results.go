@@ -20,6 +20,7 @@ package fsm
 //	RecordEvents     nil
 //	Audit            nil
 //	RemoveIdle       RemoveIdleResult
+//	SetQueue         QueueSettings
 //
 // Every value is a copy: holding it never pins or races with the state.
 
