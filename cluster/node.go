@@ -43,7 +43,11 @@ type Node struct {
 	peers *transport.RPCClient
 	check *leaderCheck
 	gate  *acquireGate
-	book  peerBook
+	// grants counts each queue's grants of the last minute (grantrate.go).
+	grants *grantRates
+	// parked counts the acquires waiting for a job (worker.go).
+	parked atomic.Int64
+	book   peerBook
 	// audits waits to be proposed (or sent to the leader): see audit.go.
 	audits auditor
 	// refusals bounds the audit records of refused peer requests.
@@ -121,6 +125,7 @@ func New(cfg Config) (_ *Node, err error) {
 		clock:    cfg.Clock,
 		fsm:      fsm.New(),
 		gate:     newAcquireGate(),
+		grants:   newGrantRates(),
 		notifyCh: make(chan bool, 16),
 		netDown:  make(chan struct{}),
 		stopped:  make(chan struct{}),

@@ -170,3 +170,55 @@ func TestParkedAcquireWakesWhenAJobComesDue(t *testing.T) {
 		t.Fatalf("retry granted %s before its backoff ended", time.Duration(j.NotBefore-at))
 	}
 }
+
+// A paused queue grants nothing, and a parked acquire on it is granted by
+// the resume's apply: its wait is far longer than the test, and no job is
+// delayed, so only the apply can wake it. A limit of 1 holds a second
+// grant until the first lease ends.
+func TestParkedAcquireWakesWhenItsQueueOpens(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 2})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w2", Capacity: 2})
+	do(t, c, &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: true})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	do(t, c, &fsm.SubmitJob{Spec: spec("b", fsm.LostRequeue)})
+
+	type result struct {
+		res fsm.AcquireResult
+		err error
+	}
+	park := func(worker, req string) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: worker, RequestID: req, Queues: []string{"default"}, Max: 1}, time.Hour)
+			done <- result{res, err}
+		}()
+		c.WaitFor(5*time.Second, worker+"'s acquire to park", func() bool { return leader.ParkedAcquires() == 1 })
+		return done
+	}
+	first := park("w1", "r1")
+	// The limit goes with the resume: one lease at a time.
+	do(t, c, &fsm.SetQueue{Queue: "default", SetMaxRunning: true, MaxRunning: 1})
+	do(t, c, &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: false})
+	r := <-first
+	if r.err != nil || len(r.res.Grants) != 1 || r.res.Grants[0].Job.ID != "a" {
+		t.Fatalf("parked acquire after the resume: %+v %v", r.res, r.err)
+	}
+	g := r.res.Grants[0]
+
+	second := park("w2", "r2")
+	select {
+	case r := <-second:
+		t.Fatalf("a second grant under a limit of 1: %+v %v", r.res, r.err)
+	default:
+	}
+	do(t, c, &fsm.Report{WorkerID: "w1", JobID: "a", Token: g.Lease.Token, ReportID: "done", Outcome: fsm.OutcomeSucceeded})
+	r = <-second
+	if r.err != nil || len(r.res.Grants) != 1 || r.res.Grants[0].Job.ID != "b" {
+		t.Fatalf("parked acquire after the first lease ended: %+v %v", r.res, r.err)
+	}
+	if rate := leader.GrantRate("default"); rate != 2.0/60 {
+		t.Fatalf("grant rate %v, want 2 grants a minute", rate)
+	}
+}

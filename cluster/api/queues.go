@@ -1,0 +1,108 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport/rules"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// queueService lists queues and changes their settings; no role but admin
+// may call it (roleAccess does not list it).
+type queueService struct{ s *Server }
+
+var _ leaseholdv1connect.QueueServiceHandler = queueService{}
+
+type queuesAPI = leaseholdv1connect.QueueServiceClient
+
+func queuesOf(p *peerClients) queuesAPI { return p.queues }
+
+func (q queueService) ListQueues(ctx context.Context, req *connect.Request[pb.ListQueuesRequest]) (*connect.Response[pb.ListQueuesResponse], error) {
+	m := req.Msg
+	if err := optional(rules.CheckName, "page_token", m.GetPageToken()); err != nil {
+		return nil, toWire(err)
+	}
+	return readCall(q.s, ctx, req, m.GetConsistency(), queuesOf, queuesAPI.ListQueues, func(_ context.Context, f *fsm.FSM) (*pb.ListQueuesResponse, error) {
+		now := q.s.node.Wall()
+		list, more := f.Queues(m.GetPageToken(), int(m.GetPageSize()), now.UnixNano())
+		res := &pb.ListQueuesResponse{}
+		for i := range list {
+			res.Queues = append(res.Queues, q.s.queueToProto(&list[i], now, true))
+		}
+		if more && len(list) > 0 {
+			res.NextPageToken = list[len(list)-1].Name
+		}
+		return res, nil
+	})
+}
+
+func (q queueService) PauseQueue(ctx context.Context, req *connect.Request[pb.PauseQueueRequest]) (*connect.Response[pb.PauseQueueResponse], error) {
+	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.PauseQueue, func(ctx context.Context) (*pb.PauseQueueResponse, error) {
+		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, pauseOf)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.PauseQueueResponse{Settings: queueSettingsToProto(r)}, nil
+	})
+}
+
+func (q queueService) ResumeQueue(ctx context.Context, req *connect.Request[pb.ResumeQueueRequest]) (*connect.Response[pb.ResumeQueueResponse], error) {
+	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.ResumeQueue, func(ctx context.Context) (*pb.ResumeQueueResponse, error) {
+		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, resumeOf)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.ResumeQueueResponse{Settings: queueSettingsToProto(r)}, nil
+	})
+}
+
+func (q queueService) SetQueueLimit(ctx context.Context, req *connect.Request[pb.SetQueueLimitRequest]) (*connect.Response[pb.SetQueueLimitResponse], error) {
+	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.SetQueueLimit, func(ctx context.Context) (*pb.SetQueueLimitResponse, error) {
+		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, queueLimitOf)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.SetQueueLimitResponse{Settings: queueSettingsToProto(r)}, nil
+	})
+}
+
+func queueSettingsToProto(qs fsm.QueueSettings) *pb.QueueSettings {
+	return &pb.QueueSettings{Name: qs.Queue, Paused: qs.Paused, MaxRunning: qs.MaxRunning}
+}
+
+// queueToProto converts one listed queue; the oldest ready job's age and
+// the grant rate are read against this node's clocks, and only with full.
+func (s *Server) queueToProto(qi *fsm.QueueInfo, now time.Time, full bool) *pb.Queue {
+	out := &pb.Queue{
+		Name: qi.Name, Ready: uint64(qi.Ready), Scheduled: uint64(qi.Scheduled), Running: uint64(qi.Running),
+		Paused: qi.Paused, MaxRunning: qi.MaxRunning,
+	}
+	for st, n := range qi.Jobs {
+		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(st), Count: uint64(n)})
+	}
+	sortJobCounts(out.Jobs)
+	// The dead state is counted by name, so the count appears with the
+	// state, whichever build brings it.
+	if dead, ok := fsm.ParseJobState("dead"); ok {
+		out.Dead = uint64(qi.Jobs[dead])
+	}
+	if full && qi.OldestReady != 0 {
+		since := time.Unix(0, qi.OldestReady)
+		out.OldestReadySince = timestamppb.New(since)
+		out.OldestReadyAge = durationpb.New(max(now.Sub(since), 0))
+	}
+	if full {
+		out.GrantRate = s.node.GrantRate(qi.Name)
+	}
+	return out
+}
+
+// statusQueues bounds the queues cluster status shows.
+const statusQueues = 100
