@@ -9,9 +9,9 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/leasehold/leasehold/fsm"
-	"github.com/leasehold/leasehold/transport/rules"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // queueService lists queues and changes their settings; no role but admin
