@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -220,5 +221,29 @@ func TestParkedAcquireWakesWhenItsQueueOpens(t *testing.T) {
 	}
 	if rate := leader.GrantRate("default"); rate != 2.0/60 {
 		t.Fatalf("grant rate %v, want 2 grants a minute", rate)
+	}
+}
+
+// While a voter's build is at level 5, a queue setting is refused naming
+// it, and nothing changes: grants go on as before.
+func TestQueueSettingsNeedLevel6(t *testing.T) {
+	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
+		if i == 2 {
+			cluster.SayLevel(cfg, 5)
+		}
+		cluster.AskLevelsEvery(cfg, 100*time.Millisecond)
+	})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	var up *cluster.UpgradeError
+	c.WaitFor(10*time.Second, "the leader to hear node-2 at level 5", func() bool {
+		_, err := c.Leader().Apply(ctx(t), &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: true})
+		return errors.As(err, &up) && up.Need == 6 && len(up.Nodes) == 1 && strings.HasPrefix(up.Nodes[0], "node-2 (level 5")
+	})
+	if s := c.Leader().FSM().QueueSettingsOf(); len(s) != 0 {
+		t.Fatalf("a refused pause changed the settings: %+v", s)
+	}
+	if g := acquire(t, c.Leader(), "w", "r1"); g.Job.ID != "a" {
+		t.Fatalf("granted %s", g.Job.ID)
 	}
 }
