@@ -392,28 +392,17 @@ type dueCount struct {
 }
 
 // dueByQueue counts, per queue, the jobs of the delayed heap due by now
-// (which the next apply promotes), and the earliest due time. It visits
-// only entries due by now, as readyAt does.
+// (which the next apply promotes), and the earliest due time.
 func (s *state) dueByQueue(now int64) map[string]dueCount {
 	out := map[string]dueCount{}
-	items := s.delayed.items
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(items) || items[i].at > now {
-			return
+	s.eachDue(now, func(j *Job, at int64) {
+		d := out[j.Queue]
+		if d.n == 0 || at < d.first {
+			d.first = at
 		}
-		if j, ok := s.waiting(items[i]); ok {
-			d := out[j.Queue]
-			if d.n == 0 || items[i].at < d.first {
-				d.first = items[i].at
-			}
-			d.n++
-			out[j.Queue] = d
-		}
-		walk(2*i + 1)
-		walk(2*i + 2)
-	}
-	walk(0)
+		d.n++
+		out[j.Queue] = d
+	})
 	return out
 }
 
