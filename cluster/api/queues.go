@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -44,32 +45,34 @@ func (q queueService) ListQueues(ctx context.Context, req *connect.Request[pb.Li
 }
 
 func (q queueService) PauseQueue(ctx context.Context, req *connect.Request[pb.PauseQueueRequest]) (*connect.Response[pb.PauseQueueResponse], error) {
-	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.PauseQueue, func(ctx context.Context) (*pb.PauseQueueResponse, error) {
-		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, pauseOf)
-		if err != nil {
-			return nil, err
-		}
-		return &pb.PauseQueueResponse{Settings: queueSettingsToProto(r)}, nil
-	})
+	return changeQueue(q.s, ctx, req, queuesAPI.PauseQueue, pauseOf, "queue.pause",
+		func(s *pb.QueueSettings) *pb.PauseQueueResponse { return &pb.PauseQueueResponse{Settings: s} })
 }
 
 func (q queueService) ResumeQueue(ctx context.Context, req *connect.Request[pb.ResumeQueueRequest]) (*connect.Response[pb.ResumeQueueResponse], error) {
-	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.ResumeQueue, func(ctx context.Context) (*pb.ResumeQueueResponse, error) {
-		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, resumeOf)
-		if err != nil {
-			return nil, err
-		}
-		return &pb.ResumeQueueResponse{Settings: queueSettingsToProto(r)}, nil
-	})
+	return changeQueue(q.s, ctx, req, queuesAPI.ResumeQueue, resumeOf, "queue.resume",
+		func(s *pb.QueueSettings) *pb.ResumeQueueResponse { return &pb.ResumeQueueResponse{Settings: s} })
 }
 
 func (q queueService) SetQueueLimit(ctx context.Context, req *connect.Request[pb.SetQueueLimitRequest]) (*connect.Response[pb.SetQueueLimitResponse], error) {
-	return leaderCall(q.s, ctx, req, queuesOf, queuesAPI.SetQueueLimit, func(ctx context.Context) (*pb.SetQueueLimitResponse, error) {
-		r, err := applyAs[fsm.QueueSettings](q.s, ctx, req.Msg, queueLimitOf)
+	return changeQueue(q.s, ctx, req, queuesAPI.SetQueueLimit, queueLimitOf, "queue.limit",
+		func(s *pb.QueueSettings) *pb.SetQueueLimitResponse { return &pb.SetQueueLimitResponse{Settings: s} })
+}
+
+// changeQueue proposes a change of a queue's settings on the leader, audits
+// who made it, and answers the settings after it.
+func changeQueue[M, R any](s *Server, ctx context.Context, req *connect.Request[M],
+	method func(queuesAPI, context.Context, *connect.Request[M]) (*connect.Response[R], error),
+	of func(*M) (*fsm.SetQueue, error), action string, answer func(*pb.QueueSettings) *R,
+) (*connect.Response[R], error) {
+	return leaderCall(s, ctx, req, queuesOf, method, func(ctx context.Context) (*R, error) {
+		r, err := applyAs[fsm.QueueSettings](s, ctx, req.Msg, of)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.SetQueueLimitResponse{Settings: queueSettingsToProto(r)}, nil
+		s.node.AuditAsync(auditRecord(identityOf(ctx), action,
+			fmt.Sprintf("queue %s: paused %t, max running %d", r.Queue, r.Paused, r.MaxRunning)))
+		return answer(queueSettingsToProto(r)), nil
 	})
 }
 

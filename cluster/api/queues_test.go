@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,12 @@ func TestQueueServiceIsAdminOnly(t *testing.T) {
 	if _, err := ops.SetQueueLimit(callCtx(t), connect.NewRequest(&pb.SetQueueLimitRequest{Queue: "q", MaxRunning: 4})); err != nil {
 		t.Fatal(err)
 	}
+	// Each change is audited with who made it (the caller the follower
+	// vouched for).
+	c.WaitFor(10*time.Second, "the changes audited", func() bool {
+		p, l := audits(leader, "queue.pause"), audits(leader, "queue.limit")
+		return len(p) == 1 && len(l) == 1 && p[0].Actor == "token:ops" && strings.Contains(l[0].Detail, "queue q: paused true, max running 4")
+	})
 	list, err := queues(leader.APIAddr, opsSecret).ListQueues(callCtx(t), connect.NewRequest(&pb.ListQueuesRequest{}))
 	if err != nil || len(list.Msg.GetQueues()) != 1 || !list.Msg.GetQueues()[0].GetPaused() || list.Msg.GetQueues()[0].GetMaxRunning() != 4 {
 		t.Fatalf("list: %v %v", list, err)
