@@ -342,20 +342,29 @@ func (f *FSM) Queues(after string, limit int, now int64) (out []QueueInfo, more 
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.st
-	names := make([]string, 0, len(s.queues)+len(s.queueSettings))
-	for q := range s.queues {
-		if q > after {
-			names = append(names, q)
+	// The first limit names after the cursor, without sorting every queue:
+	// a page costs O(queues × log(limit)) and limit names of memory.
+	names := make([]string, 0, min(limit, len(s.queues)+len(s.queueSettings)))
+	keep := func(q string) {
+		if q <= after || len(names) == limit && q >= names[limit-1] {
+			if q > after {
+				more = true
+			}
+			return
 		}
+		i, _ := slices.BinarySearch(names, q)
+		if len(names) == limit {
+			names, more = names[:limit-1], true
+		}
+		names = slices.Insert(names, i, q)
+	}
+	for q := range s.queues {
+		keep(q)
 	}
 	for q := range s.queueSettings {
-		if _, ok := s.queues[q]; !ok && q > after {
-			names = append(names, q)
+		if _, ok := s.queues[q]; !ok {
+			keep(q)
 		}
-	}
-	slices.Sort(names)
-	if len(names) > limit {
-		names, more = names[:limit], true
 	}
 	due := s.dueByQueue(now)
 	for _, q := range names {
