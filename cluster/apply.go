@@ -55,6 +55,9 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	}
 	w, at := workerOf(cmd), n.clock.Now()
 	res, err := n.raftApply(ctx, cmd)
+	if r, ok := res.(fsm.ReportResult); ok && err == nil {
+		n.metrics.reported(r)
+	}
 	if w != "" && err == nil {
 		// Only a command the state machine took: a stale report
 		// refused, or one sent by anyone in the worker's name about a
@@ -133,6 +136,7 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	if timeout <= 0 {
 		return nil, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
 	}
+	start := time.Now()
 	f := n.raft.Apply(data, timeout)
 	if c, ok := cmd.(*fsm.SubmitJob); ok && !commitBeforeAck {
 		// The broken chaos_earlyack build: answered before any quorum
@@ -160,6 +164,7 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	if !ok {
 		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
 	}
+	n.metrics.apply.WithLabelValues(cmd.Type().String()).Observe(time.Since(start).Seconds())
 	return r.value, r.err
 }
 

@@ -43,6 +43,8 @@ type Node struct {
 	peers *transport.RPCClient
 	check *leaderCheck
 	gate  *acquireGate
+	// metrics are the node's measurements (metrics.go).
+	metrics *nodeMetrics
 	// grants counts each queue's grants of the last minute (grantrate.go).
 	grants *grantRates
 	// parked counts the acquires waiting for a job (worker.go).
@@ -131,6 +133,8 @@ func New(cfg Config) (_ *Node, err error) {
 		stopped:  make(chan struct{}),
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
+	processGatherer() // before the stores open: raft-wal takes go-metrics' instance then
+	n.metrics = newNodeMetrics(n)
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
 	n.refusals = NewRefusalLimiter()
 	var closers []func() error
@@ -181,7 +185,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.LogStore == LogStoreWAL {
 		storePath = dir.file(walDir)
 	}
-	n.logs = &logStore{LogStore: logs, path: storePath, disk: n.disk, corrupt: n.halt}
+	n.logs = &logStore{LogStore: logs, path: storePath, disk: n.disk, corrupt: n.halt, took: n.metrics.logWrite}
 	stableStore := &stableStore{StableStore: stable, disk: n.disk, netDown: n.netDown,
 		member: func() error { return markMember(cfg.DataDir, n.id) }}
 	stableStore.marked.Store(dir.hasState)
@@ -273,6 +277,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
 	n.check = newLeaderCheck(n.raft)
+	n.check.waited = n.metrics.leaderCheck
 
 	// Peers' RPCs need Raft; connections that arrived before now waited in
 	// the mux's RPC listener.

@@ -136,6 +136,7 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 				return fsm.AcquireResult{}, err
 			}
 			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
+				n.metrics.granted(res)
 				if !res.Replayed {
 					at := n.clock.Now()
 					for _, g := range res.Grants {

@@ -266,7 +266,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 	case requeue:
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
 	}
-	return reportResult(j.ID, l), nil
+	return reportResult(j, l), nil
 }
 
 // reportAgain answers a report on an already reported lease: the same report
@@ -276,7 +276,7 @@ func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
 		return nil, fmt.Errorf("%w: job %s token %d", ErrNotOwner, j.ID, l.Token)
 	}
 	if l.ReportID() == c.ReportID {
-		return reportResult(j.ID, l), nil
+		return reportResult(j, l), nil
 	}
 	s.emit(Event{
 		Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref,
@@ -285,10 +285,10 @@ func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
 	return nil, fmt.Errorf("%w: lease %d was already reported by report %s", ErrConflict, l.Token, l.ReportID())
 }
 
-func reportResult(jobID string, l *Lease) ReportResult {
+func reportResult(j *Job, l *Lease) ReportResult {
 	return ReportResult{
-		JobID: jobID, Token: l.Token, Outcome: l.Outcome, State: l.Answer,
-		Requeued: l.Answer == JobQueued,
+		JobID: j.ID, Token: l.Token, Outcome: l.Outcome, State: l.Answer,
+		Requeued: l.Answer == JobQueued, Queue: j.Queue, Ran: l.EndedAt - l.GrantedAt,
 	}
 }
 

@@ -531,8 +531,9 @@ func (m *refModel) start(c *Start) (any, error) {
 	return *l, nil
 }
 
-func answerOf(jobID string, l *Lease) ReportResult {
-	return ReportResult{JobID: jobID, Token: l.Token, Outcome: l.Outcome, State: l.Answer, Requeued: l.Answer == JobQueued}
+func answerOf(j *Job, l *Lease) ReportResult {
+	return ReportResult{JobID: j.ID, Token: l.Token, Outcome: l.Outcome, State: l.Answer, Requeued: l.Answer == JobQueued,
+		Queue: j.Queue, Ran: l.EndedAt - l.GrantedAt}
 }
 
 func (m *refModel) report(c *Report) (any, error) {
@@ -545,7 +546,7 @@ func (m *refModel) report(c *Report) (any, error) {
 			case l.WorkerID != c.WorkerID:
 				return nil, ErrNotOwner
 			case l.ReportID() == c.ReportID:
-				return answerOf(j.ID, l), nil
+				return answerOf(j, l), nil
 			}
 			m.emit(Event{Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref})
 			return nil, ErrConflict
@@ -587,7 +588,7 @@ func (m *refModel) report(c *Report) (any, error) {
 	case requeue:
 		m.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token})
 	}
-	return answerOf(j.ID, l), nil
+	return answerOf(j, l), nil
 }
 
 func revokeWord(r Revoke) string {

@@ -67,6 +67,10 @@ type ReportResult struct {
 	Outcome  Outcome
 	State    JobState // the job's state right after the report
 	Requeued bool     // a retryable failure sent the job back to its queue
+	// Queue is the job's; Ran the lease's time from its grant to the
+	// report, in nanoseconds of leader time (for metrics).
+	Queue string
+	Ran   int64
 }
 
 // CancelResult is the job after a cancel. Revoked is true when the job was

@@ -487,24 +487,6 @@ func decodeRecord(body []byte, fn func(d *decoder)) error {
 	return d.done()
 }
 
-// TokenFloorFor returns the token floor a restore performed at unixSeconds
-// sets: unixSeconds << 30. A cluster restored (or created) at time T grants
-// tokens from at most T<<30 upwards, so the floor of a later restore at T'
-// is above every token the earlier cluster could have granted, unless it
-// granted more than 2^30 (a billion) tokens per second of its life. The
-// operator's clock only needs to be later than at the previous restore.
-func TokenFloorFor(unixSeconds int64) uint64 {
-	switch {
-	case unixSeconds <= 0:
-		return 0
-	case uint64(unixSeconds) >= MaxTokenFloor>>tokenFloorShift:
-		return MaxTokenFloor
-	}
-	return uint64(unixSeconds) << tokenFloorShift
-}
-
-const tokenFloorShift = 30
-
 // InspectSnapshot reads a snapshot fully, checks it, and returns its
 // counters, without touching any live state.
 func InspectSnapshot(r io.Reader) (Stats, error) {

@@ -35,6 +35,8 @@ type ServerConfig struct {
 	BootstrapExpect int      `toml:"bootstrap_expect"`
 	Join            []string `toml:"join"`
 	LogLevel        string   `toml:"log_level"`
+	// LogJSON writes one JSON object per log line (for log shippers).
+	LogJSON bool `toml:"log_json"`
 	// Insecure starts a node that binds or advertises a non-loopback
 	// address without peer mutual TLS and API authentication.
 	Insecure bool `toml:"insecure"`
