@@ -2036,7 +2036,11 @@ func (r *modelRun) compareQueues() {
 			qi.Scheduled++
 		} else if j.State == JobQueued {
 			qi.Ready++
-			if since := max(j.SubmittedAt, j.NotBefore); qi.OldestReady == 0 || since < qi.OldestReady {
+			since := max(j.SubmittedAt, j.NotBefore)
+			if n := len(j.Leases); n > 0 {
+				since = max(since, j.Leases[n-1].EndedAt)
+			}
+			if qi.OldestReady == 0 || since < qi.OldestReady {
 				qi.OldestReady = since
 			}
 		}

@@ -190,10 +190,17 @@ func (a readyItem) compare(b readyItem) int {
 	return cmpU64(a.seq, b.seq)
 }
 
-// readySince is when a ready job became ready, as queue lists show it: its
-// submit time, or its NotBefore when it waited for it. Both are replicated
-// and never change while the job is ready.
-func readySince(j *Job) int64 { return max(j.SubmittedAt, j.NotBefore) }
+// readySince is when a ready job became ready, as queue lists show it (and
+// as the leader's queue wait metric reads it): its submit time, the end of
+// its previous lease, or its NotBefore when it waited for it. Each is
+// replicated and none changes while the job is ready.
+func readySince(j *Job) int64 {
+	at := max(j.SubmittedAt, j.NotBefore)
+	if l := j.lastLease(); l != nil {
+		at = max(at, l.EndedAt)
+	}
+	return at
+}
 
 // queueOf returns the queue's counts, creating them.
 func (s *state) queueOf(q string) *queueCounts {
@@ -321,7 +328,7 @@ type QueueInfo struct {
 	Scheduled int // queued, not due at the time asked
 	Running   int // live leases (acquired or running jobs): what MaxRunning bounds
 	// OldestReady is when the queue's oldest ready job became ready (its
-	// submit time, the time it was queued again, or its due time), leader
+	// submit time, the end of its previous lease, or its due time), leader
 	// time in unix nanoseconds; 0 when none is ready.
 	OldestReady int64
 	Paused      bool

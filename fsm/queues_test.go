@@ -272,3 +272,21 @@ func TestQueueSettingsSnapshot(t *testing.T) {
 		t.Fatalf("queue records in a version 5 snapshot: %v", err)
 	}
 }
+
+// A job queued again became ready when its lease ended, not when it was
+// submitted: the queue's oldest ready age is its wait since.
+func TestOldestReadyAfterARelease(t *testing.T) {
+	m := newMachine(t)
+	m.register("w", 1)
+	m.submit(spec("a"))
+	g := m.acquireOne("w")
+	m.advance(int64(5 * time.Second))
+	m.do(&Release{WorkerID: "w", JobID: "a", Token: g.Lease.Token})
+	if list, _ := m.f.Queues("", 0, m.now); list[0].OldestReady != m.now || list[0].Ready != 1 {
+		t.Fatalf("after the release: %+v, oldest want %d", list[0], m.now)
+	}
+	m.roundTrip()
+	if list, _ := m.f.Queues("", 0, m.now); list[0].OldestReady != m.now {
+		t.Fatalf("after a restore: %+v", list[0])
+	}
+}

@@ -33,9 +33,9 @@ type Queue struct {
 	Dead      uint64                 `protobuf:"varint,5,opt,name=dead,proto3" json:"dead,omitempty"`           // jobs out of attempts (the dead state)
 	// Every kept job of the queue by state (queued includes scheduled).
 	Jobs []*JobCount `protobuf:"bytes,6,rep,name=jobs,proto3" json:"jobs,omitempty"`
-	// When the oldest ready job became ready (its submit time, or its due
-	// time when it waited), and how long ago that is on the answering node's
-	// clock; unset when no job is ready.
+	// When the oldest ready job became ready (its submit time, the end of
+	// its previous lease, or its due time when it waited), and how long ago
+	// that is on the answering node's clock; unset when no job is ready.
 	OldestReadySince *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=oldest_ready_since,json=oldestReadySince,proto3" json:"oldest_ready_since,omitempty"`
 	OldestReadyAge   *durationpb.Duration   `protobuf:"bytes,8,opt,name=oldest_ready_age,json=oldestReadyAge,proto3" json:"oldest_ready_age,omitempty"`
 	Paused           bool                   `protobuf:"varint,9,opt,name=paused,proto3" json:"paused,omitempty"`
