@@ -45,7 +45,11 @@ type Node struct {
 	gate  *acquireGate
 	// metrics are the node's measurements (metrics.go).
 	metrics *nodeMetrics
-	book    peerBook
+	// grants counts each queue's grants of the last minute (grantrate.go).
+	grants *grantRates
+	// parked counts the acquires waiting for a job (worker.go).
+	parked atomic.Int64
+	book   peerBook
 	// audits waits to be proposed (or sent to the leader): see audit.go.
 	audits auditor
 	// refusals bounds the audit records of refused peer requests.
@@ -125,6 +129,7 @@ func New(cfg Config) (_ *Node, err error) {
 		clock:    cfg.Clock,
 		fsm:      fsm.New(),
 		gate:     newAcquireGate(),
+		grants:   newGrantRates(),
 		notifyCh: make(chan bool, 16),
 		netDown:  make(chan struct{}),
 		stopped:  make(chan struct{}),

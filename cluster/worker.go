@@ -140,6 +140,12 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			}
 			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
 				n.metrics.granted(res)
+				if !res.Replayed {
+					at := n.clock.Now()
+					for _, g := range res.Grants {
+						n.grants.record(g.Job.Queue, 1, at)
+					}
+				}
 				// Its leases are timed from its last hearing, even if the
 				// table forgot the worker while the poll was parked.
 				ls.table.Load().heard(req.WorkerID, arrived)
@@ -157,21 +163,24 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			due = dueTimer.C
 		}
 		var err error
+		timedOut := false
+		n.parked.Add(1)
 		select {
 		case <-changed:
 		case <-gateChanged:
 		case <-due:
 		case <-timer.C:
-			return fsm.AcquireResult{}, nil
+			timedOut = true
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-n.life.Done():
 			err = ErrShutdown
 		}
+		n.parked.Add(-1)
 		if dueTimer != nil {
 			dueTimer.Stop()
 		}
-		if err != nil {
+		if timedOut || err != nil {
 			return fsm.AcquireResult{}, err
 		}
 	}

@@ -37,6 +37,9 @@ const (
 	EventJobDead            EventType = 31 // out of attempts or stopped by the poison limit: Detail is the reason
 	EventJobRetried         EventType = 32 // a dead job queued again with a fresh attempt budget
 	EventJobsPurged         EventType = 33 // dead jobs removed: Detail counts them
+	EventQueuePaused        EventType = 35 // Detail: the queue
+	EventQueueResumed       EventType = 36 // Detail: the queue
+	EventQueueLimited       EventType = 37 // Detail: the queue and its new limit
 )
 
 var eventTypeNames = map[EventType]string{
@@ -73,6 +76,9 @@ var eventTypeNames = map[EventType]string{
 	EventJobDead:            "job.dead",
 	EventJobRetried:         "job.retried",
 	EventJobsPurged:         "jobs.purged",
+	EventQueuePaused:        "queue.paused",
+	EventQueueResumed:       "queue.resumed",
+	EventQueueLimited:       "queue.limited",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

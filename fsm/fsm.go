@@ -48,6 +48,7 @@ func New() *FSM {
 	f.register(CmdRemoveIdle, applyRemoveIdle)
 	f.register(CmdRetryJob, applyRetryJob)
 	f.register(CmdPurgeJobs, applyPurgeJobs)
+	f.register(CmdSetQueue, applySetQueue)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

@@ -120,6 +120,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(s.heartbeatStreamHandler(opts)) // the more specific pattern wins
 	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
+	mux.Handle(leaseholdv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)
 	mux.HandleFunc("PUT /v1/snapshot", s.restoreSnapshot)
 	mux.HandleFunc("GET /livez", s.livez)
@@ -148,6 +149,7 @@ type peerClients struct {
 	workers leaseholdv1connect.WorkerServiceClient
 	events  leaseholdv1connect.EventServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
+	queues  leaseholdv1connect.QueueServiceClient
 	base    string
 }
 
@@ -162,6 +164,7 @@ func (s *Server) peer(raftAddr string) *peerClients {
 			workers: leaseholdv1connect.NewWorkerServiceClient(s.client, base),
 			events:  leaseholdv1connect.NewEventServiceClient(s.client, base),
 			cluster: leaseholdv1connect.NewClusterServiceClient(s.client, base),
+			queues:  leaseholdv1connect.NewQueueServiceClient(s.client, base),
 			base:    base,
 		}
 		s.peers[raftAddr] = p

@@ -116,7 +116,7 @@ func newAppTree() *cli.App {
 		Commands: []*cli.Command{
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
-			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
+			jobCommand(), leaseCommand(), workerCommand(), queueCommand(), eventsCommand(), benchCommand(),
 			tlsCommand(), superviseCommand(),
 			{
 				Name: "version", Usage: "print the version",

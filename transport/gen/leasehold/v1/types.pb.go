@@ -1386,6 +1386,59 @@ func (x *ErrorDetail) GetNodeId() string {
 	return ""
 }
 
+// How many jobs are in one state (cluster status, queue lists).
+type JobCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCount) Reset() {
+	*x = JobCount{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCount) ProtoMessage() {}
+
+func (x *JobCount) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCount.ProtoReflect.Descriptor instead.
+func (*JobCount) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JobCount) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 var File_leasehold_v1_types_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_types_proto_rawDesc = "" +
@@ -1495,7 +1548,10 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xf2\x01\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\"N\n" +
+	"\bJobCount\x12,\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count*\xf2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -1551,7 +1607,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
 	(LeaseState)(0),               // 1: leasehold.v1.LeaseState
@@ -1569,44 +1625,46 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(*Timings)(nil),               // 13: leasehold.v1.Timings
 	(*Event)(nil),                 // 14: leasehold.v1.Event
 	(*ErrorDetail)(nil),           // 15: leasehold.v1.ErrorDetail
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*JobCount)(nil),              // 16: leasehold.v1.JobCount
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
 	4,  // 0: leasehold.v1.JobSpec.on_worker_lost:type_name -> leasehold.v1.LostPolicy
 	8,  // 1: leasehold.v1.JobSpec.retry:type_name -> leasehold.v1.RetryPolicy
-	16, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	16, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	17, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	17, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
 	1,  // 4: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
 	2,  // 5: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
-	17, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
-	17, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
-	17, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	18, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
+	18, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
+	18, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	3,  // 9: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
 	7,  // 10: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
 	0,  // 11: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	17, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	17, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	18, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	18, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	9,  // 15: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
-	17, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
-	17, // 17: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
-	17, // 18: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	17, // 19: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
+	18, // 17: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
+	18, // 18: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	18, // 19: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
 	6,  // 20: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
-	16, // 21: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
-	17, // 22: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	17, // 21: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	18, // 22: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
 	11, // 23: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
-	16, // 24: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	16, // 25: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	16, // 26: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	17, // 27: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	16, // 28: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	17, // 24: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	17, // 25: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	17, // 26: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	18, // 27: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	17, // 28: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	0,  // 29: leasehold.v1.JobCount.state:type_name -> leasehold.v1.JobState
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -1620,7 +1678,7 @@ func file_leasehold_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
