@@ -37,6 +37,8 @@ func sampleCommands() []Command {
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
 		&RemoveIdle{WorkerIDs: []string{"w1", "w2"}, Reason: "silent past 1h0m0s, holding nothing"},
+		&SubmitJob{Spec: s, RunAt: 5, TimeoutMs: MaxTimeout},
+		&TimeOut{Leases: []LeaseRef{{"job-1", 42}, {"job-2", 43}}},
 	}
 }
 
@@ -339,6 +341,12 @@ func TestValidation(t *testing.T) {
 		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeSucceeded, Message: "\xff"}, "message", ErrInvalidArgument},
 		{&Expire{}, "leases", ErrInvalidArgument},
 		{&Expire{Leases: make([]LeaseRef, MaxExpireBatch+1)}, "leases", ErrTooLarge},
+		{&TimeOut{}, "leases", ErrInvalidArgument},
+		{&TimeOut{Leases: make([]LeaseRef, MaxTimeOutBatch+1)}, "leases", ErrTooLarge},
+		{&TimeOut{Leases: []LeaseRef{{"j", 0}}}, "leases.token", ErrInvalidArgument},
+		{&SubmitJob{Spec: spec("j"), TimeoutMs: MinTimeout - 1}, "spec.timeout", ErrInvalidArgument},
+		{&SubmitJob{Spec: spec("j"), TimeoutMs: MaxTimeout + 1}, "spec.timeout", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeTimedOut}, "outcome", ErrInvalidArgument},
 		{&CancelSubmitter{Submitter: "s", Limit: 0}, "limit", ErrInvalidArgument},
 		{&Compact{Limit: MaxCompactBatch + 1}, "limit", ErrInvalidArgument},
 		{&RecordEvent{Event: EventJobSubmitted}, "event", ErrInvalidArgument},

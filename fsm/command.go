@@ -31,6 +31,7 @@ const (
 	CmdRecordEvents     CommandType = 16
 	CmdAudit            CommandType = 17
 	CmdRemoveIdle       CommandType = 18
+	CmdTimeOut          CommandType = 21
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -86,6 +87,10 @@ type SubmitJob struct {
 	// (or its spec's retry policy).
 	// Only codec version 5 carries it and the spec's Retry.
 	RunAt int64
+	// TimeoutMs is the job's execution timeout in milliseconds (Job.TimeoutMs),
+	// zero for none, else MinTimeout to MaxTimeout. Like RunAt it is not
+	// part of what the job is. Only codec version 6 carries it.
+	TimeoutMs uint32
 }
 
 // Acquire grants up to Max leases to a worker, picking by priority, then
@@ -161,6 +166,16 @@ type CancelSubmitter struct {
 type Expire struct {
 	Leases []LeaseRef
 	Reason string
+}
+
+// TimeOut revokes the listed leases because they ran past their job's
+// timeout, as the leader saw it. Apply checks each against the command's
+// own time: a lease that is no longer current and live, already revoked,
+// or not yet past GrantedAt + its job's timeout is ignored. A timed-out
+// lease is told kill; when it ends the attempt ends timed_out and the
+// job's retry policy decides. Only codec version 6 carries it.
+type TimeOut struct {
+	Leases []LeaseRef
 }
 
 // Compact removes terminal jobs finished before JobsBefore and events older
@@ -241,6 +256,7 @@ func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
 func (*RecordEvents) Type() CommandType     { return CmdRecordEvents }
 func (*Audit) Type() CommandType            { return CmdAudit }
 func (*RemoveIdle) Type() CommandType       { return CmdRemoveIdle }
+func (*TimeOut) Type() CommandType          { return CmdTimeOut }
 
 // --- validation ---
 
@@ -278,7 +294,18 @@ func (c *SubmitJob) Validate() error {
 	if c.RunAt < 0 {
 		return invalid("run_at", "must not be before 1970")
 	}
+	if err := c.checkTimeout(); err != nil {
+		return err
+	}
 	return c.Spec.Validate()
+}
+
+func (c *SubmitJob) checkTimeout() error {
+	if c.TimeoutMs != 0 && (c.TimeoutMs < MinTimeout || c.TimeoutMs > MaxTimeout) {
+		return invalid("spec.timeout", "must be 0 (none) or %s to %s", time.Duration(MinTimeout)*time.Millisecond,
+			time.Duration(MaxTimeout)*time.Millisecond)
+	}
+	return nil
 }
 
 // Validate checks a job spec. It never fills defaults: the API does that.
@@ -375,6 +402,9 @@ func (c *Report) Validate() error {
 	if _, ok := outcomeNames[c.Outcome]; !ok {
 		return invalid("outcome", "unknown outcome %d", c.Outcome)
 	}
+	if c.Outcome == OutcomeTimedOut {
+		return invalid("outcome", "timed_out is the leader's verdict, not a worker's")
+	}
 	if c.Retryable && c.Outcome != OutcomeFailed {
 		return invalid("retryable", "only a failed outcome can be retryable")
 	}
@@ -430,6 +460,24 @@ func (c *Expire) Validate() error {
 		}
 	}
 	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *TimeOut) Validate() error {
+	if len(c.Leases) == 0 {
+		return invalid("leases", "name at least one lease")
+	}
+	if len(c.Leases) > MaxTimeOutBatch {
+		return tooLarge("leases", len(c.Leases), MaxTimeOutBatch)
+	}
+	for _, l := range c.Leases {
+		if err := checkID("leases.job_id", l.JobID); err != nil {
+			return err
+		}
+		if err := checkToken("leases.token", l.Token); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (c *Compact) Validate() error {
@@ -561,6 +609,9 @@ func (c *SubmitJob) encode(e *encoder) {
 		encodeRetry(e, c.Spec.Retry)
 		e.varint(c.RunAt)
 	}
+	if e.codec >= codecV6 {
+		e.uvarint(uint64(c.TimeoutMs))
+	}
 }
 
 func (c *SubmitJob) decode(d *decoder) {
@@ -569,9 +620,15 @@ func (c *SubmitJob) decode(d *decoder) {
 		c.Spec.Retry = decodeRetry(d)
 		c.RunAt = d.varint()
 	}
+	if d.codec >= codecV6 {
+		c.TimeoutMs = d.u32()
+	}
 }
 
 func (c *SubmitJob) codecVersion() byte {
+	if c.TimeoutMs != 0 {
+		return codecV6
+	}
 	if c.Spec.Retry != nil || c.RunAt != 0 {
 		return codecV5
 	}
@@ -746,6 +803,26 @@ func (c *Expire) decode(d *decoder) {
 	c.Reason = d.str(MaxMessageLen)
 }
 
+func (c *TimeOut) encode(e *encoder) {
+	e.uvarint(uint64(len(c.Leases)))
+	for _, l := range c.Leases {
+		e.str(l.JobID)
+		e.uvarint(l.Token)
+	}
+}
+
+func (c *TimeOut) decode(d *decoder) {
+	n := d.count(MaxTimeOutBatch)
+	if n > 0 {
+		c.Leases = make([]LeaseRef, n)
+		for i := range c.Leases {
+			c.Leases[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
+		}
+	}
+}
+
+func (*TimeOut) codecVersion() byte { return codecV6 }
+
 func (c *Compact) encode(e *encoder) {
 	e.varint(c.JobsBefore)
 	e.varint(c.EventsBefore)
@@ -831,7 +908,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // still decodes. Version 3 is version 2 with fields added at the end of
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
-// SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter. Encode writes each command in
+// SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
+// SubmitJob's TimeoutMs and the TimeOut command. Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -841,13 +919,14 @@ const (
 	codecV3     = 3
 	codecV4     = 4
 	codecV5     = 5
+	codecV6     = 6
 	checksumLen = 4
 )
 
 // Level is the newest codec version this build applies, and the newest
 // snapshot version it reads: what a node publishes, so that the leader
 // proposes an entry only when every voter can apply it (CodecOf).
-const Level = codecV5
+const Level = codecV6
 
 // BaseLevel is the level of a node that does not say: every build since
 // entries carry checksums applies version 2.
@@ -901,6 +980,7 @@ func init() {
 	registerCommand(func() Command { return new(RecordEvents) })
 	registerCommand(func() Command { return new(Audit) })
 	registerCommand(func() Command { return new(RemoveIdle) })
+	registerCommand(func() Command { return new(TimeOut) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -34,6 +34,7 @@ const (
 	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
 	EventJobScheduled       EventType = 29 // a job submitted to run later: Detail says when
 	EventRetryScheduled     EventType = 30 // a retryable failure queued again after a delay: Detail says it
+	EventLeaseTimedOut      EventType = 34 // a lease past its job's timeout, revoked with a kill: Detail says the timeout
 )
 
 var eventTypeNames = map[EventType]string{
@@ -67,6 +68,7 @@ var eventTypeNames = map[EventType]string{
 	EventQuotaCleared:       "quota.cleared",
 	EventJobScheduled:       "job.scheduled",
 	EventRetryScheduled:     "job.retry_scheduled",
+	EventLeaseTimedOut:      "lease.timed_out",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -45,6 +45,7 @@ func New() *FSM {
 	f.register(CmdRecordEvents, applyRecordEvents)
 	f.register(CmdAudit, applyAudit)
 	f.register(CmdRemoveIdle, applyRemoveIdle)
+	f.register(CmdTimeOut, applyTimeOut)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))
@@ -88,6 +89,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	s.promoteDue()
 	events := s.eventSeq
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
+	s.dropStaleTimeouts()
 	s.settle()
 	if s.eventSeq != events {
 		close(f.changed)

@@ -13,9 +13,9 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 5:
+// Snapshot stream format, version 6:
 //
-//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x05)
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x06)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
@@ -26,7 +26,8 @@ import (
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
-// NotBefore and retry policy at the end of each job. Every version ever
+// NotBefore and retry policy at the end of each job; 6 adds the job's
+// timeout (milliseconds) at the end of each job. Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
 // or more), capped at its own, and version 3 while none is recorded, so a
@@ -34,7 +35,7 @@ import (
 // cluster: nothing a newer version adds exists before every voter reads it.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT"
-	snapVersion   = 5
+	snapVersion   = 6
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
@@ -61,7 +62,8 @@ type Snapshot struct {
 	workers []*Worker // never mutated: a change replaces the pointer
 	nodes   []*Node   // likewise
 	// minVersion is the lowest version that holds every job: 5 once a job
-	// has a NotBefore or a retry policy, whatever the nodes' levels say.
+	// has a NotBefore or a retry policy, 6 once one has a timeout, whatever
+	// the nodes' levels say.
 	minVersion byte
 	events     eventLog
 }
@@ -96,6 +98,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	if s.timed > 0 {
 		snap.minVersion = 5
+	}
+	if s.withTimeout > 0 {
+		snap.minVersion = 6
 	}
 	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
@@ -578,6 +583,9 @@ func encodeJob(e *encoder, j *Job, version byte) {
 		e.varint(j.NotBefore)
 		encodeRetry(e, j.Retry)
 	}
+	if version >= 6 {
+		e.uvarint(uint64(j.TimeoutMs))
+	}
 }
 
 func decodeJob(d *decoder, j *Job, version byte) {
@@ -604,6 +612,12 @@ func decodeJob(d *decoder, j *Job, version byte) {
 		j.Retry = decodeRetry(d)
 		if j.NotBefore < 0 {
 			d.fail("job %s: not before %d", j.ID, j.NotBefore)
+		}
+	}
+	if version >= 6 {
+		j.TimeoutMs = d.u32()
+		if (&SubmitJob{TimeoutMs: j.TimeoutMs}).checkTimeout() != nil {
+			d.fail("job %s: timeout %d ms", j.ID, j.TimeoutMs)
 		}
 	}
 	if d.err == nil {

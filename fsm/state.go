@@ -54,6 +54,7 @@ type state struct {
 	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
 	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
 	delayed      delayedHeap                    // queued jobs not yet due, by NotBefore (delayed.go)
+	timeouts     timeoutHeap                    // live leases with a timeout, by deadline (timeouts.go)
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs in finish order
@@ -61,6 +62,7 @@ type state struct {
 	interned     map[string]string
 	counts       [JobFailed + 1]int // jobs per state
 	timed        int                // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
+	withTimeout  int                // jobs with a timeout: a snapshot of them is version 6
 	bytes        int64              // jobs' and events' size (size.go)
 	touched      map[uint64]int64   // during an apply: seq -> size before it changed
 }
@@ -191,6 +193,9 @@ func (s *state) insertJob(j *Job) {
 	if j.timed() {
 		s.timed++
 	}
+	if j.TimeoutMs > 0 {
+		s.withTimeout++
+	}
 }
 
 // removeJob deletes a job and every index entry that names it.
@@ -210,6 +215,9 @@ func (s *state) removeJob(j *Job) {
 	s.counts[j.State]--
 	if j.timed() {
 		s.timed--
+	}
+	if j.TimeoutMs > 0 {
+		s.withTimeout--
 	}
 }
 
@@ -352,6 +360,7 @@ func liveLease(j *Job, tok uint64) *Lease {
 // endLease closes the job's live lease and drops it from the worker index.
 func (s *state) endLease(j *Job, how LeaseState) *Lease {
 	l := j.lastLease()
+	s.timeoutStops(j, l)
 	l.State = how
 	l.EndedAt = s.lastTime
 	s.dropLease(l.WorkerID, l.Token)
@@ -368,6 +377,7 @@ func (s *state) addLease(j *Job, l Lease, room int) {
 	}
 	j.Leases = append(j.Leases, l)
 	s.tokens[l.Token] = j.Seq
+	s.timeoutStarts(j, &l)
 	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
 }
 
@@ -399,6 +409,9 @@ func (s *state) rebuildIndexes() {
 		if j.timed() {
 			s.timed++
 		}
+		if j.TimeoutMs > 0 {
+			s.withTimeout++
+		}
 		for i := range j.Leases {
 			l := &j.Leases[i]
 			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
@@ -408,6 +421,9 @@ func (s *state) rebuildIndexes() {
 		}
 		if l, ok := j.CurrentLease(); ok {
 			s.holdLease(l.WorkerID, l.Token, j.Seq, 1)
+			if l.Revoke == RevokeNone {
+				s.timeoutStarts(j, &l)
+			}
 		}
 		switch {
 		case j.State == JobQueued:
