@@ -149,6 +149,9 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			if st.Revoke != fsm.RevokeNone {
 				st.Verdict = VerdictStop
 			}
+			if st.Revoke == fsm.RevokeTimeout {
+				st.Revoke = fsm.RevokeKill // a timeout stops the job as a kill does
+			}
 		}
 		res.Leases = append(res.Leases, st)
 	}

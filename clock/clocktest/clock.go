@@ -26,6 +26,8 @@ type FakeClock struct {
 	now     time.Time
 	timers  []*fakeTimer
 	changed chan struct{} // closed and replaced when a timer is armed, stopped or fired
+	// wallAt is Wall's reading once MoveWall was called; zero before.
+	wallAt time.Time
 }
 
 var _ clock.Clock = (*FakeClock)(nil)
@@ -43,8 +45,26 @@ func (c *FakeClock) Now() time.Time {
 }
 
 // Wall is real wall time: the stamps a node puts in commands are not what
-// tests control.
-func (c *FakeClock) Wall() time.Time { return time.Now() }
+// tests control, unless they call MoveWall.
+func (c *FakeClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wallAt.IsZero() {
+		return time.Now()
+	}
+	return c.wallAt
+}
+
+// MoveWall puts Wall on the fake timeline: from the real time of the call
+// it moves only with Advance, as Now does. For tests of what a leader does
+// at a wall time (a lease's timeout), whatever the machine's speed.
+func (c *FakeClock) MoveWall() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.wallAt.IsZero() {
+		c.wallAt = time.Now()
+	}
+}
 
 // NewTimer fires when the clock has been advanced by d; at once if d <= 0,
 // as a runtime timer would.
@@ -67,6 +87,9 @@ func (c *FakeClock) Advance(d time.Duration) (fired int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	if !c.wallAt.IsZero() {
+		c.wallAt = c.wallAt.Add(d)
+	}
 	kept := c.timers[:0]
 	for _, t := range c.timers {
 		if t.at.After(c.now) {
