@@ -62,6 +62,8 @@ type jobView struct {
 	NotBefore string      `json:"not_before,omitempty"`
 	Retry     *retryView  `json:"retry,omitempty"`
 	Leases    []leaseView `json:"leases,omitempty"`
+	// Timeout bounds each attempt, from its lease's grant.
+	Timeout string `json:"timeout,omitempty"`
 }
 
 // retryView is a job's retry policy.
@@ -84,12 +86,15 @@ type leaseView struct {
 	Message   string `json:"message,omitempty"`
 	GrantedAt string `json:"granted_at"`
 	EndedAt   string `json:"ended_at,omitempty"`
+	// TimedOut: the leader revoked the lease (with a kill) for running
+	// past its job's timeout.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 func leaseViewOf(l *pb.Lease) leaseView {
 	v := leaseView{Token: l.GetToken(), JobID: l.GetJobId(), Worker: l.GetWorkerId(),
 		State: enumName(l.GetState().String(), "LEASE_STATE_"), Ref: l.GetRef(), Message: l.GetMessage(), Retryable: l.GetRetryable(),
-		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt())}
+		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt()), TimedOut: l.GetTimedOut()}
 	if l.GetRevoke() != pb.Revoke_REVOKE_NONE {
 		v.Revoke = enumName(l.GetRevoke().String(), "REVOKE_")
 	}
@@ -108,6 +113,9 @@ func jobViewOf(j *pb.Job) jobView {
 	if r := s.GetRetry(); r != nil {
 		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
 			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
+	}
+	if t := s.GetTimeout(); t.AsDuration() > 0 {
+		v.Timeout = t.AsDuration().String()
 	}
 	for _, l := range j.GetLeases() {
 		v.Leases = append(v.Leases, leaseViewOf(l))
@@ -140,7 +148,31 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref, notBefore)
 		}
 		w.Flush()
+		if single && len(views) == 1 {
+			printTimeout(views[0])
+		}
 	})
+}
+
+// printTimeout adds to one job's table its timeout and the leases it
+// revoked.
+func printTimeout(v jobView) {
+	if v.Timeout == "" {
+		return
+	}
+	fmt.Printf("timeout: %s per attempt, from its lease's grant\n", v.Timeout)
+	for _, l := range v.Leases {
+		if l.TimedOut {
+			fmt.Printf("lease %d timed out: revoked with a kill; %s\n", l.Token, leaseEnd(l))
+		}
+	}
+}
+
+func leaseEnd(l leaseView) string {
+	if l.State == "active" {
+		return "still live"
+	}
+	return "ended " + l.State
 }
 
 func tokenStr(t uint64) string {

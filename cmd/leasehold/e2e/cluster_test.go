@@ -172,6 +172,7 @@ type jobJSON struct {
 	// NotBefore: RFC 3339 with nanoseconds, empty when the job runs at once.
 	NotBefore string      `json:"not_before"`
 	Leases    []leaseJSON `json:"leases"`
+	Timeout   string      `json:"timeout"`
 }
 
 type leaseJSON struct {
@@ -185,6 +186,7 @@ type leaseJSON struct {
 	Message   string `json:"message"`
 	GrantedAt string `json:"granted_at"`
 	EndedAt   string `json:"ended_at"`
+	TimedOut  bool   `json:"timed_out"`
 }
 
 // job reads a job with `job get -o json ID`.
