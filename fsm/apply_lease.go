@@ -239,13 +239,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 		case j.Retry != nil:
 			delay = j.Retry.retryDelay(j.ID, j.Attempts)
 		}
-		if delay > 0 {
-			if !j.timed() {
-				s.timed++
-			}
-			j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
-		}
-		s.setState(j, JobQueued)
+		s.requeueAfter(j, delay)
 	} else {
 		s.setState(j, JobReported)
 	}
@@ -260,6 +254,18 @@ func applyReport(s *state, cmd Command) (any, error) {
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
 	}
 	return reportResult(j.ID, l), nil
+}
+
+// requeueAfter queues a job again, not before delay from now (zero: at
+// once).
+func (s *state) requeueAfter(j *Job, delay int64) {
+	if delay > 0 {
+		if !j.timed() {
+			s.timed++
+		}
+		j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
+	}
+	s.setState(j, JobQueued)
 }
 
 // reportAgain answers a report on an already reported lease: the same report

@@ -445,31 +445,23 @@ func (c *CancelSubmitter) Validate() error {
 }
 
 func (c *Expire) Validate() error {
-	if len(c.Leases) == 0 {
-		return invalid("leases", "name at least one lease")
-	}
-	if len(c.Leases) > MaxExpireBatch {
-		return tooLarge("leases", len(c.Leases), MaxExpireBatch)
-	}
-	for _, l := range c.Leases {
-		if err := checkID("leases.job_id", l.JobID); err != nil {
-			return err
-		}
-		if err := checkToken("leases.token", l.Token); err != nil {
-			return err
-		}
+	if err := checkRefs(c.Leases, MaxExpireBatch); err != nil {
+		return err
 	}
 	return checkText("reason", c.Reason, MaxMessageLen)
 }
 
-func (c *TimeOut) Validate() error {
-	if len(c.Leases) == 0 {
+func (c *TimeOut) Validate() error { return checkRefs(c.Leases, MaxTimeOutBatch) }
+
+// checkRefs checks a command's list of leases: one to max of them.
+func checkRefs(refs []LeaseRef, max int) error {
+	if len(refs) == 0 {
 		return invalid("leases", "name at least one lease")
 	}
-	if len(c.Leases) > MaxTimeOutBatch {
-		return tooLarge("leases", len(c.Leases), MaxTimeOutBatch)
+	if len(refs) > max {
+		return tooLarge("leases", len(refs), max)
 	}
-	for _, l := range c.Leases {
+	for _, l := range refs {
 		if err := checkID("leases.job_id", l.JobID); err != nil {
 			return err
 		}
@@ -784,42 +776,37 @@ func (c *CancelSubmitter) decode(d *decoder) {
 }
 
 func (c *Expire) encode(e *encoder) {
-	e.uvarint(uint64(len(c.Leases)))
-	for _, l := range c.Leases {
-		e.str(l.JobID)
-		e.uvarint(l.Token)
-	}
+	encodeRefs(e, c.Leases)
 	e.str(c.Reason)
 }
 
 func (c *Expire) decode(d *decoder) {
-	n := d.count(MaxExpireBatch)
-	if n > 0 {
-		c.Leases = make([]LeaseRef, n)
-		for i := range c.Leases {
-			c.Leases[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
-		}
-	}
+	c.Leases = decodeRefs(d, MaxExpireBatch)
 	c.Reason = d.str(MaxMessageLen)
 }
 
-func (c *TimeOut) encode(e *encoder) {
-	e.uvarint(uint64(len(c.Leases)))
-	for _, l := range c.Leases {
+func encodeRefs(e *encoder, refs []LeaseRef) {
+	e.uvarint(uint64(len(refs)))
+	for _, l := range refs {
 		e.str(l.JobID)
 		e.uvarint(l.Token)
 	}
 }
 
-func (c *TimeOut) decode(d *decoder) {
-	n := d.count(MaxTimeOutBatch)
-	if n > 0 {
-		c.Leases = make([]LeaseRef, n)
-		for i := range c.Leases {
-			c.Leases[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
-		}
+func decodeRefs(d *decoder, max int) []LeaseRef {
+	n := d.count(max)
+	if n == 0 {
+		return nil
 	}
+	refs := make([]LeaseRef, n)
+	for i := range refs {
+		refs[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
+	}
+	return refs
 }
+
+func (c *TimeOut) encode(e *encoder) { encodeRefs(e, c.Leases) }
+func (c *TimeOut) decode(d *decoder) { c.Leases = decodeRefs(d, MaxTimeOutBatch) }
 
 func (*TimeOut) codecVersion() byte { return codecV6 }
 

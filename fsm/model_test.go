@@ -556,12 +556,8 @@ func revokeWord(r Revoke) string {
 func (m *refModel) timeOut(c *TimeOut) (any, error) {
 	var res TimeOutResult
 	for _, ref := range c.Leases {
-		j := m.job(ref.JobID)
-		var l *Lease
-		if j != nil {
-			l = m.live(j)
-		}
-		if l == nil || l.Token != ref.Token || l.Revoke != RevokeNone || j.TimeoutMs == 0 ||
+		j, l := m.liveRef(ref)
+		if l == nil || l.Revoke != RevokeNone || j.TimeoutMs == 0 ||
 			m.now < l.GrantedAt+int64(j.TimeoutMs)*int64(time.Millisecond) {
 			res.Ignored = append(res.Ignored, ref)
 			continue
@@ -682,15 +678,23 @@ func (m *refModel) cancelSubmitter(c *CancelSubmitter) (any, error) {
 	return res, nil
 }
 
+// liveRef returns the lease ref names if it is its job's live lease.
+func (m *refModel) liveRef(ref LeaseRef) (*Job, *Lease) {
+	j := m.job(ref.JobID)
+	if j == nil {
+		return nil, nil
+	}
+	if l := m.live(j); l != nil && l.Token == ref.Token {
+		return j, l
+	}
+	return j, nil
+}
+
 func (m *refModel) expire(c *Expire) (any, error) {
 	var res ExpireResult
 	for _, ref := range c.Leases {
-		j := m.job(ref.JobID)
-		var l *Lease
-		if j != nil {
-			l = m.live(j)
-		}
-		if l == nil || l.Token != ref.Token {
+		j, l := m.liveRef(ref)
+		if l == nil {
 			res.Ignored = append(res.Ignored, ref)
 			continue
 		}

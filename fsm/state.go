@@ -290,7 +290,7 @@ func (s *state) enterReady(j *Job) {
 // says so), dropping heaps that no longer hold a queued job.
 func (s *state) leaveQueue(j *Job) {
 	if s.delayedJob(j) {
-		s.delayed.left(s.waiting) // its entry is stale now
+		s.delayed.left(func(it delayedItem) bool { _, ok := s.waiting(it); return ok }) // its entry is stale now
 	} else if kinds := s.ready[j.Queue]; kinds[j.Kind] != nil {
 		h := kinds[j.Kind]
 		h.left(s.isReady)

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"fmt"
-	"slices"
 	"time"
 )
 
@@ -30,6 +29,8 @@ type timeoutItem struct {
 	token uint64
 }
 
+func (a timeoutItem) time() int64 { return a.at }
+
 func (a timeoutItem) before(b timeoutItem) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -37,16 +38,8 @@ func (a timeoutItem) before(b timeoutItem) bool {
 	return a.token < b.token
 }
 
-type timeoutHeap struct {
-	items []timeoutItem
-	live  int // leases waiting in it
-}
-
-func (h *timeoutHeap) push(it timeoutItem) {
-	h.items = append(h.items, it)
-	siftUp(h.items, len(h.items)-1)
-	h.live++
-}
+// timeoutHeap holds the live leases that can time out; live counts them.
+type timeoutHeap = timeHeap[timeoutItem]
 
 // timing returns the lease an entry names while the entry is live.
 func (s *state) timing(it timeoutItem) (*Job, *Lease, bool) {
@@ -72,24 +65,10 @@ func (s *state) timeoutStops(j *Job, l *Lease) {
 	if j.TimeoutMs == 0 || l.State != LeaseActive || l.Revoke != RevokeNone {
 		return
 	}
-	h := &s.timeouts
-	h.live--
-	if stale := len(h.items) - h.live; stale > 64 && stale > h.live {
-		// The lease leaving is still live: drop its entry by token.
-		h.items = slices.DeleteFunc(h.items, func(it timeoutItem) bool {
-			_, _, ok := s.timing(it)
-			return !ok || it.token == l.Token
-		})
-		slices.SortFunc(h.items, func(a, b timeoutItem) int {
-			if a.before(b) {
-				return -1
-			}
-			if b.before(a) {
-				return 1
-			}
-			return 0
-		}) // a sorted slice is a valid heap
-	}
+	s.timeouts.left(func(it timeoutItem) bool {
+		_, _, ok := s.timing(it)
+		return ok && it.token != l.Token // the lease leaving still looks live
+	})
 }
 
 // dropStaleTimeouts pops the stale entries at the top of the heap. It runs
@@ -100,55 +79,27 @@ func (s *state) dropStaleTimeouts() {
 		if _, _, ok := s.timing(h.items[0]); ok {
 			return
 		}
-		n := len(h.items) - 1
-		h.items[0] = h.items[n]
-		h.items = h.items[:n]
-		siftDown(h.items, 0)
+		h.pop()
 	}
 }
 
 // timedOut lists up to limit live leases whose deadline is at or before
 // now. The walk visits only entries due by now.
 func (s *state) timedOut(now int64, limit int) []LeaseRef {
-	items := s.timeouts.items
 	var out []LeaseRef
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(items) || items[i].at > now || len(out) >= limit {
-			return
-		}
-		if j, l, ok := s.timing(items[i]); ok {
+	walkDue(s.timeouts.items, now, func(it timeoutItem) bool {
+		if j, l, ok := s.timing(it); ok {
 			out = append(out, LeaseRef{JobID: j.ID, Token: l.Token})
 		}
-		walk(2*i + 1)
-		walk(2*i + 2)
-	}
-	walk(0)
+		return len(out) < limit
+	})
 	return out
 }
 
 // nextTimeoutAfter returns the earliest deadline after now (perhaps of a
 // stale entry: it only wakes the leader early).
 func (s *state) nextTimeoutAfter(now int64) (int64, bool) {
-	items := s.timeouts.items
-	var best int64
-	found := false
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(items) {
-			return
-		}
-		if at := items[i].at; at > now {
-			if !found || at < best {
-				best, found = at, true
-			}
-			return
-		}
-		walk(2*i + 1)
-		walk(2*i + 2)
-	}
-	walk(0)
-	return best, found
+	return earliestAfter(s.timeouts.items, now)
 }
 
 func applyTimeOut(s *state, cmd Command) (any, error) {
@@ -198,13 +149,7 @@ func (s *state) retryTimedOut(j *Job, l *Lease) {
 	if j.Retry != nil {
 		delay = j.Retry.retryDelay(j.ID, j.Attempts)
 	}
-	if delay > 0 {
-		if !j.timed() {
-			s.timed++
-		}
-		j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
-	}
-	s.setState(j, JobQueued)
+	s.requeueAfter(j, delay)
 	if delay > 0 {
 		s.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token,
 			Detail: fmt.Sprintf("timed out; retry in %s, not before %s", time.Duration(delay), formatTime(j.NotBefore))})
