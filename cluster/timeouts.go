@@ -25,30 +25,29 @@ import (
 // timeoutWait is how long the leader's timer loop sleeps: interval, or
 // less when a lease's deadline comes first.
 func (n *Node) timeoutWait(interval time.Duration) time.Duration {
-	if n.ClusterLevel() < fsm.CodecOf(&fsm.TimeOut{}) {
+	now := n.clock.Wall().UnixNano()
+	at, ok := n.fsm.NextTimeoutAfter(now)
+	if !ok || time.Duration(at-now) >= interval || !n.timeoutsOn() {
 		return interval
 	}
-	now := n.clock.Wall().UnixNano()
-	if at, ok := n.fsm.NextTimeoutAfter(now); ok {
-		// The deadline is a wall time and the timer monotonic: a wall
-		// clock that steps is caught up with at the next pass.
-		return max(min(time.Duration(at-now), interval), time.Millisecond)
-	}
-	return interval
+	// The deadline is a wall time and the timer monotonic: a wall clock
+	// that steps is caught up with at the next pass.
+	return max(time.Duration(at-now), time.Millisecond)
 }
+
+// timeoutsOn says whether every voter applies TimeOut. It is asked only
+// when a lease has a timeout (it reads the Raft configuration).
+func (n *Node) timeoutsOn() bool { return n.ClusterLevel() >= fsm.CodecOf(&fsm.TimeOut{}) }
 
 // timeoutTick revokes the leases past their deadline by this node's wall
 // clock, in commands of at most fsm.MaxTimeOutBatch leases. A command that
 // fails stops the pass; the next one proposes what is left.
 func (n *Node) timeoutTick(ctx context.Context, ls *leaderState) {
-	if n.ClusterLevel() < fsm.CodecOf(&fsm.TimeOut{}) {
-		return
-	}
 	log := n.logger.Named("timeouts")
 	now := n.clock.Wall().UnixNano()
 	for ctx.Err() == nil {
 		due := n.fsm.TimedOut(now, fsm.MaxTimeOutBatch)
-		if len(due) == 0 {
+		if len(due) == 0 || !n.timeoutsOn() {
 			return
 		}
 		if cur, err := n.established(); err != nil || cur != ls {

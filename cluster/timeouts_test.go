@@ -18,6 +18,9 @@ func timedCluster(t *testing.T, opts ...clustertest.Option) (*clustertest.Cluste
 		n.Clock.MoveWall()
 	}
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 2})
+	c.WaitFor(10*time.Second, "every voter's level recorded", func() bool {
+		return c.Leader().ClusterLevel() >= fsm.CodecOf(&fsm.TimeOut{})
+	})
 	return c, c.Leader()
 }
 

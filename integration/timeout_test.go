@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -20,6 +21,9 @@ func TestTimeoutReachesHandler(t *testing.T) {
 	for _, n := range c.Nodes {
 		n.Clock.MoveWall() // the leader's time moves with its fake clock
 	}
+	c.WaitFor(10*time.Second, "every voter's level recorded", func() bool {
+		return c.Leader().ClusterLevel() >= fsm.CodecOf(&fsm.TimeOut{})
+	})
 	cl := newClient(t, c, nil)
 	started := make(chan struct{})
 	cause := make(chan error, 1)
