@@ -139,6 +139,9 @@ func (s *state) check() error {
 			if _, ok := revokeNames[l.Revoke]; !ok {
 				fail("lease %d: revoke %d", l.Token, l.Revoke)
 			}
+			if (l.Revoke == RevokeTimeout || l.Outcome == OutcomeTimedOut) && j.TimeoutMs == 0 {
+				fail("lease %d: timed out, its job %s has no timeout", l.Token, j.ID)
+			}
 			if l.State == LeaseActive && i != len(j.Leases)-1 {
 				fail("job %s: lease %d is live but not the newest (I2)", j.ID, l.Token)
 			}
