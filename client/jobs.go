@@ -41,7 +41,7 @@ const DefaultQueue = "default"
 // the first attempt (and written into spec), so retries cannot submit twice.
 // An empty spec.Queue is filled with DefaultQueue (and written into spec):
 // the API refuses a job without a queue. RunAt or RunIn submit it to run
-// later.
+// later; Timeout bounds each of its attempts.
 func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec, opts ...SubmitOption) (job *leaseholdv1.Job, created bool, err error) {
 	if spec == nil {
 		return nil, false, fmt.Errorf("leasehold: submit: %w: nil spec", ErrInvalidArgument)
@@ -63,7 +63,7 @@ func (c *Client) Submit(ctx context.Context, spec *leaseholdv1.JobSpec, opts ...
 	return resp.GetJob(), resp.GetCreated(), nil
 }
 
-// SubmitOption says when a submitted job may run.
+// SubmitOption says when a submitted job may run, and for how long.
 type SubmitOption func(*leaseholdv1.SubmitJobRequest)
 
 // RunAt submits the job to run no earlier than t, by the leader's clock.
@@ -75,6 +75,16 @@ func RunAt(t time.Time) SubmitOption {
 // receives it: the client's own clock does not matter.
 func RunIn(d time.Duration) SubmitOption {
 	return func(r *leaseholdv1.SubmitJobRequest) { r.RunIn, r.RunAt = durationpb.New(d), nil }
+}
+
+// Timeout bounds each attempt of the job to d from its lease's grant (1 s
+// to 7 days, in whole milliseconds; it sets spec.timeout): past it the
+// leader revokes the lease with a kill (a Go worker's handler sees its
+// context cancelled with a *RevokedError whose Kill is set), the attempt
+// ends timed_out and counts, and the job's retry policy decides. It needs
+// a cluster at level 6: before, the submit fails with ErrUpgradeRequired.
+func Timeout(d time.Duration) SubmitOption {
+	return func(r *leaseholdv1.SubmitJobRequest) { r.Spec.Timeout = durationpb.New(d) }
 }
 
 // Job reads one job.

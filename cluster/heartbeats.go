@@ -182,6 +182,9 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			if st.Revoke != fsm.RevokeNone {
 				st.Verdict = VerdictStop
 			}
+			if st.Revoke == fsm.RevokeTimeout {
+				st.Revoke = fsm.RevokeKill // a timeout stops the job as a kill does
+			}
 			if note, ok := a.notes[l.Token]; ok && h.ls != nil {
 				// Keyed by the state's copy of the id, which the table
 				// shares rather than holding the request's.

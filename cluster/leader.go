@@ -97,7 +97,8 @@ func (n *Node) leaderLoop(ctx context.Context) {
 
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
 	for {
-		timer := n.clock.NewTimer(interval)
+		// Sooner when a lease's timeout comes first (timeouts.go).
+		timer := n.clock.NewTimer(n.timeoutWait(interval))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -107,6 +108,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			if ls, err := n.established(); err == nil {
 				n.expiryTick(ctx, ls)
 				n.quotaTick(ctx, ls)
+				n.timeoutTick(ctx, ls)
 			}
 		}
 	}

@@ -91,6 +91,7 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		CreateIndex: s.lastIndex,
 		ModifyIndex: s.lastIndex,
 		NotBefore:   c.RunAt,
+		TimeoutMs:   c.TimeoutMs,
 	}
 	j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
 	j.Retry = s.internRetry(j.Retry)

@@ -233,6 +233,9 @@ func applyReport(s *state, cmd Command) (any, error) {
 	l := s.endLease(j, LeaseReported)
 	l.Outcome, l.Retryable = c.Outcome, c.Retryable
 	l.setReport(c.ReportID, c.Ref, c.Message)
+	if l.Revoke == RevokeTimeout {
+		return s.reportTimedOut(j, l, c.Outcome), nil
+	}
 	requeue := false
 	var delay int64
 	if c.Outcome == OutcomeFailed {
@@ -246,13 +249,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 		case j.Retry != nil:
 			delay = j.Retry.retryDelay(j.ID, j.Attempts)
 		}
-		if delay > 0 {
-			if !j.timed() {
-				s.timed++
-			}
-			j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
-		}
-		s.setState(j, JobQueued)
+		s.requeueAfter(j, delay)
 	}
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref, Detail: c.Outcome.String()})
@@ -274,6 +271,18 @@ func applyReport(s *state, cmd Command) (any, error) {
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
 	}
 	return reportResult(j, l), nil
+}
+
+// requeueAfter queues a job again, not before delay from now (zero: at
+// once).
+func (s *state) requeueAfter(j *Job, delay int64) {
+	if delay > 0 {
+		if !j.timed() {
+			s.timed++
+		}
+		j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
+	}
+	s.setState(j, JobQueued)
 }
 
 // reportAgain answers a report on an already reported lease: the same report
@@ -328,9 +337,13 @@ func lostReason(reason string) string {
 func (s *state) releaseLease(j *Job, reason string) {
 	l := s.endLease(j, LeaseReleased)
 	s.emit(Event{Type: EventLeaseReleased, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: reason})
-	if l.Revoke != RevokeNone {
+	switch {
+	case l.Revoke == RevokeTimeout:
+		countTimeout(j, l)
+		s.retryTimedOut(j, l)
+	case l.Revoke != RevokeNone:
 		s.finishRevoked(j, l, "released")
-	} else {
+	default:
 		s.setState(j, JobQueued)
 	}
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
@@ -360,14 +373,24 @@ func applyExpire(s *state, cmd Command) (any, error) {
 }
 
 // expireLease ends a live lease whose worker was lost and applies the job's
-// policy. A lost worker never counts as an attempt.
+// policy. A lost worker never counts as an attempt, but a timeout does:
+// a timed-out lease that expires counts an attempt (not a loss), then the
+// job's retry policy decides, save for a run-style job, which ends lost
+// (its command may still run, so it must not run twice).
 func (s *state) expireLease(j *Job, reason string) {
 	l := s.endLease(j, LeaseExpired)
-	j.Losses++
+	timedOut := l.Revoke == RevokeTimeout
+	if timedOut {
+		countTimeout(j, l)
+	} else {
+		j.Losses++
+	}
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseExpired, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: reason})
 	switch {
-	case l.Revoke != RevokeNone:
+	case timedOut && j.OnWorkerLost != LostFail:
+		s.retryTimedOut(j, l)
+	case l.Revoke != RevokeNone && !timedOut:
 		s.finishRevoked(j, l, "expired")
 	case j.OnWorkerLost == LostFail:
 		j.Reason = ReasonWorkerLost
@@ -406,14 +429,17 @@ func applyCancel(s *state, cmd Command) (any, error) {
 		return CancelResult{Job: j.export()}, nil
 	}
 	want := RevokeCancel
-	if c.Kill {
+	if c.Kill || j.lastLease().Revoke == RevokeTimeout {
+		// A timed-out lease was told kill already; the cancel turns its
+		// end from a timed-out attempt into the job's cancellation.
 		want = RevokeKill
 	}
-	if j.lastLease().Revoke >= want {
+	if r := j.lastLease().Revoke; r != RevokeTimeout && r >= want {
 		return CancelResult{Job: j.export(), Revoked: true}, nil
 	}
 	j = s.editJob(j.Seq)
 	l := j.lastLease()
+	s.timeoutStops(j, l)
 	l.Revoke = want
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseRevoked, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: joinReason(want.String(), c.Reason)})

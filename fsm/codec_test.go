@@ -42,6 +42,8 @@ func sampleCommands() []Command {
 		&PurgeJobs{Queue: "mail", OlderThan: 7 * 24 * 3600e9, Limit: MaxPurgeBatch},
 		&SetQueue{Queue: "emails", SetPaused: true, Paused: true},
 		&SetQueue{Queue: "emails", SetPaused: true, SetMaxRunning: true, MaxRunning: 12},
+		&SubmitJob{Spec: s, RunAt: 5, TimeoutMs: MaxTimeout},
+		&TimeOut{Leases: []LeaseRef{{"job-1", 42}, {"job-2", 43}}},
 	}
 }
 
@@ -358,6 +360,12 @@ func TestValidation(t *testing.T) {
 		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeSucceeded, Message: "\xff"}, "message", ErrInvalidArgument},
 		{&Expire{}, "leases", ErrInvalidArgument},
 		{&Expire{Leases: make([]LeaseRef, MaxExpireBatch+1)}, "leases", ErrTooLarge},
+		{&TimeOut{}, "leases", ErrInvalidArgument},
+		{&TimeOut{Leases: make([]LeaseRef, MaxTimeOutBatch+1)}, "leases", ErrTooLarge},
+		{&TimeOut{Leases: []LeaseRef{{"j", 0}}}, "leases.token", ErrInvalidArgument},
+		{&SubmitJob{Spec: spec("j"), TimeoutMs: MinTimeout - 1}, "spec.timeout", ErrInvalidArgument},
+		{&SubmitJob{Spec: spec("j"), TimeoutMs: MaxTimeout + 1}, "spec.timeout", ErrInvalidArgument},
+		{&Report{WorkerID: "w", JobID: "j", Token: 1, ReportID: "r", Outcome: OutcomeTimedOut}, "outcome", ErrInvalidArgument},
 		{&CancelSubmitter{Submitter: "s", Limit: 0}, "limit", ErrInvalidArgument},
 		{&Compact{Limit: MaxCompactBatch + 1}, "limit", ErrInvalidArgument},
 		{&RecordEvent{Event: EventJobSubmitted}, "event", ErrInvalidArgument},

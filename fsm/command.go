@@ -34,6 +34,7 @@ const (
 	CmdRetryJob         CommandType = 19
 	CmdPurgeJobs        CommandType = 20
 	CmdSetQueue         CommandType = 22 // queues.go
+	CmdTimeOut          CommandType = 21
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -89,6 +90,10 @@ type SubmitJob struct {
 	// (or its spec's retry policy).
 	// Only codec version 5 carries it and the spec's Retry.
 	RunAt int64
+	// TimeoutMs is the job's execution timeout in milliseconds (Job.TimeoutMs),
+	// zero for none, else MinTimeout to MaxTimeout. Like RunAt it is not
+	// part of what the job is. Only codec version 6 carries it.
+	TimeoutMs uint32
 }
 
 // Acquire grants up to Max leases to a worker, picking by priority, then
@@ -164,6 +169,16 @@ type CancelSubmitter struct {
 type Expire struct {
 	Leases []LeaseRef
 	Reason string
+}
+
+// TimeOut revokes the listed leases because they ran past their job's
+// timeout, as the leader saw it. Apply checks each against the command's
+// own time: a lease that is no longer current and live, already revoked,
+// or not yet past GrantedAt + its job's timeout is ignored. A timed-out
+// lease is told kill; when it ends the attempt ends timed_out and the
+// job's retry policy decides. Only codec version 6 carries it.
+type TimeOut struct {
+	Leases []LeaseRef
 }
 
 // Compact removes terminal jobs finished before JobsBefore and events older
@@ -270,6 +285,7 @@ func (*Audit) Type() CommandType            { return CmdAudit }
 func (*RemoveIdle) Type() CommandType       { return CmdRemoveIdle }
 func (*RetryJob) Type() CommandType         { return CmdRetryJob }
 func (*PurgeJobs) Type() CommandType        { return CmdPurgeJobs }
+func (*TimeOut) Type() CommandType          { return CmdTimeOut }
 
 // --- validation ---
 
@@ -307,7 +323,18 @@ func (c *SubmitJob) Validate() error {
 	if c.RunAt < 0 {
 		return invalid("run_at", "must not be before 1970")
 	}
+	if err := c.checkTimeout(); err != nil {
+		return err
+	}
 	return c.Spec.Validate()
+}
+
+func (c *SubmitJob) checkTimeout() error {
+	if c.TimeoutMs != 0 && (c.TimeoutMs < MinTimeout || c.TimeoutMs > MaxTimeout) {
+		return invalid("spec.timeout", "must be 0 (none) or %s to %s", time.Duration(MinTimeout)*time.Millisecond,
+			time.Duration(MaxTimeout)*time.Millisecond)
+	}
+	return nil
 }
 
 // Validate checks a job spec. It never fills defaults: the API does that.
@@ -404,6 +431,9 @@ func (c *Report) Validate() error {
 	if _, ok := outcomeNames[c.Outcome]; !ok {
 		return invalid("outcome", "unknown outcome %d", c.Outcome)
 	}
+	if c.Outcome == OutcomeTimedOut {
+		return invalid("outcome", "timed_out is the leader's verdict, not a worker's")
+	}
 	if c.Retryable && c.Outcome != OutcomeFailed {
 		return invalid("retryable", "only a failed outcome can be retryable")
 	}
@@ -444,13 +474,23 @@ func (c *CancelSubmitter) Validate() error {
 }
 
 func (c *Expire) Validate() error {
-	if len(c.Leases) == 0 {
+	if err := checkRefs(c.Leases, MaxExpireBatch); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *TimeOut) Validate() error { return checkRefs(c.Leases, MaxTimeOutBatch) }
+
+// checkRefs checks a command's list of leases: one to max of them.
+func checkRefs(refs []LeaseRef, max int) error {
+	if len(refs) == 0 {
 		return invalid("leases", "name at least one lease")
 	}
-	if len(c.Leases) > MaxExpireBatch {
-		return tooLarge("leases", len(c.Leases), MaxExpireBatch)
+	if len(refs) > max {
+		return tooLarge("leases", len(refs), max)
 	}
-	for _, l := range c.Leases {
+	for _, l := range refs {
 		if err := checkID("leases.job_id", l.JobID); err != nil {
 			return err
 		}
@@ -458,7 +498,7 @@ func (c *Expire) Validate() error {
 			return err
 		}
 	}
-	return checkText("reason", c.Reason, MaxMessageLen)
+	return nil
 }
 
 func (c *Compact) Validate() error {
@@ -626,6 +666,9 @@ func (c *SubmitJob) encode(e *encoder) {
 		encodeRetry(e, c.Spec.Retry)
 		e.varint(c.RunAt)
 	}
+	if e.codec >= codecV6 {
+		e.uvarint(uint64(c.TimeoutMs))
+	}
 }
 
 func (c *SubmitJob) decode(d *decoder) {
@@ -634,9 +677,15 @@ func (c *SubmitJob) decode(d *decoder) {
 		c.Spec.Retry = decodeRetry(d)
 		c.RunAt = d.varint()
 	}
+	if d.codec >= codecV6 {
+		c.TimeoutMs = d.u32()
+	}
 }
 
 func (c *SubmitJob) codecVersion() byte {
+	if c.TimeoutMs != 0 {
+		return codecV6
+	}
 	if c.Spec.Retry != nil || c.RunAt != 0 {
 		return codecV5
 	}
@@ -792,24 +841,39 @@ func (c *CancelSubmitter) decode(d *decoder) {
 }
 
 func (c *Expire) encode(e *encoder) {
-	e.uvarint(uint64(len(c.Leases)))
-	for _, l := range c.Leases {
-		e.str(l.JobID)
-		e.uvarint(l.Token)
-	}
+	encodeRefs(e, c.Leases)
 	e.str(c.Reason)
 }
 
 func (c *Expire) decode(d *decoder) {
-	n := d.count(MaxExpireBatch)
-	if n > 0 {
-		c.Leases = make([]LeaseRef, n)
-		for i := range c.Leases {
-			c.Leases[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
-		}
-	}
+	c.Leases = decodeRefs(d, MaxExpireBatch)
 	c.Reason = d.str(MaxMessageLen)
 }
+
+func encodeRefs(e *encoder, refs []LeaseRef) {
+	e.uvarint(uint64(len(refs)))
+	for _, l := range refs {
+		e.str(l.JobID)
+		e.uvarint(l.Token)
+	}
+}
+
+func decodeRefs(d *decoder, max int) []LeaseRef {
+	n := d.count(max)
+	if n == 0 {
+		return nil
+	}
+	refs := make([]LeaseRef, n)
+	for i := range refs {
+		refs[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
+	}
+	return refs
+}
+
+func (c *TimeOut) encode(e *encoder) { encodeRefs(e, c.Leases) }
+func (c *TimeOut) decode(d *decoder) { c.Leases = decodeRefs(d, MaxTimeOutBatch) }
+
+func (*TimeOut) codecVersion() byte { return codecV6 }
 
 func (c *Compact) encode(e *encoder) {
 	e.varint(c.JobsBefore)
@@ -922,7 +986,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
 // SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
-// RetryJob, PurgeJobs (and, by level, the dead state) and SetQueue. Encode writes each command in
+// RetryJob, PurgeJobs (and, by level, the dead state), SetQueue, SubmitJob's TimeoutMs and the
+// TimeOut command. Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -995,6 +1060,7 @@ func init() {
 	registerCommand(func() Command { return new(RemoveIdle) })
 	registerCommand(func() Command { return new(RetryJob) })
 	registerCommand(func() Command { return new(PurgeJobs) })
+	registerCommand(func() Command { return new(TimeOut) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -37,7 +37,10 @@ func (c *counters) count(s *state, t CommandType, n int) {
 		ev := s.events.at(i)
 		c.events[ev.Type].Add(1)
 		if ev.Type == EventLeaseReported {
-			if o, ok := ParseOutcome(ev.Detail); ok {
+			// The detail is the outcome ("timed_out (reported killed)" for
+			// a timed-out lease).
+			word, _, _ := strings.Cut(ev.Detail, " ")
+			if o, ok := ParseOutcome(word); ok {
 				c.reports[o].Add(1)
 			}
 		}

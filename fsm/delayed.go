@@ -27,18 +27,24 @@ func (a delayedItem) before(b delayedItem) bool {
 	return a.seq < b.seq
 }
 
-type delayedHeap struct {
-	items []delayedItem
-	live  int // queued jobs waiting in it
+// delayedHeap holds the queued jobs not yet due; live counts them.
+type delayedHeap = timeHeap[delayedItem]
+
+// timeHeap is a heap of entries ordered by time, whose entries turn stale
+// (removal is lazy); live counts the others. The delayed heap and the
+// timeout heap (timeouts.go) are ones.
+type timeHeap[T ordered[T]] struct {
+	items []T
+	live  int
 }
 
-func (h *delayedHeap) push(it delayedItem) {
+func (h *timeHeap[T]) push(it T) {
 	h.items = append(h.items, it)
 	siftUp(h.items, len(h.items)-1)
 	h.live++
 }
 
-func (h *delayedHeap) pop() delayedItem {
+func (h *timeHeap[T]) pop() T {
 	top := h.items[0]
 	n := len(h.items) - 1
 	h.items[0] = h.items[n]
@@ -47,15 +53,16 @@ func (h *delayedHeap) pop() delayedItem {
 	return top
 }
 
-// left records that one of its jobs left the queue before its time. Stale
-// entries are dropped when they come due, or all at once when they
-// outnumber the live ones (a job waiting a year would otherwise keep every
-// cancelled job's entry behind it), as in jobHeap.
-func (h *delayedHeap) left(waiting func(delayedItem) (*Job, bool)) {
+// left records that one of its entries turned stale (for the delayed
+// heap: a job left the queue before its time); keep says which entries
+// are live. Stale entries are dropped when they come due, or all at once
+// when they outnumber the live ones (a job waiting a year would otherwise
+// keep every cancelled job's entry behind it), as in jobHeap.
+func (h *timeHeap[T]) left(keep func(T) bool) {
 	h.live--
 	if stale := len(h.items) - h.live; stale > 64 && stale > h.live {
-		h.items = slices.DeleteFunc(h.items, func(it delayedItem) bool { _, ok := waiting(it); return !ok })
-		slices.SortFunc(h.items, func(a, b delayedItem) int {
+		h.items = slices.DeleteFunc(h.items, func(it T) bool { return !keep(it) })
+		slices.SortFunc(h.items, func(a, b T) int {
 			if a.before(b) {
 				return -1
 			}
@@ -122,26 +129,41 @@ func (s *state) readyAt(queues, kinds []string, now int64) int {
 // due time. It visits only the entries due by now (a heap's children are
 // never earlier than their parent).
 func (s *state) eachDue(now int64, fn func(j *Job, at int64)) {
-	items := s.delayed.items
-	var walk func(i int)
-	walk = func(i int) {
-		if i >= len(items) || items[i].at > now {
-			return
+	walkDue(s.delayed.items, now, func(it delayedItem) bool {
+		if j, ok := s.waiting(it); ok {
+			fn(j, it.at)
 		}
-		if j, ok := s.waiting(items[i]); ok {
-			fn(j, items[i].at)
+		return true
+	})
+}
+
+// nextDueAfter returns the earliest NotBefore after now in the heap.
+func (s *state) nextDueAfter(now int64) (int64, bool) { return earliestAfter(s.delayed.items, now) }
+
+// timedEntry is an entry of a heap ordered by time first: the delayed
+// heap's, the timeout heap's (timeouts.go).
+type timedEntry interface{ time() int64 }
+
+func (a delayedItem) time() int64 { return a.at }
+
+// walkDue visits the entries due by now, parents first, while visit
+// returns true. It visits nothing else: a heap's children are never
+// earlier than their parent.
+func walkDue[T timedEntry](items []T, now int64, visit func(T) bool) {
+	var walk func(i int) bool
+	walk = func(i int) bool {
+		if i >= len(items) || items[i].time() > now {
+			return true
 		}
-		walk(2*i + 1)
-		walk(2*i + 2)
+		return visit(items[i]) && walk(2*i+1) && walk(2*i+2)
 	}
 	walk(0)
 }
 
-// nextDueAfter walks the entries due by now (as readyAt does) and returns
-// the earliest of their children that is not: a heap's earliest entry after
-// now is the root or a child of an entry due by now.
-func (s *state) nextDueAfter(now int64) (int64, bool) {
-	items := s.delayed.items
+// earliestAfter walks the entries due by now (as walkDue does) and returns
+// the earliest of their children that is not: a heap's earliest entry
+// after now is the root or a child of an entry due by now.
+func earliestAfter[T timedEntry](items []T, now int64) (int64, bool) {
 	var best int64
 	found := false
 	var walk func(i int)
@@ -149,7 +171,7 @@ func (s *state) nextDueAfter(now int64) (int64, bool) {
 		if i >= len(items) {
 			return
 		}
-		if at := items[i].at; at > now {
+		if at := items[i].time(); at > now {
 			if !found || at < best {
 				best, found = at, true
 			}

@@ -40,6 +40,7 @@ const (
 	EventQueuePaused        EventType = 35 // Detail: the queue
 	EventQueueResumed       EventType = 36 // Detail: the queue
 	EventQueueLimited       EventType = 37 // Detail: the queue and its new limit
+	EventLeaseTimedOut      EventType = 34 // a lease past its job's timeout, revoked with a kill: Detail says the timeout
 )
 
 var eventTypeNames = map[EventType]string{
@@ -79,6 +80,7 @@ var eventTypeNames = map[EventType]string{
 	EventQueuePaused:        "queue.paused",
 	EventQueueResumed:       "queue.resumed",
 	EventQueueLimited:       "queue.limited",
+	EventLeaseTimedOut:      "lease.timed_out",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -49,6 +49,7 @@ func New() *FSM {
 	f.register(CmdRetryJob, applyRetryJob)
 	f.register(CmdPurgeJobs, applyPurgeJobs)
 	f.register(CmdSetQueue, applySetQueue)
+	f.register(CmdTimeOut, applyTimeOut)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))
@@ -92,6 +93,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	s.promoteDue()
 	events := s.eventSeq
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
+	s.dropStaleTimeouts()
 	s.settle()
 	f.counts.count(s, env.Command.Type(), int(s.eventSeq-events))
 	if s.eventSeq != events {

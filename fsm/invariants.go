@@ -54,6 +54,19 @@ func (s *state) check() error {
 			fail("delayed heap: entry %d before its parent", i)
 		}
 	}
+	liveTimeouts := 0
+	for i, it := range s.timeouts.items {
+		if i > 0 && it.before(s.timeouts.items[(i-1)/2]) {
+			fail("timeout heap: entry %d before its parent", i)
+		}
+		if j, l, ok := s.timing(it); ok {
+			liveTimeouts++
+			if it.at != l.GrantedAt+j.Timeout() {
+				fail("timeout heap: lease %d due at %d, its deadline is %d", l.Token, it.at, l.GrantedAt+j.Timeout())
+			}
+		}
+	}
+	var withTimeout, timing int
 	prevSeq := uint64(0)
 	inTime := func(t int64) bool { return t >= 0 && t <= s.lastTime }
 	if s.lastTime < 0 {
@@ -142,6 +155,9 @@ func (s *state) check() error {
 			if _, ok := revokeNames[l.Revoke]; !ok {
 				fail("lease %d: revoke %d", l.Token, l.Revoke)
 			}
+			if (l.Revoke == RevokeTimeout || l.Outcome == OutcomeTimedOut) && j.TimeoutMs == 0 {
+				fail("lease %d: timed out, its job %s has no timeout", l.Token, j.ID)
+			}
 			if l.State == LeaseActive && i != len(j.Leases)-1 {
 				fail("job %s: lease %d is live but not the newest (I2)", j.ID, l.Token)
 			}
@@ -177,6 +193,15 @@ func (s *state) check() error {
 		}
 		if j.timed() {
 			timed++
+		}
+		if j.TimeoutMs > 0 {
+			withTimeout++
+			if isLive && cur.Revoke == RevokeNone {
+				timing++
+			}
+		}
+		if (&SubmitJob{TimeoutMs: j.TimeoutMs}).checkTimeout() != nil {
+			fail("job %s: timeout %d ms", j.ID, j.TimeoutMs)
 		}
 		if j.NotBefore < 0 || j.Retry.validate() != nil {
 			fail("job %s: not before %d, retry policy %+v", j.ID, j.NotBefore, j.Retry)
@@ -295,6 +320,12 @@ func (s *state) check() error {
 	}
 	if s.timed != timed {
 		fail("%d jobs counted as timed, %d are", s.timed, timed)
+	}
+	if s.withTimeout != withTimeout {
+		fail("%d jobs counted with a timeout, %d have one", s.withTimeout, withTimeout)
+	}
+	if s.timeouts.live != timing || liveTimeouts != timing {
+		fail("timeout heap: live %d, holds %d, %d leases can time out", s.timeouts.live, liveTimeouts, timing)
 	}
 	if s.delayed.live != delayed {
 		fail("delayed heap: live %d, %d queued jobs wait in it", s.delayed.live, delayed)

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"errors"
+	"time"
 
 	"github.com/leasehold/leasehold/transport/rules"
 )
@@ -28,8 +29,12 @@ const (
 	// retry-after, in nanoseconds.
 	MaxRetryDelay      = int64(rules.MaxRetryDelay)
 	MaxRetryMultiplier = rules.MaxRetryMultiplier // per mille
-	MaxExpireBatch     = 4096                     // leases ended by one expire
-	MaxCompactBatch    = 10000                    // jobs removed by one Compact
+	// MinTimeout and MaxTimeout bound a job's timeout, in milliseconds.
+	MinTimeout      = uint32(rules.MinTimeout / time.Millisecond)
+	MaxTimeout      = uint32(rules.MaxTimeout / time.Millisecond)
+	MaxTimeOutBatch = 4096  // leases timed out by one TimeOut
+	MaxExpireBatch  = 4096  // leases ended by one expire
+	MaxCompactBatch = 10000 // jobs removed by one Compact
 
 	// MaxLeaseHistory is how many leases a job keeps. Older ones are dropped;
 	// a report with a dropped token is still refused as stale because tokens

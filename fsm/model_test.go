@@ -284,6 +284,8 @@ func (m *refModel) apply(index uint64, at int64, cmd Command) (any, error) {
 		return m.purge(c)
 	case *SetQueue:
 		return m.setQueue(c)
+	case *TimeOut:
+		return m.timeOut(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", cmd))
 }
@@ -507,7 +509,7 @@ func (m *refModel) submit(c *SubmitJob) (any, error) {
 	j := &Job{
 		JobSpec: c.Spec, Seq: m.jobSeq, State: JobQueued,
 		SubmittedAt: m.now, UpdatedAt: m.now, CreateIndex: m.index, ModifyIndex: m.index,
-		NotBefore: c.RunAt,
+		NotBefore: c.RunAt, TimeoutMs: c.TimeoutMs,
 	}
 	j.Payload = slices.Clone(c.Spec.Payload)
 	m.jobs = append(m.jobs, j)
@@ -657,6 +659,16 @@ func (m *refModel) report(c *Report) (any, error) {
 	l.Outcome, l.Retryable = c.Outcome, c.Retryable
 	l.setReport(c.ReportID, c.Ref, c.Message)
 	m.reports[j]++
+	if l.Revoke == RevokeTimeout {
+		// Whatever the worker says, the attempt timed out.
+		l.Outcome, l.Retryable = OutcomeTimedOut, false
+		j.Attempts++
+		m.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref})
+		m.retryTimedOut(j, l)
+		l.Answer = j.State
+		m.touch(j)
+		return answerOf(j, l), nil
+	}
 	requeue := false
 	if c.Outcome == OutcomeFailed {
 		j.Attempts++
@@ -705,12 +717,63 @@ func revokeWord(r Revoke) string {
 	return "cancel"
 }
 
-// release ends the job's live lease without an attempt.
+// timeOut revokes each listed lease that is live, unrevoked and past its
+// job's timeout by the command's time.
+func (m *refModel) timeOut(c *TimeOut) (any, error) {
+	var res TimeOutResult
+	for _, ref := range c.Leases {
+		j, l := m.liveRef(ref)
+		if l == nil || l.Revoke != RevokeNone || j.TimeoutMs == 0 ||
+			m.now < l.GrantedAt+int64(j.TimeoutMs)*int64(time.Millisecond) {
+			res.Ignored = append(res.Ignored, ref)
+			continue
+		}
+		l.Revoke = RevokeTimeout
+		m.touch(j)
+		m.emit(Event{Type: EventLeaseTimedOut, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
+		res.TimedOut = append(res.TimedOut, ref)
+	}
+	return res, nil
+}
+
+// endTimedOut counts the execution of a timed-out lease that ended
+// without a report: an attempt (and an execution), never a loss.
+func (m *refModel) endTimedOut(j *Job, l *Lease) {
+	l.Outcome = OutcomeTimedOut
+	j.Attempts++
+	m.reports[j]++
+}
+
+// retryTimedOut: after a timed-out attempt the retry policy decides.
+func (m *refModel) retryTimedOut(j *Job, l *Lease) {
+	if j.Attempts >= j.MaxAttempts {
+		reason := fmt.Sprintf("timed out; out of attempts (%d of %d)", j.Attempts, j.MaxAttempts)
+		if m.level() >= 6 {
+			m.die(j, l, reason)
+			return
+		}
+		j.Reason = reason
+		m.finish(j, JobReported)
+		return
+	}
+	j.State = JobQueued
+	if j.Retry != nil {
+		j.NotBefore = m.now + modelRetryDelay(j.Retry, j.ID, j.Attempts)
+		m.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token})
+	} else {
+		m.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token})
+	}
+}
+
+// release ends the job's live lease without an attempt, unless it timed out.
 func (m *refModel) release(j *Job) {
 	l := m.live(j)
 	l.State, l.EndedAt = LeaseReleased, m.now
 	m.emit(Event{Type: EventLeaseReleased, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
-	if l.Revoke != RevokeNone {
+	if l.Revoke == RevokeTimeout {
+		m.endTimedOut(j, l)
+		m.retryTimedOut(j, l)
+	} else if l.Revoke != RevokeNone {
 		j.Reason = revokeWord(l.Revoke) + "; lease released"
 		m.finish(j, JobCancelled)
 		m.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token})
@@ -758,11 +821,11 @@ func (m *refModel) cancel(c *Cancel) (any, error) {
 		return CancelResult{Job: copyJob(j)}, nil
 	}
 	want := RevokeCancel
-	if c.Kill {
+	l := m.live(j)
+	if c.Kill || l.Revoke == RevokeTimeout {
 		want = RevokeKill
 	}
-	l := m.live(j)
-	if l.Revoke < want { // a cancel never downgrades a kill
+	if l.Revoke < want || l.Revoke == RevokeTimeout { // a cancel never downgrades a kill; it takes over a timeout
 		l.Revoke = want
 		m.touch(j)
 		m.emit(Event{Type: EventLeaseRevoked, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
@@ -786,24 +849,39 @@ func (m *refModel) cancelSubmitter(c *CancelSubmitter) (any, error) {
 	return res, nil
 }
 
+// liveRef returns the lease ref names if it is its job's live lease.
+func (m *refModel) liveRef(ref LeaseRef) (*Job, *Lease) {
+	j := m.job(ref.JobID)
+	if j == nil {
+		return nil, nil
+	}
+	if l := m.live(j); l != nil && l.Token == ref.Token {
+		return j, l
+	}
+	return j, nil
+}
+
 func (m *refModel) expire(c *Expire) (any, error) {
 	var res ExpireResult
 	for _, ref := range c.Leases {
-		j := m.job(ref.JobID)
-		var l *Lease
-		if j != nil {
-			l = m.live(j)
-		}
-		if l == nil || l.Token != ref.Token {
+		j, l := m.liveRef(ref)
+		if l == nil {
 			res.Ignored = append(res.Ignored, ref)
 			continue
 		}
 		l.State, l.EndedAt = LeaseExpired, m.now
-		j.Losses++ // a lost worker is never an attempt
+		timedOut := l.Revoke == RevokeTimeout
+		if timedOut {
+			m.endTimedOut(j, l) // a timeout is an attempt, even if the worker is then lost
+		} else {
+			j.Losses++ // a lost worker is never an attempt
+		}
 		m.touch(j)
 		m.emit(Event{Type: EventLeaseExpired, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
 		switch {
-		case l.Revoke != RevokeNone:
+		case timedOut && j.OnWorkerLost == LostRequeue:
+			m.retryTimedOut(j, l)
+		case l.Revoke != RevokeNone && !timedOut:
 			j.Reason = revokeWord(l.Revoke) + "; lease expired"
 			m.finish(j, JobCancelled)
 			m.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token})
@@ -1228,7 +1306,11 @@ func (g *modelGen) submit() Command {
 		if len(s.Payload) == 0 && g.pct(50) {
 			s.Payload = []byte{}
 		}
-		return &SubmitJob{Spec: s}
+		c := &SubmitJob{Spec: s}
+		if g.pct(30) {
+			c.TimeoutMs = MaxTimeout // not part of what the job is
+		}
+		return c
 	case r < 18 && len(kept) > 0:
 		// The same id with another spec.
 		s := pick(g, kept).JobSpec
@@ -1258,6 +1340,10 @@ func (g *modelGen) submit() Command {
 		id += "-" + strings.Repeat("x", MaxIDLen-len(id)-1) // the longest id
 	}
 	c := &SubmitJob{Spec: g.newSpec(id)}
+	if g.pct(30) {
+		// Timeouts of a few of the clock's steps, so leases reach them.
+		c.TimeoutMs = MinTimeout + uint32(g.rng.IntN(5000))
+	}
 	if g.pct(25) {
 		// To run later, mostly within a few steps, sometimes in the past.
 		c.RunAt = max(0, g.leader+g.rng.Int64N(8e9)-1e9)
@@ -1365,6 +1451,24 @@ func (g *modelGen) expire() Command {
 		default:
 			t = g.target()
 		}
+		c.Leases = append(c.Leases, LeaseRef{t.job, t.token})
+	}
+	return c
+}
+
+// timeOut proposes a TimeOut: mostly the leases past their deadline by
+// the leader's clock, as the leader does, sometimes leases not yet due, or
+// stale or made-up ones.
+func (g *modelGen) timeOut() Command {
+	c := &TimeOut{}
+	for _, j := range g.m.jobs {
+		if l := g.m.live(j); l != nil && j.TimeoutMs > 0 && l.Revoke == RevokeNone &&
+			l.GrantedAt+int64(j.TimeoutMs)*int64(time.Millisecond) <= g.leader && g.pct(80) {
+			c.Leases = append(c.Leases, LeaseRef{j.ID, l.Token})
+		}
+	}
+	for n := g.rng.IntN(3); n > 0 || len(c.Leases) == 0; n-- {
+		t := g.target()
 		c.Leases = append(c.Leases, LeaseRef{t.job, t.token})
 	}
 	return c
@@ -1536,6 +1640,9 @@ func (g *modelGen) next() (Command, bool) {
 		}
 		return &CancelSubmitter{Submitter: pick(g, []string{"s1", "s2", "s3", "s9"}), Limit: limit, Reason: g.text()}, false
 	case actExpire:
+		if g.pct(35) {
+			return g.timeOut(), false
+		}
 		return g.expire(), false
 	case actCompact:
 		return g.compact(), false
@@ -2155,6 +2262,38 @@ func (r *modelRun) compareState() {
 	}
 
 	r.compareQueues()
+	// The leases the leader would time out, now and a little later.
+	for _, at := range []int64{m.now, m.now + r.checks.Int64N(5e9)} {
+		var want []uint64
+		for _, j := range m.jobs {
+			if l := m.live(j); l != nil && j.TimeoutMs > 0 && l.Revoke == RevokeNone &&
+				l.GrantedAt+int64(j.TimeoutMs)*int64(time.Millisecond) <= at {
+				want = append(want, l.Token)
+			}
+		}
+		var got []uint64
+		for _, ref := range f.TimedOut(at, 1<<20) {
+			got = append(got, ref.Token)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			r.fail("TimedOut(now+%s) = %v, want %v", time.Duration(at-m.now), got, want)
+		}
+		// The leader must never sleep past a deadline: the next one may be
+		// early (a stale entry) but never late.
+		next, waits := int64(0), false
+		for _, j := range m.jobs {
+			if l := m.live(j); l != nil && j.TimeoutMs > 0 && l.Revoke == RevokeNone {
+				if d := l.GrantedAt + int64(j.TimeoutMs)*int64(time.Millisecond); d > at && (!waits || d < next) {
+					next, waits = d, true
+				}
+			}
+		}
+		if got, ok := f.NextTimeoutAfter(at); waits && (!ok || got > next || got <= at) {
+			r.fail("NextTimeoutAfter(now+%s) = %d %t, want a time in (then, %d]", time.Duration(at-m.now), got, ok, next)
+		}
+	}
 
 	// Every kept lease by token, fences, and some tokens no longer kept.
 	for _, j := range m.jobs {

@@ -362,6 +362,24 @@ func (f *FSM) NextDueAfter(now int64) (int64, bool) {
 	return f.st.nextDueAfter(now)
 }
 
+// TimedOut lists up to limit live, unrevoked leases whose deadline
+// (GrantedAt + their job's timeout) is at or before now: what the leader
+// proposes in a TimeOut.
+func (f *FSM) TimedOut(now int64, limit int) []LeaseRef {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.timedOut(now, limit)
+}
+
+// NextTimeoutAfter returns the earliest lease deadline after now (perhaps
+// of a lease that no longer runs: it only wakes the leader early), or
+// false when no lease has one.
+func (f *FSM) NextTimeoutAfter(now int64) (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.nextTimeoutAfter(now)
+}
+
 // Stats are counters of the whole state.
 type Stats struct {
 	LastIndex  uint64

@@ -23,6 +23,7 @@ package fsm
 //	RetryJob         Job
 //	PurgeJobs        PurgeResult
 //	SetQueue         QueueSettings
+//	TimeOut          TimeOutResult
 //
 // Every value is a copy: holding it never pins or races with the state.
 
@@ -94,6 +95,14 @@ type CancelSubmitterResult struct {
 type ExpireResult struct {
 	Expired []LeaseRef
 	Ignored []LeaseRef
+}
+
+// TimeOutResult splits the listed leases into the ones this command
+// revoked for their timeout and the ones it ignored (no longer current,
+// already revoked, or not yet past their deadline by the command's time).
+type TimeOutResult struct {
+	TimedOut []LeaseRef
+	Ignored  []LeaseRef
 }
 
 // CompactResult counts what was removed; More is true when the job limit

@@ -26,10 +26,11 @@ import (
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
-// NotBefore and retry policy at the end of each job; 6 adds the queue
-// settings records (written only in 6: a state with none is still written
-// in the version the nodes read) and may hold the dead state (JobDead, as a
-// job's state or a report's answer) and its events (31 to 33), which a
+// NotBefore and retry policy at the end of each job; 6 adds the job's
+// timeout (milliseconds) at the end of each job and the queue settings
+// records (written only in 6: a state with none is still written in the
+// version the nodes read), and may hold the dead state (JobDead, as a
+// job's state or a report's answer) and its events (31 to 34), which a
 // reader of 5 refuses. Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
@@ -67,8 +68,8 @@ type Snapshot struct {
 	nodes   []*Node   // likewise
 	queues  []QueueSettings
 	// minVersion is the lowest version that holds every job: 5 once a job
-	// has a NotBefore or a retry policy, 6 once one is dead, whatever the
-	// nodes' levels say.
+	// has a NotBefore or a retry policy, 6 once one is dead or has a
+	// timeout, or a queue has settings, whatever the nodes' levels say.
 	minVersion byte
 	events     eventLog
 }
@@ -104,7 +105,7 @@ func (f *FSM) Snapshot() *Snapshot {
 	if s.timed > 0 {
 		snap.minVersion = 5
 	}
-	if s.counts[JobDead] > 0 || len(s.queueSettings) > 0 {
+	if s.counts[JobDead] > 0 || len(s.queueSettings) > 0 || s.withTimeout > 0 {
 		snap.minVersion = 6
 	}
 	for _, qs := range s.queueSettings {
@@ -586,6 +587,9 @@ func encodeJob(e *encoder, j *Job, version byte) {
 		e.varint(j.NotBefore)
 		encodeRetry(e, j.Retry)
 	}
+	if version >= 6 {
+		e.uvarint(uint64(j.TimeoutMs))
+	}
 }
 
 func decodeJob(d *decoder, j *Job, version byte) {
@@ -612,6 +616,12 @@ func decodeJob(d *decoder, j *Job, version byte) {
 		j.Retry = decodeRetry(d)
 		if j.NotBefore < 0 {
 			d.fail("job %s: not before %d", j.ID, j.NotBefore)
+		}
+	}
+	if version >= 6 {
+		j.TimeoutMs = d.u32()
+		if (&SubmitJob{TimeoutMs: j.TimeoutMs}).checkTimeout() != nil {
+			d.fail("job %s: timeout %d ms", j.ID, j.TimeoutMs)
 		}
 	}
 	if d.err == nil {

@@ -58,6 +58,7 @@ type state struct {
 	queues       map[string]*queueCounts        // queue -> its counts, while it holds a job (queues.go)
 	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
 	delayed      delayedHeap                    // queued jobs not yet due, by NotBefore (delayed.go)
+	timeouts     timeoutHeap                    // live leases with a timeout, by deadline (timeouts.go)
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs but dead ones in finish order: what Compact takes
@@ -66,6 +67,7 @@ type state struct {
 	interned     map[string]string
 	counts       [JobDead + 1]int // jobs per state
 	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
+	withTimeout  int              // jobs with a timeout: a snapshot of them is version 6
 	bytes        int64            // jobs' and events' size (size.go)
 	touched      map[uint64]int64 // during an apply: seq -> size before it changed
 }
@@ -199,6 +201,9 @@ func (s *state) insertJob(j *Job) {
 	if j.timed() {
 		s.timed++
 	}
+	if j.TimeoutMs > 0 {
+		s.withTimeout++
+	}
 }
 
 // removeJob deletes a job and every index entry that names it.
@@ -219,6 +224,9 @@ func (s *state) removeJob(j *Job) {
 	s.jobRemoved(j)
 	if j.timed() {
 		s.timed--
+	}
+	if j.TimeoutMs > 0 {
+		s.withTimeout--
 	}
 }
 
@@ -294,7 +302,7 @@ func (s *state) enterReady(j *Job) {
 func (s *state) leaveQueue(j *Job) {
 	qc := s.queues[j.Queue]
 	if s.delayedJob(j) {
-		s.delayed.left(s.waiting) // its entry is stale now
+		s.delayed.left(func(it delayedItem) bool { _, ok := s.waiting(it); return ok }) // its entry is stale now
 		qc.scheduled--
 	} else if kinds := s.ready[j.Queue]; kinds[j.Kind] != nil {
 		h := kinds[j.Kind]
@@ -377,6 +385,7 @@ func liveLease(j *Job, tok uint64) *Lease {
 // endLease closes the job's live lease and drops it from the worker index.
 func (s *state) endLease(j *Job, how LeaseState) *Lease {
 	l := j.lastLease()
+	s.timeoutStops(j, l)
 	l.State = how
 	l.EndedAt = s.lastTime
 	s.dropLease(l.WorkerID, l.Token)
@@ -394,6 +403,7 @@ func (s *state) addLease(j *Job, l Lease, room int) {
 	}
 	j.Leases = append(j.Leases, l)
 	s.tokens[l.Token] = j.Seq
+	s.timeoutStarts(j, &l)
 	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
 	s.queues[j.Queue].leases++
 }
@@ -427,6 +437,9 @@ func (s *state) rebuildIndexes() {
 		if j.timed() {
 			s.timed++
 		}
+		if j.TimeoutMs > 0 {
+			s.withTimeout++
+		}
 		for i := range j.Leases {
 			l := &j.Leases[i]
 			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
@@ -437,6 +450,9 @@ func (s *state) rebuildIndexes() {
 		if l, ok := j.CurrentLease(); ok {
 			s.holdLease(l.WorkerID, l.Token, j.Seq, 1)
 			s.queues[j.Queue].leases++
+			if l.Revoke == RevokeNone {
+				s.timeoutStarts(j, &l)
+			}
 		}
 		switch {
 		case j.State == JobQueued:

@@ -60,9 +60,17 @@ const (
 	RevokeNone   Revoke = 0
 	RevokeCancel Revoke = 1 // stop gracefully
 	RevokeKill   Revoke = 2 // stop now
+	// RevokeTimeout is a kill the leader asked for because the lease ran
+	// past its job's timeout (timeouts.go): the worker is told kill, and
+	// the lease's end is an attempt that timed out, not a cancellation.
+	RevokeTimeout Revoke = 3
 )
 
-var revokeNames = map[Revoke]string{RevokeNone: "none", RevokeCancel: "cancel", RevokeKill: "kill"}
+var revokeNames = map[Revoke]string{RevokeNone: "none", RevokeCancel: "cancel", RevokeKill: "kill", RevokeTimeout: "timeout"}
+
+// Kills says whether the worker must stop the job now: a kill, or a
+// timeout (which the worker is told as a kill).
+func (r Revoke) Kills() bool { return r == RevokeKill || r == RevokeTimeout }
 
 func (r Revoke) String() string { return enumName(revokeNames, r) }
 
@@ -74,10 +82,15 @@ const (
 	OutcomeFailed    Outcome = 2
 	OutcomeCancelled Outcome = 3
 	OutcomeKilled    Outcome = 4
+	// OutcomeTimedOut is the leader's word, never a worker's: the lease
+	// ran past its job's timeout and ended (reported with any outcome,
+	// released or expired) after the leader revoked it.
+	OutcomeTimedOut Outcome = 5
 )
 
 var outcomeNames = map[Outcome]string{
 	OutcomeSucceeded: "succeeded", OutcomeFailed: "failed", OutcomeCancelled: "cancelled", OutcomeKilled: "killed",
+	OutcomeTimedOut: "timed_out",
 }
 
 func (o Outcome) String() string { return enumName(outcomeNames, o) }
@@ -160,10 +173,17 @@ type Job struct {
 	JobSpec
 	Seq uint64 // submission order, unique; the age in "priority, then age"
 	// Attempts counts the executions that reported a failure, retryable or
-	// final: what MaxAttempts bounds. The API's attempts is Executions.
-	Attempts    uint32
-	Losses      uint32 // leases that expired
-	State       JobState
+	// final, or timed out: what MaxAttempts bounds. The API's attempts is Executions.
+	Attempts uint32
+	Losses   uint32 // leases that expired
+	State    JobState
+	// TimeoutMs is the job's execution timeout in milliseconds, zero for
+	// none: a lease still live TimeoutMs after its GrantedAt is revoked by
+	// the leader (timeouts.go). It is how to run the job, not what it is
+	// (sameSpec ignores it, as it does the run-at time), and it sits here,
+	// in Job's padding after State, rather than in JobSpec, where it would
+	// grow every job by 16 bytes. Only codec version 6 carries it.
+	TimeoutMs   uint32
 	SubmittedAt int64 // unix nanoseconds, stamped by the leader
 	UpdatedAt   int64
 	FinishedAt  int64 // set when the job turns terminal
@@ -185,6 +205,9 @@ type Job struct {
 // timed says whether the job carries what only snapshot version 5 holds.
 func (j *Job) timed() bool { return j.NotBefore != 0 || j.Retry != nil }
 
+// Timeout is the job's execution timeout in nanoseconds, zero for none.
+func (j *Job) Timeout() int64 { return int64(j.TimeoutMs) * 1e6 }
+
 // CurrentLease returns the job's live lease, if any.
 func (j Job) CurrentLease() (Lease, bool) {
 	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseActive {
@@ -200,8 +223,12 @@ func (j Job) CurrentLease() (Lease, bool) {
 // execution that reports last. It is derived rather than stored, so log
 // entries and snapshots written before it replay to the same state on
 // every binary.
+//
+// A timed-out execution is counted in Attempts, as a failure is, however
+// its lease ended.
 func (j Job) Executions() uint32 {
-	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseReported && j.Leases[n-1].Outcome != OutcomeFailed {
+	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseReported && j.Leases[n-1].Outcome != OutcomeFailed &&
+		j.Leases[n-1].Outcome != OutcomeTimedOut {
 		return j.Attempts + 1
 	}
 	return j.Attempts

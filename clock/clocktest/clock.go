@@ -22,11 +22,12 @@ import (
 // gives each node its own, so one node's time can be paused, skewed or
 // jumped while the others' goes on.
 type FakeClock struct {
-	mu        sync.Mutex
-	now       time.Time
-	timers    []*fakeTimer
-	changed   chan struct{} // closed and replaced when a timer is armed, stopped or fired
-	wallAhead time.Duration // ShiftWall's total
+	mu      sync.Mutex
+	now     time.Time
+	timers  []*fakeTimer
+	changed chan struct{} // closed and replaced when a timer is armed, stopped or fired
+	// wallAt is Wall's reading once MoveWall was called; zero before.
+	wallAt time.Time
 }
 
 var _ clock.Clock = (*FakeClock)(nil)
@@ -43,21 +44,37 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
-// Wall is real wall time, shifted by ShiftWall: the stamps a node puts in
-// commands follow the machine unless a test steps them.
+// Wall is real wall time: the stamps a node puts in commands are not what
+// tests control, unless they call MoveWall.
 func (c *FakeClock) Wall() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Now().Add(c.wallAhead)
+	if c.wallAt.IsZero() {
+		return time.Now()
+	}
+	return c.wallAt
 }
 
-// ShiftWall steps the wall clock by d, as an operator's or NTP's step
-// would, leaving the timeline (Now, timers) where it is: for rules that
-// read the leader's wall time (retention, run-at) without waiting for it.
-func (c *FakeClock) ShiftWall(d time.Duration) {
+// MoveWall puts Wall on the fake timeline: from the real time of the call
+// it moves only with Advance, as Now does. For tests of what a leader does
+// at a wall time (a lease's timeout), whatever the machine's speed.
+func (c *FakeClock) MoveWall() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.wallAhead += d
+	if c.wallAt.IsZero() {
+		c.wallAt = time.Now()
+	}
+}
+
+// ShiftWall puts Wall on the fake timeline (MoveWall) and steps it by d,
+// as an operator's or NTP's step would, leaving Now and the timers where
+// they are: for rules that read the leader's wall time (retention, run-at)
+// without waiting for it.
+func (c *FakeClock) ShiftWall(d time.Duration) {
+	c.MoveWall()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wallAt = c.wallAt.Add(d)
 }
 
 // NewTimer fires when the clock has been advanced by d; at once if d <= 0,
@@ -81,6 +98,9 @@ func (c *FakeClock) Advance(d time.Duration) (fired int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.now = c.now.Add(d)
+	if !c.wallAt.IsZero() {
+		c.wallAt = c.wallAt.Add(d)
+	}
 	kept := c.timers[:0]
 	for _, t := range c.timers {
 		if t.at.After(c.now) {

@@ -212,6 +212,13 @@ func TestTranslationsRefuse(t *testing.T) {
 		// 2^64 ns (584 years) and a minute ahead: UnixNano would wrap it to a minute from now.
 		{"run_at past 2262", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q"},
 			RunAt: &timestamppb.Timestamp{Seconds: time.Now().Unix() + 18446744073 + 60}}, time.Now())), "run_at"},
+		{"timeout 999ms", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: durationpb.New(999 * time.Millisecond)}}, time.Now())), "spec.timeout"},
+		{"timeout 8 days", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: durationpb.New(192 * time.Hour)}}, time.Now())), "spec.timeout"},
+		{"timeout -1s", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: durationpb.New(-time.Second)}}, time.Now())), "spec.timeout"},
+		{"timeout 1.5ms over 1s", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: durationpb.New(time.Second + 1500*time.Microsecond)}}, time.Now())), "spec.timeout"},
+		{"timeout invalid", second(submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: &durationpb.Duration{Seconds: 1, Nanos: -1}}}, time.Now())), "spec.timeout"},
+		{"outcome timed_out", validated(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r",
+			Outcome: pb.Outcome_OUTCOME_TIMED_OUT})), "outcome"},
 		{"retry_after without retryable", validated(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r",
 			Outcome: pb.Outcome_OUTCOME_FAILED, RetryAfter: sec})), "retry_after"},
 		{"outcome 257", second(reportOf(&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: 257})), "outcome"},
@@ -349,4 +356,29 @@ func requestTypes(tb testing.TB) []protoreflect.MessageType {
 		}
 	}
 	return out
+}
+
+// TestTimeoutTranslates: spec.timeout reaches the command in milliseconds
+// and comes back in the job's spec; a timed-out lease shows kill (what the
+// worker is told) and timed_out, in job views and heartbeat answers.
+func TestTimeoutTranslates(t *testing.T) {
+	cmd, err := submitOf(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", Queue: "q", Timeout: durationpb.New(30 * time.Second)}}, time.Now())
+	if err != nil || cmd.TimeoutMs != 30_000 || fsm.CodecOf(cmd) != 6 {
+		t.Fatalf("submit with a 30 s timeout: %+v %v", cmd, err)
+	}
+	j := fsm.Job{JobSpec: cmd.Spec, TimeoutMs: cmd.TimeoutMs, State: fsm.JobRunning,
+		Leases: []fsm.Lease{{Token: 7, JobID: "a", State: fsm.LeaseActive, Revoke: fsm.RevokeTimeout}}}
+	out := jobToProto(&j, time.Now())
+	if out.GetSpec().GetTimeout().AsDuration() != 30*time.Second {
+		t.Fatalf("job view timeout %v", out.GetSpec().GetTimeout())
+	}
+	if l := out.GetLeases()[0]; l.GetRevoke() != pb.Revoke_REVOKE_KILL || !l.GetTimedOut() {
+		t.Fatalf("timed-out lease view: revoke %v timed_out %t", l.GetRevoke(), l.GetTimedOut())
+	}
+	var hb pb.HeartbeatResponse
+	heartbeatToProto(&hb, &cluster.HeartbeatResult{Leases: []cluster.LeaseStatus{{JobID: "a", Token: 7,
+		Verdict: cluster.VerdictStop, Revoke: fsm.RevokeTimeout}}}, nil)
+	if hb.GetLeases()[0].GetRevoke() != pb.Revoke_REVOKE_KILL {
+		t.Fatalf("heartbeat answer for a timed-out lease: %v, want kill", hb.GetLeases()[0].GetRevoke())
+	}
 }

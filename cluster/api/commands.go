@@ -25,6 +25,13 @@ func submitOf(r *pb.SubmitJobRequest, now time.Time) (*fsm.SubmitJob, error) {
 		return nil, err
 	}
 	cmd := &fsm.SubmitJob{Spec: spec}
+	if t := r.GetSpec().Timeout; t != nil {
+		d := t.AsDuration()
+		if !t.IsValid() || d != 0 && (d < rules.MinTimeout || d > rules.MaxTimeout) || d%time.Millisecond != 0 {
+			return nil, rules.Invalid("spec.timeout", "must be 0 (none) or %s to %s, in whole milliseconds", rules.MinTimeout, rules.MaxTimeout)
+		}
+		cmd.TimeoutMs = uint32(d / time.Millisecond)
+	}
 	switch {
 	case r.RunAt != nil && r.RunIn != nil:
 		return nil, rules.Invalid("run_at", "set run_at or run_in, not both")

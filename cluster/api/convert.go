@@ -142,9 +142,10 @@ func specToProto(s *fsm.JobSpec) *pb.JobSpec {
 func leaseToProto(l *fsm.Lease) *pb.Lease {
 	return &pb.Lease{
 		Token: l.Token, JobId: l.JobID, WorkerId: l.WorkerID, RequestId: l.RequestID,
-		State: pb.LeaseState(l.State), Revoke: pb.Revoke(l.Revoke), GrantedAt: ts(l.GrantedAt),
+		State: pb.LeaseState(l.State), Revoke: revokeToProto(l.Revoke), GrantedAt: ts(l.GrantedAt),
 		StartedAt: ts(l.StartedAt), EndedAt: ts(l.EndedAt), ReportId: l.ReportID(),
 		Outcome: pb.Outcome(l.Outcome), Retryable: l.Retryable, Ref: l.Ref(), Message: l.Message(),
+		TimedOut: l.Revoke == fsm.RevokeTimeout,
 	}
 }
 
@@ -167,6 +168,15 @@ func stateFromProto(s pb.JobState) fsm.JobState {
 	return fsm.JobState(s)
 }
 
+// revokeToProto shows a timeout as the kill it is to the worker (the
+// lease's timed_out says why).
+func revokeToProto(r fsm.Revoke) pb.Revoke {
+	if r == fsm.RevokeTimeout {
+		return pb.Revoke_REVOKE_KILL
+	}
+	return pb.Revoke(r)
+}
+
 // jobToProto converts a job; now is the answering node's clock (Node.Wall),
 // against which a queued job reads as scheduled.
 func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
@@ -175,6 +185,9 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
 		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
 		NotBefore: ts(j.NotBefore),
+	}
+	if j.TimeoutMs > 0 {
+		out.Spec.Timeout = durationpb.New(time.Duration(j.Timeout()))
 	}
 	// Scheduled is a view: queued, and not yet due by this node's clock.
 	if j.State == fsm.JobQueued && j.NotBefore > now.UnixNano() {
@@ -219,7 +232,7 @@ func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, s
 	out.Leases = statuses[:len(res.Leases)]
 	for i, st := range res.Leases {
 		ps := out.Leases[i]
-		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), pb.Revoke(st.Revoke)
+		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), revokeToProto(st.Revoke)
 	}
 	out.NotesTerm = res.Term
 	out.Unnamed = out.Unnamed[:0]

@@ -58,6 +58,7 @@ func jobCommand() *cli.Command {
 					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
 					&cli.DurationFlag{Name: "in", Usage: "run it no earlier than this long from now, by the leader's clock (e.g. 10m)"},
 					&cli.TimestampFlag{Name: "at", Layout: time.RFC3339, Usage: "run it no earlier than this time (RFC 3339, e.g. 2027-01-02T15:04:05Z)"},
+					&cli.DurationFlag{Name: "timeout", Usage: "kill each attempt still running this long after its grant (1s to 168h; 0: none); it counts as an attempt and the retry policy decides. The bound on the command itself goes before it: leasehold --timeout 30s job submit"},
 					&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (default 1s; 0: retry at once)"},
 					&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries (default 10m with the default policy, else 1024 x initial)"},
 					&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10 (default 2)"},
@@ -76,6 +77,9 @@ func jobCommand() *cli.Command {
 						opts = append(opts, client.RunIn(c.Duration("in")))
 					case c.IsSet("at"):
 						opts = append(opts, client.RunAt(*c.Timestamp("at")))
+					}
+					if c.IsSet("timeout") {
+						opts = append(opts, client.Timeout(c.Duration("timeout")))
 					}
 					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
 						return fmt.Errorf("--priority %d out of range", c.Int("priority"))

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -74,28 +75,59 @@ func outputFlag(envVars []string) cli.Flag {
 // too, so "leasehold job get X -o json" works like "leasehold -o json job
 // get X". server and dev have their own flags; tls works offline and takes
 // only --output (an API flag such as --ca-file beside its --ca would be
-// accepted and silently ignored).
+// accepted and silently ignored). A command that has a flag of a global
+// flag's name keeps its own (job submit's --timeout is the job's): the
+// global one is then given before the command, and lookup passes the
+// command's by.
 func addGlobalFlags(cmds []*cli.Command) {
 	for _, cmd := range cmds {
 		if cmd.Name == "tls" || cmd.Name == "supervise" {
 			continue
 		}
 		if cmd.Action != nil && cmd.Name != "server" && cmd.Name != "dev" {
-			cmd.Flags = append(cmd.Flags, globalFlags()...)
+			for _, f := range globalFlags() {
+				if own := flagNamed(cmd.Flags, f.Names()[0]); own != nil {
+					shadowing[own] = true
+					continue
+				}
+				cmd.Flags = append(cmd.Flags, f)
+			}
 		}
 		addGlobalFlags(cmd.Subcommands)
 	}
 }
 
+// shadowing holds the commands' own flags named as a global flag.
+var shadowing = map[cli.Flag]bool{}
+
+func flagNamed(flags []cli.Flag, name string) cli.Flag {
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			return f
+		}
+	}
+	return nil
+}
+
 // lookup returns the context, closest first, in which a global flag was set
 // (or the innermost, for its default).
 func lookup(c *cli.Context, name string) *cli.Context {
+	var innermost *cli.Context
 	for _, ctx := range c.Lineage() {
+		if ctx.Command != nil && shadowing[flagNamed(ctx.Command.Flags, name)] {
+			continue // the command's own flag of that name
+		}
+		if innermost == nil {
+			innermost = ctx
+		}
 		if ctx.IsSet(name) {
 			return ctx
 		}
 	}
-	return c
+	if innermost == nil {
+		return c
+	}
+	return innermost
 }
 
 func flagString(c *cli.Context, name string) string { return lookup(c, name).String(name) }

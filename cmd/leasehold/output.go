@@ -67,6 +67,8 @@ type jobView struct {
 	// --stale read of a follower and after a change of leader.
 	Progress   string `json:"progress,omitempty"`
 	ProgressAt string `json:"progress_at,omitempty"`
+	// Timeout bounds each attempt, from its lease's grant.
+	Timeout string `json:"timeout,omitempty"`
 }
 
 // retryView is a job's retry policy.
@@ -89,12 +91,15 @@ type leaseView struct {
 	Message   string `json:"message,omitempty"`
 	GrantedAt string `json:"granted_at"`
 	EndedAt   string `json:"ended_at,omitempty"`
+	// TimedOut: the leader revoked the lease (with a kill) for running
+	// past its job's timeout.
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 func leaseViewOf(l *pb.Lease) leaseView {
 	v := leaseView{Token: l.GetToken(), JobID: l.GetJobId(), Worker: l.GetWorkerId(),
 		State: enumName(l.GetState().String(), "LEASE_STATE_"), Ref: l.GetRef(), Message: l.GetMessage(), Retryable: l.GetRetryable(),
-		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt())}
+		GrantedAt: timeOf(l.GetGrantedAt()), EndedAt: timeOf(l.GetEndedAt()), TimedOut: l.GetTimedOut()}
 	if l.GetRevoke() != pb.Revoke_REVOKE_NONE {
 		v.Revoke = enumName(l.GetRevoke().String(), "REVOKE_")
 	}
@@ -114,6 +119,9 @@ func jobViewOf(j *pb.Job) jobView {
 	if r := s.GetRetry(); r != nil {
 		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
 			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
+	}
+	if t := s.GetTimeout(); t.AsDuration() > 0 {
+		v.Timeout = t.AsDuration().String()
 	}
 	for _, l := range j.GetLeases() {
 		v.Leases = append(v.Leases, leaseViewOf(l))
@@ -153,6 +161,9 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		if single && len(jobs) == 1 && jobs[0].GetProgress() != "" {
 			fmt.Printf("progress: %s (heard %s ago)\n", jobs[0].GetProgress(), ageOf(jobs[0].GetProgressAt()))
 		}
+		if single && len(views) == 1 {
+			printTimeout(views[0])
+		}
 	})
 }
 
@@ -160,6 +171,27 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 // (never negative: the clocks of the CLI and the leader may differ).
 func ageOf(t *timestamppb.Timestamp) time.Duration {
 	return max(time.Since(t.AsTime()), 0).Round(time.Second)
+}
+
+// printTimeout adds to one job's table its timeout and the leases it
+// revoked.
+func printTimeout(v jobView) {
+	if v.Timeout == "" {
+		return
+	}
+	fmt.Printf("timeout: %s per attempt, from its lease's grant\n", v.Timeout)
+	for _, l := range v.Leases {
+		if l.TimedOut {
+			fmt.Printf("lease %d timed out: revoked with a kill; %s\n", l.Token, leaseEnd(l))
+		}
+	}
+}
+
+func leaseEnd(l leaseView) string {
+	if l.State == "active" {
+		return "still live"
+	}
+	return "ended " + l.State
 }
 
 func tokenStr(t uint64) string {

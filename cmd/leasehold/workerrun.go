@@ -51,7 +51,8 @@ func workerRunCommand() *cli.Command {
 			"(SIGTERM, then SIGKILL) before the lease can expire.\n" +
 			"\n" +
 			"Signals to CMD's process group: `job cancel` and a worker shutdown past --drain send SIGTERM,\n" +
-			"then SIGKILL after --kill-after; `job kill` sends SIGKILL at once (after a cancel too); a lost\n" +
+			"then SIGKILL after --kill-after; `job kill`, and a job's --timeout passing, send SIGKILL at\n" +
+			"once (after a cancel too); a lost\n" +
 			"lease, or the self-stop deadline (no heartbeat acknowledged), sends SIGTERM then SIGKILL at\n" +
 			"once. A SIGKILLed worker leaves its commands running under their supervisors until it comes\n" +
 			"back or the deadline passes.\n" +

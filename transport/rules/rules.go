@@ -27,6 +27,10 @@ const (
 	// MaxRetryDelay bounds a retry policy's delays and a report's own
 	// retry-after.
 	MaxRetryDelay = 7 * 24 * time.Hour
+	// MinTimeout and MaxTimeout bound a job's execution timeout (zero:
+	// none). The fsm keeps it in milliseconds.
+	MinTimeout = time.Second
+	MaxTimeout = 7 * 24 * time.Hour
 	// MaxRetryMultiplier bounds a retry policy's multiplier, per mille.
 	MaxRetryMultiplier = 10000
 

@@ -176,6 +176,7 @@ type jobJSON struct {
 	// heard it (RFC 3339).
 	Progress   string `json:"progress"`
 	ProgressAt string `json:"progress_at"`
+	Timeout    string `json:"timeout"`
 }
 
 type leaseJSON struct {
@@ -189,6 +190,7 @@ type leaseJSON struct {
 	Message   string `json:"message"`
 	GrantedAt string `json:"granted_at"`
 	EndedAt   string `json:"ended_at"`
+	TimedOut  bool   `json:"timed_out"`
 }
 
 // job reads a job with `job get -o json ID`.

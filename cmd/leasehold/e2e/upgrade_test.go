@@ -184,7 +184,8 @@ func TestMixedClusterLevel6(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 5") {
 		t.Fatalf("job retry in a mixed cluster: exit %d, %s", r.code, r.stderr)
 	}
-	for _, args := range [][]string{{"queue", "pause", "mixed-out"}, {"queue", "limit", "mixed-out", "--max-running", "2"}} {
+	for _, args := range [][]string{{"queue", "pause", "mixed-out"}, {"queue", "limit", "mixed-out", "--max-running", "2"},
+		{"job", "submit", "--id", "mixed-timeout", "--timeout", "1m"}} {
 		if r := runCLI(t, c.env(), args...); r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") {
 			t.Fatalf("%v in a mixed cluster: exit %d, %s", args, r.code, r.stderr)
 		}

@@ -215,6 +215,11 @@ const (
 	Outcome_OUTCOME_FAILED      Outcome = 2
 	Outcome_OUTCOME_CANCELLED   Outcome = 3
 	Outcome_OUTCOME_KILLED      Outcome = 4
+	// The leader's verdict, never a worker's (a report of it is refused):
+	// the lease ran past its job's timeout, was revoked with a kill, and
+	// ended (reported with any outcome, released or expired). The attempt
+	// counts; the retry policy decides what follows.
+	Outcome_OUTCOME_TIMED_OUT Outcome = 5
 )
 
 // Enum value maps for Outcome.
@@ -225,6 +230,7 @@ var (
 		2: "OUTCOME_FAILED",
 		3: "OUTCOME_CANCELLED",
 		4: "OUTCOME_KILLED",
+		5: "OUTCOME_TIMED_OUT",
 	}
 	Outcome_value = map[string]int32{
 		"OUTCOME_UNSPECIFIED": 0,
@@ -232,6 +238,7 @@ var (
 		"OUTCOME_FAILED":      2,
 		"OUTCOME_CANCELLED":   3,
 		"OUTCOME_KILLED":      4,
+		"OUTCOME_TIMED_OUT":   5,
 	}
 )
 
@@ -442,7 +449,14 @@ type JobSpec struct {
 	// (a cluster not yet upgraded to level 5 retries at once, as before).
 	// Not part of the job's identity: a resubmit with another policy (or
 	// another run-at time) answers the existing job.
-	Retry         *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
+	Retry *RetryPolicy `protobuf:"bytes,10,opt,name=retry,proto3" json:"retry,omitempty"`
+	// The execution timeout of each attempt, counted from the lease's grant
+	// (Lease.granted_at): past it the leader revokes the lease with a kill,
+	// the attempt ends timed_out (it counts), and the retry policy decides.
+	// Unset or 0: none; else 1 s to 7 days, in whole milliseconds. Needs a
+	// cluster at level 6 (UPGRADE_REQUIRED before). Not part of the job's
+	// identity, as retry and the run-at time are not.
+	Timeout       *durationpb.Duration `protobuf:"bytes,11,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -547,6 +561,13 @@ func (x *JobSpec) GetRetry() *RetryPolicy {
 	return nil
 }
 
+func (x *JobSpec) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
 // After its n-th failure a retryable job waits
 // initial * multiplier^(n-1), at most max, shortened by up to jitter
 // (a fraction, derived from the job id and n, the same on every replica).
@@ -620,21 +641,25 @@ func (x *RetryPolicy) GetJitter() float64 {
 }
 
 type Lease struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Token         uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"` // the lease's id and fencing token
-	JobId         string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
-	WorkerId      string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	RequestId     string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
-	State         LeaseState             `protobuf:"varint,5,opt,name=state,proto3,enum=leasehold.v1.LeaseState" json:"state,omitempty"`
-	Revoke        Revoke                 `protobuf:"varint,6,opt,name=revoke,proto3,enum=leasehold.v1.Revoke" json:"revoke,omitempty"`
-	GrantedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
-	StartedAt     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
-	ReportId      string                 `protobuf:"bytes,10,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
-	Outcome       Outcome                `protobuf:"varint,11,opt,name=outcome,proto3,enum=leasehold.v1.Outcome" json:"outcome,omitempty"`
-	Retryable     bool                   `protobuf:"varint,12,opt,name=retryable,proto3" json:"retryable,omitempty"`
-	Ref           string                 `protobuf:"bytes,13,opt,name=ref,proto3" json:"ref,omitempty"`
-	Message       string                 `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Token     uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"` // the lease's id and fencing token
+	JobId     string                 `protobuf:"bytes,2,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
+	WorkerId  string                 `protobuf:"bytes,3,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	RequestId string                 `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	State     LeaseState             `protobuf:"varint,5,opt,name=state,proto3,enum=leasehold.v1.LeaseState" json:"state,omitempty"`
+	Revoke    Revoke                 `protobuf:"varint,6,opt,name=revoke,proto3,enum=leasehold.v1.Revoke" json:"revoke,omitempty"`
+	GrantedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=granted_at,json=grantedAt,proto3" json:"granted_at,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	ReportId  string                 `protobuf:"bytes,10,opt,name=report_id,json=reportId,proto3" json:"report_id,omitempty"`
+	Outcome   Outcome                `protobuf:"varint,11,opt,name=outcome,proto3,enum=leasehold.v1.Outcome" json:"outcome,omitempty"`
+	Retryable bool                   `protobuf:"varint,12,opt,name=retryable,proto3" json:"retryable,omitempty"`
+	Ref       string                 `protobuf:"bytes,13,opt,name=ref,proto3" json:"ref,omitempty"`
+	Message   string                 `protobuf:"bytes,14,opt,name=message,proto3" json:"message,omitempty"`
+	// The leader revoked this lease because it ran past its job's timeout;
+	// revoke says kill, what the worker is told. Once the lease ended, its
+	// outcome is OUTCOME_TIMED_OUT.
+	TimedOut      bool `protobuf:"varint,15,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,6 +790,13 @@ func (x *Lease) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *Lease) GetTimedOut() bool {
+	if x != nil {
+		return x.TimedOut
+	}
+	return false
 }
 
 type Job struct {
@@ -1443,7 +1475,7 @@ var File_leasehold_v1_types_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd7\x02\n" +
+	"\x18leasehold/v1/types.proto\x12\fleasehold.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8c\x03\n" +
 	"\aJobSpec\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x12\n" +
@@ -1455,14 +1487,15 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x0eon_worker_lost\x18\b \x01(\x0e2\x18.leasehold.v1.LostPolicyR\fonWorkerLost\x12*\n" +
 	"\x11max_worker_losses\x18\t \x01(\rR\x0fmaxWorkerLosses\x12/\n" +
 	"\x05retry\x18\n" +
-	" \x01(\v2\x19.leasehold.v1.RetryPolicyR\x05retry\"\xa7\x01\n" +
+	" \x01(\v2\x19.leasehold.v1.RetryPolicyR\x05retry\x123\n" +
+	"\atimeout\x18\v \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xa7\x01\n" +
 	"\vRetryPolicy\x123\n" +
 	"\ainitial\x18\x01 \x01(\v2\x19.google.protobuf.DurationR\ainitial\x12+\n" +
 	"\x03max\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x03max\x12\x1e\n" +
 	"\n" +
 	"multiplier\x18\x03 \x01(\x01R\n" +
 	"multiplier\x12\x16\n" +
-	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\x93\x04\n" +
+	"\x06jitter\x18\x04 \x01(\x01R\x06jitter\"\xb0\x04\n" +
 	"\x05Lease\x12\x14\n" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x15\n" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x1b\n" +
@@ -1481,7 +1514,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\aoutcome\x18\v \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12\x1c\n" +
 	"\tretryable\x18\f \x01(\bR\tretryable\x12\x10\n" +
 	"\x03ref\x18\r \x01(\tR\x03ref\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"\xfa\x04\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\x12\x1b\n" +
+	"\ttimed_out\x18\x0f \x01(\bR\btimedOut\"\xfa\x04\n" +
 	"\x03Job\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12,\n" +
@@ -1573,13 +1607,14 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x06Revoke\x12\x0f\n" +
 	"\vREVOKE_NONE\x10\x00\x12\x11\n" +
 	"\rREVOKE_CANCEL\x10\x01\x12\x0f\n" +
-	"\vREVOKE_KILL\x10\x02*x\n" +
+	"\vREVOKE_KILL\x10\x02*\x8f\x01\n" +
 	"\aOutcome\x12\x17\n" +
 	"\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11OUTCOME_SUCCEEDED\x10\x01\x12\x12\n" +
 	"\x0eOUTCOME_FAILED\x10\x02\x12\x15\n" +
 	"\x11OUTCOME_CANCELLED\x10\x03\x12\x12\n" +
-	"\x0eOUTCOME_KILLED\x10\x04*X\n" +
+	"\x0eOUTCOME_KILLED\x10\x04\x12\x15\n" +
+	"\x11OUTCOME_TIMED_OUT\x10\x05*X\n" +
 	"\n" +
 	"LostPolicy\x12\x1b\n" +
 	"\x17LOST_POLICY_UNSPECIFIED\x10\x00\x12\x17\n" +
@@ -1632,39 +1667,40 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 var file_leasehold_v1_types_proto_depIdxs = []int32{
 	4,  // 0: leasehold.v1.JobSpec.on_worker_lost:type_name -> leasehold.v1.LostPolicy
 	8,  // 1: leasehold.v1.JobSpec.retry:type_name -> leasehold.v1.RetryPolicy
-	17, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	17, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
-	1,  // 4: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
-	2,  // 5: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
-	18, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
-	18, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
-	18, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
-	3,  // 9: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
-	7,  // 10: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
-	0,  // 11: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	18, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	18, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	18, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
-	9,  // 15: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
-	18, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
-	18, // 17: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
-	18, // 18: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	18, // 19: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 20: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
-	17, // 21: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
-	18, // 22: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
-	11, // 23: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
-	17, // 24: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	17, // 25: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	17, // 26: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	18, // 27: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	17, // 28: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	0,  // 29: leasehold.v1.JobCount.state:type_name -> leasehold.v1.JobState
-	30, // [30:30] is the sub-list for method output_type
-	30, // [30:30] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	17, // 2: leasehold.v1.JobSpec.timeout:type_name -> google.protobuf.Duration
+	17, // 3: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	17, // 4: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	1,  // 5: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
+	2,  // 6: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
+	18, // 7: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
+	18, // 8: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
+	18, // 9: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	3,  // 10: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
+	7,  // 11: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
+	0,  // 12: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
+	18, // 13: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	18, // 14: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 15: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	9,  // 16: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
+	18, // 17: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
+	18, // 18: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
+	18, // 19: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	18, // 20: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 21: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
+	17, // 22: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	18, // 23: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	11, // 24: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
+	17, // 25: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	17, // 26: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	17, // 27: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	18, // 28: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	17, // 29: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	0,  // 30: leasehold.v1.JobCount.state:type_name -> leasehold.v1.JobState
+	31, // [31:31] is the sub-list for method output_type
+	31, // [31:31] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
