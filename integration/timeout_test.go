@@ -46,7 +46,7 @@ func TestTimeoutReachesHandler(t *testing.T) {
 	if err := <-cause; !errors.As(err, &rev) || !rev.Kill {
 		t.Fatalf("handler's cause %v, want a kill", err)
 	}
-	done := waitJob(t, c, cl, "j", func(j *pb.Job) bool { return j.GetState() == pb.JobState_JOB_STATE_REPORTED })
+	done := waitJob(t, c, cl, "j", func(j *pb.Job) bool { return j.GetState() == pb.JobState_JOB_STATE_DEAD })
 	l := done.GetLeases()[0]
 	if l.GetOutcome() != pb.Outcome_OUTCOME_TIMED_OUT || !l.GetTimedOut() || l.GetRevoke() != pb.Revoke_REVOKE_KILL ||
 		done.GetAttempts() != 1 || !strings.Contains(done.GetReason(), "out of attempts") {

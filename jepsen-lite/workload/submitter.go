@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -97,7 +98,8 @@ func (s *Submitter) backlog(ctx context.Context) int {
 // newSpec makes the next job: mostly short ones, some long (past
 // toleration), some run-style (lost with their worker), some for the
 // Reporter; a few short ones fail retryably (a third of those snooze
-// instead of taking the retry policy's backoff). Some of the workers'
+// instead of taking the retry policy's backoff); a third of the long ones
+// have a timeout shorter than their run, so each attempt times out. Some of the workers'
 // jobs are submitted to run later, after runIn. Delays stay short beside a
 // run: a job that fails every attempt waits about 1 s and 2 s (the
 // server's default policy) and snoozes at most 0.5 s each time.
@@ -120,6 +122,11 @@ func (s *Submitter) newSpec() (spec *leaseholdv1.JobSpec, runIn time.Duration) {
 		spec.Kind = KindLong
 		tol := s.cfg.Toleration.Milliseconds()
 		p.RunMs = tol*3/2 + s.rng.Int64N(tol+1)
+		if s.rng.IntN(3) == 0 {
+			// Past its timeout every attempt: revoked with a kill each
+			// time, it ends dead after its attempts.
+			spec.Timeout = durationpb.New(max(time.Second, time.Duration(tol/2)*time.Millisecond))
+		}
 	case r < 40:
 		spec.Kind, spec.OnWorkerLost = KindRun, leaseholdv1.LostPolicy_LOST_POLICY_FAIL
 		p.RunMs = renew + s.rng.Int64N(4*renew+1)
