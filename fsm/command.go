@@ -31,6 +31,9 @@ const (
 	CmdRecordEvents     CommandType = 16
 	CmdAudit            CommandType = 17
 	CmdRemoveIdle       CommandType = 18
+	CmdPutSchedule      CommandType = 23 // schedule.go
+	CmdDeleteSchedule   CommandType = 24
+	CmdFireSchedule     CommandType = 25
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -831,7 +834,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // still decodes. Version 3 is version 2 with fields added at the end of
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
-// SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter. Encode writes each command in
+// SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
+// the schedule commands (PutSchedule, DeleteSchedule, FireSchedule). Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -841,13 +845,14 @@ const (
 	codecV3     = 3
 	codecV4     = 4
 	codecV5     = 5
+	codecV6     = 6
 	checksumLen = 4
 )
 
 // Level is the newest codec version this build applies, and the newest
 // snapshot version it reads: what a node publishes, so that the leader
 // proposes an entry only when every voter can apply it (CodecOf).
-const Level = codecV5
+const Level = codecV6
 
 // BaseLevel is the level of a node that does not say: every build since
 // entries carry checksums applies version 2.

@@ -34,6 +34,11 @@ const (
 	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
 	EventJobScheduled       EventType = 29 // a job submitted to run later: Detail says when
 	EventRetryScheduled     EventType = 30 // a retryable failure queued again after a delay: Detail says it
+	EventScheduleFired      EventType = 38 // a schedule's slot submitted its job (JobID); Detail: the slot, slots skipped before it
+	EventScheduleSkipped    EventType = 39 // a schedule's slots settled without a job: Detail says how many and why
+	EventScheduleCreated    EventType = 40 // a schedule created or updated: Detail says which
+	EventScheduleDeleted    EventType = 41
+	EventSchedulePaused     EventType = 42 // a schedule paused or resumed: Detail says which
 )
 
 var eventTypeNames = map[EventType]string{
@@ -67,6 +72,11 @@ var eventTypeNames = map[EventType]string{
 	EventQuotaCleared:       "quota.cleared",
 	EventJobScheduled:       "job.scheduled",
 	EventRetryScheduled:     "job.retry_scheduled",
+	EventScheduleFired:      "schedule.fired",
+	EventScheduleSkipped:    "schedule.skipped",
+	EventScheduleCreated:    "schedule.created",
+	EventScheduleDeleted:    "schedule.deleted",
+	EventSchedulePaused:     "schedule.paused",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -45,6 +45,9 @@ func New() *FSM {
 	f.register(CmdRecordEvents, applyRecordEvents)
 	f.register(CmdAudit, applyAudit)
 	f.register(CmdRemoveIdle, applyRemoveIdle)
+	f.register(CmdPutSchedule, applyPutSchedule)
+	f.register(CmdDeleteSchedule, applyDeleteSchedule)
+	f.register(CmdFireSchedule, applyFireSchedule)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

@@ -13,20 +13,21 @@ import (
 	"strings"
 )
 
-// Snapshot stream format, version 5:
+// Snapshot stream format, version 6:
 //
 //	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x05)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
 // Records come in a fixed order: one header, the workers by id, the jobs by
-// seq, the events by seq, the nodes by id. The encoding is canonical, so two replicas with
+// seq, the events by seq, the nodes by id, the schedules by name. The encoding is canonical, so two replicas with
 // the same state write the same bytes, and Hash is a hash of them.
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
-// NotBefore and retry policy at the end of each job. Every version ever
+// NotBefore and retry policy at the end of each job; 6 adds the schedule
+// records (a state with a schedule is written in 6). Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
 // or more), capped at its own, and version 3 while none is recorded, so a
@@ -34,12 +35,13 @@ import (
 // cluster: nothing a newer version adds exists before every voter reads it.
 const (
 	snapMagic     = "LEASEHOLD-SNAPSHOT"
-	snapVersion   = 5
+	snapVersion   = 6
 	tagHeader     = 1
 	tagWorker     = 2
 	tagJob        = 3
 	tagEvent      = 4
 	tagNode       = 5
+	tagSchedule   = 6
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
 )
@@ -60,6 +62,8 @@ type Snapshot struct {
 	shards  []*jobShard
 	workers []*Worker // never mutated: a change replaces the pointer
 	nodes   []*Node   // likewise
+	// schedules likewise; a snapshot holding one is version 6
+	schedules []*Schedule
 	// minVersion is the lowest version that holds every job: 5 once a job
 	// has a NotBefore or a retry policy, whatever the nodes' levels say.
 	minVersion byte
@@ -96,6 +100,10 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	if s.timed > 0 {
 		snap.minVersion = 5
+	}
+	for _, sc := range s.schedules {
+		snap.schedules = append(snap.schedules, sc)
+		snap.minVersion = 6
 	}
 	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
@@ -220,6 +228,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	slices.SortFunc(s.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	for _, n := range s.nodes {
 		sw.record(tagNode, func(e *encoder) { encodeNode(e, n, sw.version) })
+	}
+	slices.SortFunc(s.schedules, func(a, b *Schedule) int { return strings.Compare(a.Name, b.Name) })
+	for _, sc := range s.schedules {
+		sw.record(tagSchedule, func(e *encoder) { encodeSchedule(e, sc) })
 	}
 	err := sw.finish()
 	return sw.n, err
@@ -370,7 +382,7 @@ func readState(r io.Reader) (*state, error) {
 		if tag == tagEnd {
 			break
 		}
-		if tag < order || tag > tagNode {
+		if tag < order || tag > tagSchedule || tag == tagSchedule && sr.version < 6 {
 			return nil, fmt.Errorf("%w: record %d out of order", ErrCorrupt, tag)
 		}
 		order = tag
@@ -420,6 +432,15 @@ func readState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: node %s twice or too many nodes", ErrCorrupt, n.ID)
 			}
 			s.nodes[n.ID] = n
+		case tagSchedule:
+			sc := new(Schedule)
+			if err := decodeRecord(body, func(d *decoder) { decodeSchedule(d, sc) }); err != nil {
+				return nil, err
+			}
+			if s.schedules[sc.Name] != nil || len(s.schedules) >= MaxSchedules {
+				return nil, fmt.Errorf("%w: schedule %s twice or too many schedules", ErrCorrupt, sc.Name)
+			}
+			s.schedules[sc.Name] = sc
 		}
 	}
 	if workers != hdr.workers || jobs != hdr.jobs || uint64(s.events.len()) != hdr.events ||

@@ -47,6 +47,8 @@ type state struct {
 	workers map[string]*Worker // values are replaced, never mutated
 	nodes   map[string]*Node   // values are replaced, never mutated
 	events  eventLog           // oldest first, seqs consecutive
+	// schedules by name (schedule.go); values are replaced, never mutated
+	schedules map[string]*Schedule
 
 	// --- derived indexes ---
 	jobIDs       map[string]uint64              // job id -> seq
@@ -69,6 +71,7 @@ func newState() *state {
 	return &state{
 		workers:      map[string]*Worker{},
 		nodes:        map[string]*Node{},
+		schedules:    map[string]*Schedule{},
 		jobIDs:       map[string]uint64{},
 		tokens:       map[uint64]uint64{},
 		ready:        map[string]map[string]*jobHeap{},
