@@ -57,6 +57,8 @@ type Node struct {
 	expiryLooked atomic.Uint64
 
 	notifyCh chan bool
+	// scheduleWake makes the leader's schedule loop look again (schedule.go).
+	scheduleWake chan struct{}
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node is the established leader
@@ -127,6 +129,7 @@ func New(cfg Config) (_ *Node, err error) {
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
+	n.scheduleWake = make(chan struct{}, 1)
 	n.refusals = NewRefusalLimiter()
 	var closers []func() error
 	defer func() {

@@ -26,6 +26,7 @@ type FakeClock struct {
 	now     time.Time
 	timers  []*fakeTimer
 	changed chan struct{} // closed and replaced when a timer is armed, stopped or fired
+	wall    time.Duration // ShiftWall's offset of Wall from real time
 }
 
 var _ clock.Clock = (*FakeClock)(nil)
@@ -42,9 +43,21 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
-// Wall is real wall time: the stamps a node puts in commands are not what
-// tests control.
-func (c *FakeClock) Wall() time.Time { return time.Now() }
+// Wall is real wall time, shifted by what ShiftWall added: the stamps a
+// node puts in commands are not what tests control, unless a test jumps
+// them (a schedule's slots are wall-clock times).
+func (c *FakeClock) Wall() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.wall)
+}
+
+// ShiftWall moves Wall by d from now on; Now and the timers are untouched.
+func (c *FakeClock) ShiftWall(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.wall += d
+}
 
 // NewTimer fires when the clock has been advanced by d; at once if d <= 0,
 // as a runtime timer would.
