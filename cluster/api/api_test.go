@@ -140,6 +140,8 @@ func writes() []struct {
 		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(startOf)},
 		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, translation(reportOf)},
 		{&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(releaseOf)},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "*/5 * * * *", TimeZone: "Europe/Paris", Template: &pb.JobSpec{Queue: "q"},
+			Missed: pb.MissedSlots_MISSED_SLOTS_RUN_LATEST}, translation(putScheduleOf)},
 	}
 }
 
@@ -318,7 +320,7 @@ func checkTranslation(t *testing.T, msg proto.Message, of func(proto.Message) (f
 func requestTypes(tb testing.TB) []protoreflect.MessageType {
 	var out []protoreflect.MessageType
 	for _, file := range []protoreflect.FileDescriptor{pb.File_leasehold_v1_jobs_proto, pb.File_leasehold_v1_workers_proto,
-		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto} {
+		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto, pb.File_leasehold_v1_schedules_proto} {
 		for i := 0; i < file.Services().Len(); i++ {
 			methods := file.Services().Get(i).Methods()
 			for j := 0; j < methods.Len(); j++ {

@@ -117,6 +117,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(s.heartbeatStreamHandler(opts)) // the more specific pattern wins
 	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
+	mux.Handle(leaseholdv1connect.NewScheduleServiceHandler(scheduleService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)
 	mux.HandleFunc("PUT /v1/snapshot", s.restoreSnapshot)
 	mux.HandleFunc("GET /livez", s.livez)
@@ -142,6 +143,8 @@ type peerClients struct {
 	events  leaseholdv1connect.EventServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
 	base    string
+	// schedules is the schedule service's client.
+	schedules leaseholdv1connect.ScheduleServiceClient
 }
 
 func (s *Server) peer(raftAddr string) *peerClients {
@@ -157,6 +160,7 @@ func (s *Server) peer(raftAddr string) *peerClients {
 			cluster: leaseholdv1connect.NewClusterServiceClient(s.client, base),
 			base:    base,
 		}
+		p.schedules = leaseholdv1connect.NewScheduleServiceClient(s.client, base)
 		s.peers[raftAddr] = p
 	}
 	return p
