@@ -53,6 +53,9 @@ type endpoints struct {
 	workers workersAPI
 	events  eventsAPI
 	cluster clusterAPI
+
+	// schedules is the schedule service's (schedules.go).
+	schedules schedulesAPI
 }
 
 // New returns a client for the cluster cfg names. It does not connect:
@@ -147,6 +150,7 @@ func (c *Client) stubsLocked(addr string) *endpoints {
 		events:  leaseholdv1connect.NewEventServiceClient(c.http, base),
 		cluster: leaseholdv1connect.NewClusterServiceClient(c.http, base),
 	}
+	s.schedules = leaseholdv1connect.NewScheduleServiceClient(c.http, base)
 	c.stubs[addr] = s
 	return s
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasehold/leasehold/client"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -46,7 +45,7 @@ func jobCommand() *cli.Command {
 			{
 				Name:  "submit",
 				Usage: "submit a job (idempotent on --id)",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: client.DefaultQueue,
 						Usage: "the queue the job waits in (the API requires one)"},
 					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
@@ -58,11 +57,7 @@ func jobCommand() *cli.Command {
 					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
 					&cli.DurationFlag{Name: "in", Usage: "run it no earlier than this long from now, by the leader's clock (e.g. 10m)"},
 					&cli.TimestampFlag{Name: "at", Layout: time.RFC3339, Usage: "run it no earlier than this time (RFC 3339, e.g. 2027-01-02T15:04:05Z)"},
-					&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (default 1s; 0: retry at once)"},
-					&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries (default 10m with the default policy, else 1024 x initial)"},
-					&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10 (default 2)"},
-					&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1 (default 0.2 with the default policy, else 0)"},
-				},
+				}, retryFlags()...),
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					payload, err := payloadOf(c.String("payload"))
 					if err != nil {
@@ -83,14 +78,7 @@ func jobCommand() *cli.Command {
 					spec := &pb.JobSpec{
 						Id: c.String("id"), Queue: c.String("queue"), Kind: c.String("kind"), Payload: payload,
 						Priority: int32(c.Int("priority")), Submitter: c.String("submitter"), MaxAttempts: uint32(c.Uint("max-attempts")),
-					}
-					if c.IsSet("retry-initial") || c.IsSet("retry-max") || c.IsSet("retry-multiplier") || c.IsSet("retry-jitter") {
-						initial := c.Duration("retry-initial")
-						if !c.IsSet("retry-initial") {
-							initial = time.Second
-						}
-						spec.Retry = &pb.RetryPolicy{Initial: durationpb.New(initial), Max: durationpb.New(c.Duration("retry-max")),
-							Multiplier: c.Float64("retry-multiplier"), Jitter: c.Float64("retry-jitter")}
+						Retry: retryOf(c),
 					}
 					job, _, err := cl.Submit(ctx, spec, opts...)
 					if err != nil {

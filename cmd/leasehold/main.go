@@ -117,6 +117,7 @@ func newAppTree() *cli.App {
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
 			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
+			scheduleCommand(),
 			tlsCommand(), superviseCommand(),
 			{
 				Name: "version", Usage: "print the version",
