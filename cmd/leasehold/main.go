@@ -10,6 +10,9 @@ import (
 	"os"
 	"strings"
 	"time"
+	// The time zone database, for schedules' zones on a host without one
+	// (a minimal container): the system's is used first.
+	_ "time/tzdata"
 
 	"github.com/urfave/cli/v2"
 
