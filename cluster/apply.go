@@ -40,6 +40,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 			return nil, err
 		}
 	}
+	if c, ok := cmd.(*fsm.PutSchedule); ok && !c.PauseOnly {
+		if err := n.checkScheduleRoom(c); err != nil {
+			return nil, err
+		}
+	}
 	if reg, ok := cmd.(*fsm.RegisterWorker); ok {
 		if err := n.checkWorkerRoom(reg.WorkerID); err != nil {
 			return nil, err

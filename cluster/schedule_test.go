@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -172,5 +173,82 @@ func TestScheduleCommandsNeedLevel6(t *testing.T) {
 	}
 	if _, err := c.Leader().Apply(ctx(t), &fsm.FireSchedule{Name: "s", Slot: 1}); !errors.Is(err, fsm.ErrInvalidArgument) {
 		t.Fatalf("fire from outside: %v", err)
+	}
+}
+
+// TestScheduleRestoreDoesNotFireAgain: a backup taken before a slot fired,
+// restored after it, does not fire the slot again: the restore settles
+// every slot until the restoring leader's clock.
+func TestScheduleRestoreDoesNotFireAgain(t *testing.T) {
+	c := clustertest.New(t, 3)
+	expr, slot := hourlyAt(t, c)
+	do(t, c, putSchedule("hourly", expr, fsm.MissedRunLatest))
+	var backup bytes.Buffer
+	if _, err := c.Leader().SaveSnapshot(ctx(t), &backup); err != nil {
+		t.Fatal(err)
+	}
+	shiftWalls(c, slot.Add(time.Second))
+	leader := c.Leader()
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "the slot fired", settledThrough(c, "hourly", slot))
+	if _, err := c.Leader().RestoreSnapshot(ctx(t), &backup); err != nil {
+		t.Fatal(err)
+	}
+	leader = c.Leader()
+	sc, err := leader.FSM().Schedule("hourly")
+	if err != nil || sc.LastSlot <= slot.UnixNano() || sc.Fired != 0 {
+		t.Fatalf("restored schedule %+v %v: want every slot until the restore settled", sc, err)
+	}
+	// The restored leader looks again: nothing fires.
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.Converged()
+	if fired := firedSlots(leader); len(fired) != 0 {
+		t.Fatalf("fired after the restore: %v", fired)
+	}
+}
+
+// TestScheduleQuota: over the state quota a slot is settled without its
+// job (the event says why, and it never fires later), and a new schedule
+// is refused.
+func TestScheduleQuota(t *testing.T) {
+	const quota = 2 << 20
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) { cfg.StateQuotaBytes = quota })
+	leader := c.Leader()
+	expr, slot := hourlyAt(t, c)
+	hourly := putSchedule("hourly", expr, fsm.MissedSkip)
+	hourly.Template.Payload = make([]byte, fsm.MaxPayloadLen) // as large as the submit refused below
+	do(t, c, hourly)
+	for i := 0; ; i++ {
+		s := spec(fmt.Sprintf("big-%03d", i), fsm.LostRequeue)
+		s.Payload = make([]byte, fsm.MaxPayloadLen)
+		if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: s}); errors.Is(err, cluster.ErrQuotaExceeded) {
+			break
+		} else if err != nil || i > 100 {
+			t.Fatalf("filling the state: %v", err)
+		}
+	}
+	big := putSchedule("big", expr, fsm.MissedSkip)
+	big.Template.Payload = make([]byte, fsm.MaxPayloadLen)
+	if _, err := leader.Apply(ctx(t), big); !errors.Is(err, cluster.ErrQuotaExceeded) {
+		t.Fatalf("a schedule over the quota: %v", err)
+	}
+	shiftWalls(c, slot.Add(time.Second))
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "the slot settled", settledThrough(c, "hourly", slot))
+	sc, _ := leader.FSM().Schedule("hourly")
+	if sc.Fired != 0 || sc.Skipped != 1 {
+		t.Fatalf("schedule %+v: want the slot skipped", sc)
+	}
+	if _, err := leader.FSM().Job(fsm.ScheduleJobID("hourly", slot.UnixNano())); err == nil {
+		t.Fatal("the slot's job was submitted over the quota")
+	}
+	var why string
+	for _, ev := range leader.FSM().Events(0, fsm.MaxEvents).Events {
+		if ev.Type == fsm.EventScheduleSkipped {
+			why = ev.Detail
+		}
+	}
+	if !strings.Contains(why, "quota") {
+		t.Fatalf("skipped event %q: want the quota named", why)
 	}
 }
