@@ -215,8 +215,11 @@ func (n *Node) scheduleTick(ctx context.Context) time.Time {
 			log.Warn("schedule_not_parsed", "schedule", sc.Name, "error", err)
 			continue
 		}
-		now := n.clock.Wall()
-		plan, due, next := planSlots(cs, time.Unix(0, sc.LastSlot), now, sc.Missed, n.cfg.ScheduleGrace)
+		now, last := n.clock.Wall(), sc.LastSlot
+		if !readSettled {
+			last = sc.CreatedAt
+		}
+		plan, due, next := planSlots(cs, time.Unix(0, last), now, sc.Missed, n.cfg.ScheduleGrace)
 		if due {
 			if !n.fireSlot(ctx, ls, &sc, plan) {
 				next = now.Add(time.Second) // try again soon

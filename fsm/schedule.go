@@ -354,7 +354,7 @@ func applyFireSchedule(s *state, cmd Command) (any, error) {
 	switch {
 	case old == nil:
 		return nil, fmt.Errorf("%w: schedule %s", ErrNotFound, c.Name)
-	case c.Slot <= old.LastSlot:
+	case slotOnce && c.Slot <= old.LastSlot:
 		return FireResult{Reason: ReasonAlreadyFired}, nil
 	case old.Paused:
 		return FireResult{Reason: ReasonPaused}, nil
