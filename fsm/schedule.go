@@ -78,6 +78,17 @@ type Schedule struct {
 	UpdatedAt int64
 }
 
+// export is a copy that shares nothing with the state.
+func (sc *Schedule) export() Schedule {
+	c := *sc
+	c.Template.Payload = append([]byte(nil), sc.Template.Payload...)
+	if r := sc.Template.Retry; r != nil {
+		p := *r
+		c.Template.Retry = &p
+	}
+	return c
+}
+
 // ScheduleJobID is the id of the job a schedule's slot submits: the
 // schedule's name, "@", and the slot in RFC 3339, UTC, to the second.
 func ScheduleJobID(name string, slot int64) string {
@@ -282,7 +293,7 @@ func applyPutSchedule(s *state, cmd Command) (any, error) {
 			return nil, fmt.Errorf("%w: schedule %s", ErrNotFound, c.Name)
 		}
 		if old.Paused == c.Paused {
-			return PutScheduleResult{Schedule: *old}, nil
+			return PutScheduleResult{Schedule: old.export()}, nil
 		}
 		sc := *old
 		sc.Paused, sc.UpdatedAt = c.Paused, s.lastTime
@@ -294,7 +305,7 @@ func applyPutSchedule(s *state, cmd Command) (any, error) {
 		}
 		s.putSchedule(&sc)
 		s.emit(Event{Type: EventSchedulePaused, Detail: c.Name + " " + detail})
-		return PutScheduleResult{Schedule: sc, Changed: true}, nil
+		return PutScheduleResult{Schedule: sc.export(), Changed: true}, nil
 	}
 	sc := Schedule{
 		Name: c.Name, Cron: c.Cron, Zone: c.Zone, Template: c.Template, Missed: c.Missed, Paused: c.Paused,
@@ -302,7 +313,7 @@ func applyPutSchedule(s *state, cmd Command) (any, error) {
 	}
 	if old != nil {
 		if sameDefinition(old, &sc) {
-			return PutScheduleResult{Schedule: *old}, nil
+			return PutScheduleResult{Schedule: old.export()}, nil
 		}
 		if !c.Replace {
 			return nil, fmt.Errorf("%w: schedule %s exists with another definition (replace it to change it)", ErrConflict, c.Name)
@@ -323,7 +334,7 @@ func applyPutSchedule(s *state, cmd Command) (any, error) {
 	}
 	s.emit(Event{Type: EventScheduleCreated, Detail: fmt.Sprintf("%s %s: %q %s, %s/%s, missed %s",
 		c.Name, detail, sc.Cron, zone, sc.Template.Queue, sc.Template.Kind, sc.Missed)})
-	return PutScheduleResult{Schedule: sc, Created: old == nil, Changed: true}, nil
+	return PutScheduleResult{Schedule: sc.export(), Created: old == nil, Changed: true}, nil
 }
 
 // sameDefinition says whether a put would change nothing.
@@ -409,7 +420,7 @@ func (f *FSM) Schedule(name string) (Schedule, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if sc := f.st.schedules[name]; sc != nil {
-		return *sc, nil
+		return sc.export(), nil
 	}
 	return Schedule{}, fmt.Errorf("%w: schedule %s", ErrNotFound, name)
 }
@@ -420,7 +431,7 @@ func (f *FSM) Schedules() []Schedule {
 	defer f.mu.RUnlock()
 	out := make([]Schedule, 0, len(f.st.schedules))
 	for _, sc := range f.st.schedules {
-		out = append(out, *sc)
+		out = append(out, sc.export())
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
 	return out

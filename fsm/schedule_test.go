@@ -51,6 +51,13 @@ func TestScheduleSlotFiresOnce(t *testing.T) {
 	if !res.Created || res.Schedule.LastSlot != m.now || res.Schedule.CreatedAt != m.now {
 		t.Fatalf("created %+v", res)
 	}
+	// Results and queries share nothing with the state.
+	res.Schedule.Template.Payload[0] = 'X'
+	got, _ := m.f.Schedule("nightly")
+	got.Template.Payload[1] = 'Y'
+	if got, _ := m.f.Schedule("nightly"); string(got.Template.Payload) != "nightly" {
+		t.Fatalf("stored template payload became %q", got.Template.Payload)
+	}
 	m.advance(int64(10 * time.Second))
 	slot := m.now - int64(time.Second)
 	if r := m.fire("nightly", slot); !r.Fired || r.JobID != ScheduleJobID("nightly", slot) {
