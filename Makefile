@@ -36,6 +36,9 @@ test-short:
 vet:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 	$(GO) vet $(PKGS)
+	# Off Linux: everything builds on macOS, the Go client on Windows.
+	GOOS=darwin $(GO) vet ./...
+	GOOS=windows $(GO) build ./client ./clock/... ./fsm/... ./transport/...
 
 # The short load sweep: every workload of `leasehold bench` at c = 1, 16
 # and 64, each against a fresh local 3-node cluster (--start 3), then one
@@ -97,18 +100,24 @@ chaos: chaos-bins
 	rm -rf $(CHAOS_OUT)
 	./bin/jepsen-lite profile --bin-dir bin --out $(CHAOS_OUT) ci
 
-# A rolling upgrade from the last build before levels (UPGRADE_FROM): a
-# 3-node cluster with one node on that build must refuse what it could not
-# apply, and accept it once that node runs this build. About a minute (the
-# old build's compile). Skipped when the clone lacks the commit (shallow).
+# Rolling upgrades: a 3-node cluster with one node on an older build must
+# refuse what that node could not apply, apply the rest as it does, and
+# accept everything once that node runs this build. UPGRADE_FROM is the last
+# build before levels, UPGRADE_FROM5 the last at level 5 (before dead
+# letters, timeouts, queues and schedules). About two minutes (the old
+# builds' compiles). Skipped when the clone lacks a commit (shallow).
 UPGRADE_FROM ?= d2e45cb
+UPGRADE_FROM5 ?= f0a85fb
 upgrade-test:
-	@if ! git cat-file -e $(UPGRADE_FROM)^{commit} 2>/dev/null; then \
-		echo "upgrade-test: skipped: commit $(UPGRADE_FROM) is not in this clone"; exit 0; fi; \
-	set -e; tmp=$$(mktemp -d); trap 'git worktree remove --force $$tmp/src >/dev/null 2>&1; rm -rf $$tmp' EXIT; \
+	@for c in $(UPGRADE_FROM) $(UPGRADE_FROM5); do if ! git cat-file -e $$c^{commit} 2>/dev/null; then \
+		echo "upgrade-test: skipped: commit $$c is not in this clone"; exit 0; fi; done; \
+	set -e; tmp=$$(mktemp -d); trap 'git worktree remove --force $$tmp/src >/dev/null 2>&1; git worktree remove --force $$tmp/src5 >/dev/null 2>&1; rm -rf $$tmp' EXIT; \
 	git worktree add -q --detach $$tmp/src $(UPGRADE_FROM); \
 	(cd $$tmp/src && $(GO) build -o $$tmp/leasehold-old ./cmd/leasehold); \
-	LEASEHOLD_E2E_OLD_BIN=$$tmp/leasehold-old $(GO) test -count=1 -run 'TestMixedClusterUpgrade' ./cmd/leasehold/e2e
+	git worktree add -q --detach $$tmp/src5 $(UPGRADE_FROM5); \
+	(cd $$tmp/src5 && $(GO) build -o $$tmp/leasehold-old5 ./cmd/leasehold); \
+	LEASEHOLD_E2E_OLD_BIN=$$tmp/leasehold-old LEASEHOLD_E2E_OLD5_BIN=$$tmp/leasehold-old5 \
+		$(GO) test -count=1 -run 'TestMixedCluster' ./cmd/leasehold/e2e
 
 # The long profile: 5 nodes, production timings, every family mixed, an hour.
 soak: chaos-bins

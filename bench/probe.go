@@ -63,10 +63,11 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 		if !ok || strings.HasPrefix(name, "#") {
 			continue
 		}
-		v, err := strconv.ParseUint(strings.TrimSpace(value), 10, 64)
-		if err != nil {
+		f, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil || f < 0 {
 			continue
 		}
+		v := uint64(f) // the text format may write a large count as 1.234e+06
 		switch name {
 		case "leasehold_raft_log_writes_total":
 			m.logWrites = v

@@ -40,6 +40,7 @@ var reasonTable = map[string]struct {
 	transport.ReasonUnknownWorker:   {client.ErrUnknownWorker, false},
 	transport.ReasonUnreachable:     {client.ErrUnreachable, false},
 	transport.ReasonJobFinished:     {client.ErrJobFinished, false},
+	transport.ReasonJobNotDead:      {client.ErrJobNotDead, false},
 	transport.ReasonTokensExhausted: {client.ErrTokensExhausted, false},
 	transport.ReasonUnauthenticated: {client.ErrUnauthenticated, false},
 	transport.ReasonForbidden:       {client.ErrPermissionDenied, false},

@@ -57,6 +57,8 @@ var (
 	ErrUnreachable = errors.New("worker unreachable")
 	// ErrJobFinished: the job is already in a terminal state.
 	ErrJobFinished = errors.New("job already finished")
+	// ErrJobNotDead: only a dead job can be retried (RetryJob).
+	ErrJobNotDead = errors.New("job not dead")
 	// ErrTokensExhausted: the cluster's fencing token counter is at its end.
 	ErrTokensExhausted = errors.New("fencing tokens exhausted")
 	// ErrUnauthenticated: no valid bearer token.
@@ -149,6 +151,7 @@ var sentinels = map[string]error{
 	transport.ReasonUnknownWorker:   ErrUnknownWorker,
 	transport.ReasonUnreachable:     ErrUnreachable,
 	transport.ReasonJobFinished:     ErrJobFinished,
+	transport.ReasonJobNotDead:      ErrJobNotDead,
 	transport.ReasonTokensExhausted: ErrTokensExhausted,
 	transport.ReasonUnauthenticated: ErrUnauthenticated,
 	transport.ReasonForbidden:       ErrPermissionDenied,

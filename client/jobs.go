@@ -152,3 +152,27 @@ func (c *Client) Lease(ctx context.Context, token uint64, opts ...ReadOption) (*
 	}
 	return resp.GetLease(), nil
 }
+
+// RetryJob queues a dead job again with a fresh attempt budget; its next
+// lease, as any, has a larger token. A job that is not dead fails with
+// ErrJobNotDead (so may a retry of a call whose first attempt did it), an
+// unknown one with ErrNotFound, a cluster with a voter below level 6 with
+// ErrUpgradeRequired.
+func (c *Client) RetryJob(ctx context.Context, id, reason string) (*leaseholdv1.Job, error) {
+	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.RetryJobRequest{Id: id, Reason: reason}, jobSvc, jobsAPI.RetryJob)
+	if err != nil {
+		return nil, err
+	}
+	return resp.GetJob(), nil
+}
+
+// PurgeJobs removes dead jobs: req.Ids, or those of req.Queue and/or dead
+// for longer than req.OlderThan, at most req.Limit (0: 1000) per call. It
+// is one call: while the answer's More is set, call again. A listed id not
+// purged (unknown, or not dead) comes back in Skipped.
+func (c *Client) PurgeJobs(ctx context.Context, req *leaseholdv1.PurgeJobsRequest) (*leaseholdv1.PurgeJobsResponse, error) {
+	if req == nil {
+		return nil, fmt.Errorf("leasehold: purge: %w: nil request", ErrInvalidArgument)
+	}
+	return unary(ctx, c, callOpts{}, req, jobSvc, jobsAPI.PurgeJobs)
+}

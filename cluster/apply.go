@@ -64,6 +64,9 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	case *fsm.PutSchedule, *fsm.DeleteSchedule:
 		n.wakeSchedules() // its next slot may be the earliest now
 	}
+	if r, ok := res.(fsm.ReportResult); ok && err == nil {
+		n.metrics.reported(r)
+	}
 	if w != "" && err == nil {
 		// Only a command the state machine took: a stale report
 		// refused, or one sent by anyone in the worker's name about a
@@ -142,6 +145,7 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	if timeout <= 0 {
 		return nil, fmt.Errorf("%w: %w", ErrTimeout, context.DeadlineExceeded)
 	}
+	start := time.Now()
 	f := n.raft.Apply(data, timeout)
 	if c, ok := cmd.(*fsm.SubmitJob); ok && !commitBeforeAck {
 		// The broken chaos_earlyack build: answered before any quorum
@@ -169,6 +173,7 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	if !ok {
 		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
 	}
+	n.metrics.apply.WithLabelValues(cmd.Type().String()).Observe(time.Since(start).Seconds())
 	return r.value, r.err
 }
 

@@ -85,10 +85,13 @@ type Config struct {
 	// ApplyTimeout bounds a proposal when the caller's context has no
 	// deadline.
 	ApplyTimeout time.Duration
-	// Retention keeps finished jobs this long, EventRetention events;
-	// CompactInterval is how often the leader compacts.
+	// Retention keeps finished jobs this long, EventRetention events,
+	// DeadRetention dead jobs (they wait to be retried or purged; zero
+	// keeps them until then); CompactInterval is how often the leader
+	// compacts.
 	Retention       time.Duration
 	EventRetention  time.Duration
+	DeadRetention   time.Duration
 	CompactInterval time.Duration
 	// ScheduleGrace is how late a schedule's slot may fire under the
 	// missed-slot policy skip: a slot further in the past when the leader
@@ -149,6 +152,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:       10 * time.Second,
 		Retention:          24 * time.Hour,
 		EventRetention:     24 * time.Hour,
+		DeadRetention:      7 * 24 * time.Hour,
 		CompactInterval:    time.Minute,
 		ScheduleGrace:      time.Minute,
 		Clock:              SystemClock(),
@@ -225,6 +229,9 @@ func (c *Config) Validate() error {
 		if d.v <= 0 {
 			return bad(d.field, d.v, "must be positive")
 		}
+	}
+	if c.DeadRetention < 0 {
+		return bad("dead_retention", c.DeadRetention, "must not be negative (0 keeps dead jobs until they are retried or purged)")
 	}
 	// SPEC section 4: the three executor timings.
 	if c.Renew >= c.Grace {

@@ -151,8 +151,14 @@ func (n *Node) collectDue(table *expiryTable, overdue []string, now time.Time) m
 				toks = append(toks, l.Token)
 			}
 		}
-		if len(toks) > 0 && table.markExpiring(w, toks, now) {
+		if len(toks) == 0 {
+			continue
+		}
+		if late, ok := table.markExpiring(w, toks, now); ok {
 			due[w] = append(due[w], toks...)
+			for range toks {
+				n.metrics.expiryLateness.Observe(late.Seconds())
+			}
 		}
 	}
 	return due

@@ -336,14 +336,15 @@ func (t *expiryTable) shiftLocked(d time.Duration, now time.Time) {
 }
 
 // markExpiring decides the expiry of a worker's tokens if, checked again
-// under the lock, the worker is still silent past toleration. After it
-// returns true, heartbeats answer those tokens lost.
-func (t *expiryTable) markExpiring(worker string, tokens []uint64, now time.Time) bool {
+// under the lock, the worker is still silent past toleration, and says how
+// long after toleration ran out. After it returns true, heartbeats answer
+// those tokens lost.
+func (t *expiryTable) markExpiring(worker string, tokens []uint64, now time.Time) (late time.Duration, ok bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w := t.workers[worker]
 	if w == nil || now.Sub(w.lastHeard) <= t.toleration {
-		return false
+		return 0, false
 	}
 	if w.expiring == nil {
 		w.expiring = map[uint64]bool{}
@@ -352,7 +353,7 @@ func (t *expiryTable) markExpiring(worker string, tokens []uint64, now time.Time
 		w.expiring[tok] = true
 	}
 	t.pending[worker] = true
-	return true
+	return now.Sub(w.lastHeard) - t.toleration, true
 }
 
 // expired clears tokens whose expiry committed: the state now says they are

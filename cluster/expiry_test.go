@@ -74,11 +74,11 @@ func TestExpiryTableRules(t *testing.T) {
 		t.Fatalf("overdue %v", r.overdue)
 	}
 	tab.heard("fresh", at(4650*time.Millisecond))
-	if tab.markExpiring("fresh", []uint64{7}, at(4700*time.Millisecond)) {
+	if _, ok := tab.markExpiring("fresh", []uint64{7}, at(4700*time.Millisecond)); ok {
 		t.Fatal("expiry decided for a worker heard after the tick")
 	}
-	if !tab.markExpiring("held", []uint64{9}, at(4700*time.Millisecond)) {
-		t.Fatal("expiry of an overdue worker refused")
+	if late, ok := tab.markExpiring("held", []uint64{9}, at(4700*time.Millisecond)); !ok || late <= 0 || late > 4700*time.Millisecond {
+		t.Fatalf("expiry of an overdue worker: decided %v, %v late", ok, late)
 	}
 	if exp := tab.heard("held", at(4800*time.Millisecond)); !exp[9] {
 		t.Fatal("a heartbeat after the decision was not told the lease is expiring")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -69,6 +70,7 @@ type Arrival struct {
 	// expiring holds the tokens whose expiry was decided when the beat
 	// arrived: they are answered lost.
 	expiring map[uint64]bool
+	at       time.Time // when it arrived, for the ack latency
 }
 
 // Arrive validates a beat and records the worker as heard now. A worker the
@@ -92,7 +94,8 @@ func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef) (Arrival, erro
 	if _, err := h.n.fsm.Worker(workerID); err != nil {
 		return Arrival{}, err
 	}
-	return Arrival{expiring: table.heard(workerID, h.n.clock.Now())}, nil
+	now := h.n.clock.Now()
+	return Arrival{expiring: table.heard(workerID, now), at: now}, nil
 }
 
 // Confirm returns nil once a quorum has confirmed this node's leadership
@@ -131,6 +134,7 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // stop when revoked, lost when not live or its expiry is decided), and the
 // live leases it did not name, by token.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
+	defer func() { h.n.metrics.heartbeatAck.Observe(h.n.clock.Now().Sub(a.at).Seconds()) }()
 	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
 	h.live = h.n.fsm.AppendWorkerLeases(h.live[:0], workerID)
 	slices.SortFunc(h.live, byToken)

@@ -291,6 +291,31 @@ func (n *Node) compact(ctx context.Context) {
 			return
 		}
 		if !v.(fsm.CompactResult).More {
+			break
+		}
+	}
+	n.purgeDead(ctx)
+}
+
+// purgeDead removes dead jobs past DeadRetention, in bounded commands, once
+// the cluster can apply them (level 6). The age is the state's own: the
+// command carries how old, the state machine its own time.
+func (n *Node) purgeDead(ctx context.Context) {
+	if n.cfg.DeadRetention <= 0 {
+		return
+	}
+	for ctx.Err() == nil && n.fsm.Stats().Jobs[fsm.JobDead] > 0 {
+		cmd := &fsm.PurgeJobs{OlderThan: n.cfg.DeadRetention.Nanoseconds(), Limit: fsm.MaxPurgeBatch,
+			Reason: fmt.Sprintf("dead longer than the retention (%s)", n.cfg.DeadRetention)}
+		if n.ClusterLevel() < fsm.CodecOf(cmd) {
+			return // no dead job before every voter is at that level anyway
+		}
+		v, err := n.raftApply(ctx, cmd)
+		if err != nil {
+			n.logger.Named("leader").Warn("dead_purge_failed", "error", err)
+			return
+		}
+		if !v.(fsm.PurgeResult).More {
 			return
 		}
 	}

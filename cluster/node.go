@@ -43,7 +43,9 @@ type Node struct {
 	peers *transport.RPCClient
 	check *leaderCheck
 	gate  *acquireGate
-	book  peerBook
+	// metrics are the node's measurements (metrics.go).
+	metrics *nodeMetrics
+	book    peerBook
 	// audits waits to be proposed (or sent to the leader): see audit.go.
 	audits auditor
 	// refusals bounds the audit records of refused peer requests.
@@ -128,6 +130,8 @@ func New(cfg Config) (_ *Node, err error) {
 		stopped:  make(chan struct{}),
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
+	processGatherer() // before the stores open: raft-wal takes go-metrics' instance then
+	n.metrics = newNodeMetrics(n)
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
 	n.scheduleWake = make(chan struct{}, 1)
 	n.refusals = NewRefusalLimiter()
@@ -179,7 +183,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if cfg.LogStore == LogStoreWAL {
 		storePath = dir.file(walDir)
 	}
-	n.logs = &logStore{LogStore: logs, path: storePath, disk: n.disk, corrupt: n.halt}
+	n.logs = &logStore{LogStore: logs, path: storePath, disk: n.disk, corrupt: n.halt, took: n.metrics.logWrite}
 	stableStore := &stableStore{StableStore: stable, disk: n.disk, netDown: n.netDown,
 		member: func() error { return markMember(cfg.DataDir, n.id) }}
 	stableStore.marked.Store(dir.hasState)
@@ -271,6 +275,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
 	n.check = newLeaderCheck(n.raft)
+	n.check.waited = n.metrics.leaderCheck
 
 	// Peers' RPCs need Raft; connections that arrived before now waited in
 	// the mux's RPC listener.

@@ -33,9 +33,9 @@ const restoreClockSkew = time.Minute
 // backup is a file from outside the cluster, so nothing the cluster
 // decides is taken from it: the restored state takes this cluster's Raft
 // index, its token counter is raised above this cluster's counter and the
-// time floor of this moment (fsm.TokenFloorFor), so no token the old
-// cluster granted after the backup, nor any this cluster granted, is
-// granted again, and a backup that claims a time after this leader's
+// backup's counter plus what its cluster can have granted since
+// (fsm.GrantAllowance), so no token the old cluster granted after the
+// backup, nor any this cluster granted, is granted again, and a backup that claims a time after this leader's
 // clock (plus restoreClockSkew) or counters no cluster reaches is refused
 // with ErrInvalidSnapshot. The snapshot is checked in full before Raft
 // sees it: Raft cannot undo a restore that fails halfway. A refused
@@ -50,13 +50,14 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	// The floor is above the counter of this cluster, the time floor of
-	// this leader's clock, and the time floor of the state's own clock: a
-	// leader whose clock is wrong (fast once, right later; unset after a
-	// boot) cannot make tokens go backwards.
+	// The floor is above the counter of this cluster, whatever the
+	// clocks say; PrepareRestore raises it above what the backup's cluster
+	// can have granted since the backup (fsm.GrantAllowance), counting
+	// from the later of this leader's clock and the state's own time: a
+	// leader whose clock is behind (unset after a boot) does not shorten
+	// the backup's age below what this cluster has already lived.
 	live := n.fsm.Stats()
-	floor := max(fsm.TokenFloorFor(n.clock.Wall().Unix()), fsm.TokenFloorFor(live.LastTime/int64(time.Second)),
-		min(live.LastToken+1, fsm.MaxTokenFloor))
+	floor := min(live.LastToken+1, fsm.MaxTokenFloor)
 	plan := fsm.RestorePlan{
 		// Raft installs the restore after its own last index, never after
 		// the file's: a file cannot move the cluster's log (an index of
@@ -64,6 +65,7 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 		// growing from the cluster's.
 		Index: n.raft.LastIndex(),
 		Floor: floor,
+		Now:   max(n.clock.Wall().UnixNano(), live.LastTime),
 		// The state's own time is already this cluster's: a backup of it
 		// taken after a leader with a fast clock is not refused.
 		Latest: max(n.clock.Wall().Add(restoreClockSkew).UnixNano(), live.LastTime),
@@ -72,7 +74,8 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 		// twice.
 		Settled: max(n.clock.Wall().UnixNano(), live.LastTime),
 	}
-	if _, err := fsm.PrepareRestore(tmp, r, plan); err != nil {
+	restored, err := fsm.PrepareRestore(tmp, r, plan)
+	if err != nil {
 		return fsm.Stats{}, fmt.Errorf("%w: %w", ErrInvalidSnapshot, err)
 	}
 	// Every voter must read what Raft will send it: a backup holding jobs
@@ -111,6 +114,6 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 		n.recordEvents(ctx, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("restore: clocks of %d leases of %d workers restarted", leases, workers)})
 	}
-	n.logger.Named("leader").Warn("snapshot_restored", "index", plan.Index, "token_floor", floor)
+	n.logger.Named("leader").Warn("snapshot_restored", "index", plan.Index, "token_floor", restored.LastToken)
 	return n.fsm.Stats(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/leasehold/leasehold/fsm"
 )
@@ -33,9 +34,10 @@ import (
 //     refuses it at append, so the damage never spreads.
 type logStore struct {
 	raft.LogStore
-	path    string      // for messages: the store's file
-	disk    *diskState  // told of every write
-	corrupt func(error) // stops the node
+	path    string              // for messages: the store's file
+	disk    *diskState          // told of every write
+	corrupt func(error)         // stops the node
+	took    prometheus.Observer // seconds per batch written
 	writes  atomic.Uint64
 	entries atomic.Uint64
 }
@@ -68,7 +70,12 @@ func (s *logStore) StoreLogs(logs []*raft.Log) error {
 	}
 	s.writes.Add(1)
 	s.entries.Add(uint64(len(logs)))
-	return s.disk.wrote(s.LogStore.StoreLogs(logs), true)
+	start := time.Now()
+	err := s.LogStore.StoreLogs(logs)
+	if s.took != nil {
+		s.took.Observe(time.Since(start).Seconds())
+	}
+	return s.disk.wrote(err, true)
 }
 
 func (s *logStore) DeleteRange(lo, hi uint64) error {

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	walmetrics "github.com/hashicorp/raft-wal/metrics"
+
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
@@ -229,7 +231,10 @@ func (s *walStore) open() error {
 	meta := &metadb.BoltMetaDB{}
 	var w *wal.WAL
 	if err := noPanic(func() (err error) {
-		w, err = wal.Open(s.path, wal.WithMetaStore(meta), wal.WithSegmentSize(s.segment))
+		// Its measurements go to go-metrics' process-wide instance, which
+		// /metrics serves (promsink.go).
+		w, err = wal.Open(s.path, wal.WithMetaStore(meta), wal.WithSegmentSize(s.segment),
+			wal.WithMetricsCollector(walmetrics.NewGoMetricsCollector([]string{"raft", "wal"}, nil, nil)))
 		return err
 	}); err != nil {
 		meta.Close()

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // leaderCheck batches quorum checks of leadership. Every caller that
@@ -29,6 +30,8 @@ type leaderCheck struct {
 	verify func() error
 	now    func() time.Time    // time.Now; a test's fake
 	sleep  func(time.Duration) // time.Sleep; a test's fake
+	// waited observes each caller's wait, in seconds; nil: not observed.
+	waited prometheus.Observer
 
 	mu      sync.Mutex
 	waiting []chan error
@@ -54,6 +57,9 @@ func (c *leaderCheck) confirm(ctx context.Context) error {
 // for one answer. When ctx ends first the answer still arrives on ch later,
 // so ch must not be used again.
 func (c *leaderCheck) confirmOn(ctx context.Context, ch chan error) error {
+	if c.waited != nil {
+		defer func(start time.Time) { c.waited.Observe(time.Since(start).Seconds()) }(time.Now())
+	}
 	c.mu.Lock()
 	c.waiting = append(c.waiting, ch)
 	if !c.running {

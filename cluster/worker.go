@@ -136,6 +136,7 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 				return fsm.AcquireResult{}, err
 			}
 			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
+				n.metrics.granted(res)
 				// Its leases are timed from its last hearing, even if the
 				// table forgot the worker while the poll was parked.
 				ls.table.Load().heard(req.WorkerID, arrived)

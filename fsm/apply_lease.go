@@ -243,12 +243,19 @@ func applyReport(s *state, cmd Command) (any, error) {
 			j.NotBefore = s.lastTime + delay // before it enters the queue: it waits
 		}
 		s.setState(j, JobQueued)
-	} else {
+	}
+	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
+	s.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref, Detail: c.Outcome.String()})
+	// A retryable failure out of attempts ends dead from level 6 (after
+	// the report's event: job.dead follows lease.reported); a failure that
+	// is not retryable is the worker's final word and ends reported.
+	switch {
+	case requeue:
+	case c.Outcome == OutcomeFailed && c.Retryable && l.Revoke == RevokeNone && s.exhausted(j, outOfAttempts(j, c.Message)):
+	default:
 		s.setState(j, JobReported)
 	}
 	l.Answer = j.State
-	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
-	s.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref, Detail: c.Outcome.String()})
 	switch {
 	case requeue && delay > 0:
 		s.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token,
@@ -256,7 +263,7 @@ func applyReport(s *state, cmd Command) (any, error) {
 	case requeue:
 		s.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token, Detail: "retryable failure"})
 	}
-	return reportResult(j.ID, l), nil
+	return reportResult(j, l), nil
 }
 
 // reportAgain answers a report on an already reported lease: the same report
@@ -266,7 +273,7 @@ func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
 		return nil, fmt.Errorf("%w: job %s token %d", ErrNotOwner, j.ID, l.Token)
 	}
 	if l.ReportID() == c.ReportID {
-		return reportResult(j.ID, l), nil
+		return reportResult(j, l), nil
 	}
 	s.emit(Event{
 		Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref,
@@ -275,10 +282,10 @@ func (s *state) reportAgain(j *Job, l *Lease, c *Report) (any, error) {
 	return nil, fmt.Errorf("%w: lease %d was already reported by report %s", ErrConflict, l.Token, l.ReportID())
 }
 
-func reportResult(jobID string, l *Lease) ReportResult {
+func reportResult(j *Job, l *Lease) ReportResult {
 	return ReportResult{
-		JobID: jobID, Token: l.Token, Outcome: l.Outcome, State: l.Answer,
-		Requeued: l.Answer == JobQueued,
+		JobID: j.ID, Token: l.Token, Outcome: l.Outcome, State: l.Answer,
+		Requeued: l.Answer == JobQueued, Queue: j.Queue, Ran: l.EndedAt - l.GrantedAt,
 	}
 }
 
@@ -357,6 +364,9 @@ func (s *state) expireLease(j *Job, reason string) {
 		s.setState(j, JobLost)
 		s.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: j.Reason})
 	case j.Losses >= j.MaxWorkerLosses:
+		if s.exhausted(j, fmt.Sprintf("%s (%d)", ReasonPoison, j.Losses)) {
+			break // dead, from level 6
+		}
 		j.Reason = ReasonPoison
 		s.setState(j, JobFailed)
 		s.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token, Detail: fmt.Sprintf("%s (%d)", j.Reason, j.Losses)})

@@ -43,6 +43,23 @@ func sampleCommands() []Command {
 		&PutSchedule{Name: "nightly", PauseOnly: true, Paused: true},
 		&DeleteSchedule{Name: "nightly"},
 		&FireSchedule{Name: "nightly", Slot: 1_700_000_000e9, Skip: true, Skipped: 3, Reason: "missed"},
+		&RetryJob{JobID: "job-1", Reason: "fixed the bug"},
+		&PurgeJobs{JobIDs: []string{"job-1", "job-2"}, Limit: 2, Reason: "triaged"},
+		&PurgeJobs{Queue: "mail", OlderThan: 7 * 24 * 3600e9, Limit: MaxPurgeBatch},
+	}
+}
+
+// RetryJob and PurgeJobs exist only from codec 6: an older build stops at
+// them, so the cluster proposes them only at level 6.
+func TestDeadLetterCommandsAreCodec6(t *testing.T) {
+	for _, c := range []Command{&RetryJob{JobID: "j"}, &PurgeJobs{Queue: "q", Limit: 1}} {
+		data, err := Encode(7, c)
+		if err != nil || data[0] != codecV6 || CodecOf(c) != codecV6 {
+			t.Fatalf("%T: codec %d (CodecOf %d), want 6 (%v)", c, data[0], CodecOf(c), err)
+		}
+	}
+	if Level < codecV6 {
+		t.Fatalf("this build's level %d does not cover codec 6", Level)
 	}
 }
 
@@ -362,6 +379,17 @@ func TestValidation(t *testing.T) {
 		{&PutSchedule{Name: "s", Cron: "* * * * *", Missed: MissedSkip, Template: JobSpec{Queue: "q", Kind: "k"}}, "spec.max_attempts", ErrInvalidArgument},
 		{&DeleteSchedule{}, "name", ErrInvalidArgument},
 		{&FireSchedule{Name: "s"}, "slot", ErrInvalidArgument},
+		{&RetryJob{JobID: ""}, "job_id", ErrInvalidArgument},
+		{&RetryJob{JobID: "j", Reason: "\xff"}, "reason", ErrInvalidArgument},
+		{&PurgeJobs{Limit: 0}, "limit", ErrInvalidArgument},
+		{&PurgeJobs{Limit: MaxPurgeBatch + 1}, "limit", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: make([]string, MaxPurgeBatch+1), Limit: 1}, "ids", ErrTooLarge},
+		{&PurgeJobs{JobIDs: []string{"bad id"}, Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: []string{"j"}, Queue: "q", Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{JobIDs: []string{"j"}, OlderThan: 1, Limit: 1}, "ids", ErrInvalidArgument},
+		{&PurgeJobs{Queue: "no/slash", Limit: 1}, "queue", ErrInvalidArgument},
+		{&PurgeJobs{OlderThan: -1, Limit: 1}, "older_than", ErrInvalidArgument},
+		{&PurgeJobs{OlderThan: MaxPurgeAge + 1, Limit: 1}, "older_than", ErrInvalidArgument},
 	} {
 		_, err := Encode(1, tc.cmd)
 		var fe *FieldError

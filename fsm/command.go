@@ -31,6 +31,8 @@ const (
 	CmdRecordEvents     CommandType = 16
 	CmdAudit            CommandType = 17
 	CmdRemoveIdle       CommandType = 18
+	CmdRetryJob         CommandType = 19
+	CmdPurgeJobs        CommandType = 20
 	CmdPutSchedule      CommandType = 23 // schedule.go
 	CmdDeleteSchedule   CommandType = 24
 	CmdFireSchedule     CommandType = 25
@@ -226,6 +228,30 @@ type RecordEvent struct {
 	Detail   string
 }
 
+// RetryJob queues a dead job again with a fresh attempt budget (its
+// attempts and losses back to zero, no wait), keeping its lease history.
+// A job in any other state is refused with ErrNotDead. Codec version 6.
+type RetryJob struct {
+	JobID  string
+	Reason string
+}
+
+// PurgeJobs removes dead jobs: the listed ones (JobIDs; a listed job that
+// is not dead is skipped, not removed), or else up to Limit of those of
+// Queue (empty: every queue) that died more than OlderThan (nanoseconds)
+// before the command's leader time (zero: whenever), oldest death first.
+// The result says whether more remain. Codec version 6.
+type PurgeJobs struct {
+	JobIDs    []string
+	Queue     string
+	OlderThan int64
+	Limit     uint32
+	Reason    string
+}
+
+// MaxPurgeBatch bounds PurgeJobs: the ids it lists and the jobs it removes.
+const MaxPurgeBatch = 1000
+
 func (*RegisterWorker) Type() CommandType   { return CmdRegisterWorker }
 func (*DeregisterWorker) Type() CommandType { return CmdDeregisterWorker }
 func (*SubmitJob) Type() CommandType        { return CmdSubmitJob }
@@ -244,6 +270,8 @@ func (*RemoveNode) Type() CommandType       { return CmdRemoveNode }
 func (*RecordEvents) Type() CommandType     { return CmdRecordEvents }
 func (*Audit) Type() CommandType            { return CmdAudit }
 func (*RemoveIdle) Type() CommandType       { return CmdRemoveIdle }
+func (*RetryJob) Type() CommandType         { return CmdRetryJob }
+func (*PurgeJobs) Type() CommandType        { return CmdPurgeJobs }
 
 // --- validation ---
 
@@ -488,6 +516,42 @@ func (c *SetNode) Validate() error {
 }
 
 func (c *RemoveNode) Validate() error { return checkID("node_id", c.NodeID) }
+
+func (c *RetryJob) Validate() error {
+	if err := checkID("job_id", c.JobID); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+func (c *PurgeJobs) Validate() error {
+	if len(c.JobIDs) > MaxPurgeBatch {
+		return tooLarge("ids", len(c.JobIDs), MaxPurgeBatch)
+	}
+	for _, id := range c.JobIDs {
+		if err := checkID("ids", id); err != nil {
+			return err
+		}
+	}
+	if len(c.JobIDs) > 0 && (c.Queue != "" || c.OlderThan != 0) {
+		return invalid("ids", "purge by ids, or by queue and age, not both")
+	}
+	if c.Queue != "" {
+		if err := checkName("queue", c.Queue); err != nil {
+			return err
+		}
+	}
+	if c.OlderThan < 0 || c.OlderThan > MaxPurgeAge {
+		return invalid("older_than", "must be 0 to %d days", MaxPurgeAge/int64(24*time.Hour))
+	}
+	if err := checkRange("limit", uint64(c.Limit), 1, MaxPurgeBatch); err != nil {
+		return err
+	}
+	return checkText("reason", c.Reason, MaxMessageLen)
+}
+
+// MaxPurgeAge bounds PurgeJobs.OlderThan: a hundred years.
+const MaxPurgeAge = int64(100 * 365 * 24 * time.Hour)
 
 func (c *RecordEvents) Validate() error {
 	if len(c.Events) == 0 {
@@ -822,6 +886,31 @@ func (c *Audit) decode(d *decoder) {
 	c.Detail = d.str(MaxMessageLen)
 }
 
+func (c *RetryJob) encode(e *encoder) { e.str(c.JobID); e.str(c.Reason) }
+func (c *RetryJob) decode(d *decoder) {
+	c.JobID = d.str(MaxIDLen)
+	c.Reason = d.str(MaxMessageLen)
+}
+func (*RetryJob) codecVersion() byte { return codecV6 }
+
+func (c *PurgeJobs) encode(e *encoder) {
+	e.strs(c.JobIDs)
+	e.str(c.Queue)
+	e.varint(c.OlderThan)
+	e.uvarint(uint64(c.Limit))
+	e.str(c.Reason)
+}
+
+func (c *PurgeJobs) decode(d *decoder) {
+	c.JobIDs = d.strs(MaxPurgeBatch, MaxIDLen)
+	c.Queue = d.str(MaxNameLen)
+	c.OlderThan = d.varint()
+	c.Limit = d.u32()
+	c.Reason = d.str(MaxMessageLen)
+}
+
+func (*PurgeJobs) codecVersion() byte { return codecV6 }
+
 func (c *RemoveNode) encode(e *encoder) { e.str(c.NodeID) }
 func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 
@@ -835,7 +924,8 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
 // SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
-// the schedule commands (PutSchedule, DeleteSchedule, FireSchedule). Encode writes each command in
+// RetryJob and PurgeJobs (and, by level, the dead state), and the schedule commands
+// (PutSchedule, DeleteSchedule, FireSchedule). Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.
@@ -906,6 +996,8 @@ func init() {
 	registerCommand(func() Command { return new(RecordEvents) })
 	registerCommand(func() Command { return new(Audit) })
 	registerCommand(func() Command { return new(RemoveIdle) })
+	registerCommand(func() Command { return new(RetryJob) })
+	registerCommand(func() Command { return new(PurgeJobs) })
 }
 
 // Envelope is a decoded log entry: the command and the time the leader

@@ -29,6 +29,8 @@ var (
 	ErrUnknownWorker = errors.New("unknown worker")
 	// ErrFinished: the job is already in a terminal state.
 	ErrFinished = errors.New("job already finished")
+	// ErrNotDead: the job is not dead, and only a dead job can be retried.
+	ErrNotDead = errors.New("job not dead")
 	// ErrTokensExhausted: the token counter cannot grow any further.
 	ErrTokensExhausted = errors.New("fencing tokens exhausted")
 

@@ -34,6 +34,9 @@ const (
 	EventQuotaCleared       EventType = 28 // recorded by the leader: the state back under its quota
 	EventJobScheduled       EventType = 29 // a job submitted to run later: Detail says when
 	EventRetryScheduled     EventType = 30 // a retryable failure queued again after a delay: Detail says it
+	EventJobDead            EventType = 31 // out of attempts or stopped by the poison limit: Detail is the reason
+	EventJobRetried         EventType = 32 // a dead job queued again with a fresh attempt budget
+	EventJobsPurged         EventType = 33 // dead jobs removed: Detail counts them
 	EventScheduleFired      EventType = 38 // a schedule's slot submitted its job (JobID); Detail: the slot, slots skipped before it
 	EventScheduleSkipped    EventType = 39 // a schedule's slots settled without a job: Detail says how many and why
 	EventScheduleCreated    EventType = 40 // a schedule created or updated: Detail says which
@@ -72,6 +75,9 @@ var eventTypeNames = map[EventType]string{
 	EventQuotaCleared:       "quota.cleared",
 	EventJobScheduled:       "job.scheduled",
 	EventRetryScheduled:     "job.retry_scheduled",
+	EventJobDead:            "job.dead",
+	EventJobRetried:         "job.retried",
+	EventJobsPurged:         "jobs.purged",
 	EventScheduleFired:      "schedule.fired",
 	EventScheduleSkipped:    "schedule.skipped",
 	EventScheduleCreated:    "schedule.created",

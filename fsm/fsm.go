@@ -20,6 +20,7 @@ type FSM struct {
 	st       *state
 	handlers map[CommandType]handler
 	changed  chan struct{} // closed and replaced after every apply that emits events
+	counts   counters      // what this replica applied since it started (counts.go)
 }
 
 type handler func(s *state, c Command) (any, error)
@@ -45,6 +46,8 @@ func New() *FSM {
 	f.register(CmdRecordEvents, applyRecordEvents)
 	f.register(CmdAudit, applyAudit)
 	f.register(CmdRemoveIdle, applyRemoveIdle)
+	f.register(CmdRetryJob, applyRetryJob)
+	f.register(CmdPurgeJobs, applyPurgeJobs)
 	f.register(CmdPutSchedule, applyPutSchedule)
 	f.register(CmdDeleteSchedule, applyDeleteSchedule)
 	f.register(CmdFireSchedule, applyFireSchedule)
@@ -92,6 +95,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	events := s.eventSeq
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
 	s.settle()
+	f.counts.count(s, env.Command.Type(), int(s.eventSeq-events))
 	if s.eventSeq != events {
 		close(f.changed)
 		f.changed = make(chan struct{})

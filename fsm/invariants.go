@@ -43,7 +43,7 @@ func (s *state) check() error {
 	if len(s.touched) != 0 {
 		fail("%d jobs touched outside an apply", len(s.touched))
 	}
-	var counts [JobFailed + 1]int
+	var counts [JobDead + 1]int
 	var jobs, leases, live, queuedWithSubmitter, terminal, delayed, timed int
 	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold
 	inDelayed := make(map[delayedItem]bool, len(s.delayed.items))
@@ -156,7 +156,7 @@ func (s *state) check() error {
 		if j.State.Terminal() != (j.FinishSeq != 0) || j.FinishSeq > s.finishSeq {
 			fail("job %s: state %s with finish seq %d (counter %d)", j.ID, j.State, j.FinishSeq, s.finishSeq)
 		}
-		if j.State.Terminal() {
+		if j.State.Terminal() && j.State != JobDead {
 			terminal++
 		}
 		if j.timed() {
@@ -284,20 +284,28 @@ func (s *state) check() error {
 		fail("delayed heap: live %d, %d queued jobs wait in it", s.delayed.live, delayed)
 	}
 
-	if len(s.finished) != terminal {
-		fail("finish order lists %d jobs, %d are terminal", len(s.finished), terminal)
+	if len(s.finished) != terminal || len(s.dead) != counts[JobDead] {
+		fail("finish order lists %d jobs, %d are terminal and not dead; dead index %d, %d dead",
+			len(s.finished), terminal, len(s.dead), counts[JobDead])
 	}
-	// Compaction takes a prefix of the finish order by time: finish times
-	// must not decrease along it.
-	var prevFin uint64
-	var prevAt int64
-	for _, seq := range s.finished {
-		j := s.job(seq)
-		if j == nil || !j.State.Terminal() || j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
-			fail("finish order: seq %d is not a terminal job in finish order and time", seq)
-			break
+	// Compaction takes a prefix of the finish order by time, a purge by
+	// age one of the dead index: finish times must not decrease along them.
+	for _, idx := range []struct {
+		name string
+		list []uint64
+	}{{"finish order", s.finished}, {"dead index", s.dead}} {
+		name, list := idx.name, idx.list
+		var prevFin uint64
+		var prevAt int64
+		for _, seq := range list {
+			j := s.job(seq)
+			if j == nil || !j.State.Terminal() || (j.State == JobDead) != (name == "dead index") ||
+				j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+				fail("%s: seq %d is not a job of it in finish order and time", name, seq)
+				break
+			}
+			prevFin, prevAt = j.FinishSeq, j.FinishedAt
 		}
-		prevFin, prevAt = j.FinishSeq, j.FinishedAt
 	}
 
 	if s.events.len() > MaxEvents {

@@ -132,14 +132,37 @@ type refModel struct {
 	reports map[*Job]uint32
 	// schedules by name: settled through LastSlot, fired by FireSchedule
 	schedules map[string]*Schedule
+	nodes     map[string]Node // the node table: its lowest level is the cluster's
 }
 
 func newRefModel() *refModel {
-	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, schedules: map[string]*Schedule{}}
+	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, schedules: map[string]*Schedule{}}
 }
 
+// isTerminal says whether a job has finished for good and is compacted
+// with retention: every terminal state but dead, which waits for a retry
+// or a purge.
 func isTerminal(s JobState) bool {
 	return s == JobReported || s == JobCancelled || s == JobLost || s == JobFailed
+}
+
+// level is the lowest level the node table records, 0 while none is: from
+// 6 a job out of attempts or lost too often ends dead.
+func (m *refModel) level() uint8 {
+	lv := uint8(0)
+	for _, n := range m.nodes {
+		if n.Level != 0 && (lv == 0 || n.Level < lv) {
+			lv = n.Level
+		}
+	}
+	return lv
+}
+
+// die ends a job dead with reason, after its lease's events.
+func (m *refModel) die(j *Job, l *Lease, reason string) {
+	j.Reason = reason
+	m.finish(j, JobDead)
+	m.emit(Event{Type: EventJobDead, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: l.Ref()})
 }
 
 func (m *refModel) job(id string) *Job {
@@ -254,6 +277,12 @@ func (m *refModel) apply(index uint64, at int64, cmd Command) (any, error) {
 		return m.events[len(m.events)-1], nil
 	case *RemoveIdle:
 		return m.removeIdle(c)
+	case *SetNode:
+		return m.setNode(c)
+	case *RetryJob:
+		return m.retry(c)
+	case *PurgeJobs:
+		return m.purge(c)
 	case *PutSchedule:
 		return m.putSchedule(c)
 	case *DeleteSchedule:
@@ -343,6 +372,74 @@ func (m *refModel) fireSchedule(c *FireSchedule) (any, error) {
 		m.emit(Event{Type: EventScheduleFired, JobID: res.JobID})
 	} else {
 		m.emit(Event{Type: EventScheduleSkipped})
+	}
+	return res, nil
+}
+
+func (m *refModel) setNode(c *SetNode) (any, error) {
+	old, ok := m.nodes[c.NodeID]
+	n := Node{ID: c.NodeID, RaftAddr: c.RaftAddr, APIAddr: c.APIAddr, Level: c.Level, Version: c.Version, UpdatedAt: m.now}
+	if c.Level == 0 && ok {
+		n.Level, n.Version = old.Level, old.Version
+	}
+	if ok && old.RaftAddr == n.RaftAddr && old.APIAddr == n.APIAddr && old.Level == n.Level && old.Version == n.Version {
+		return old, nil
+	}
+	m.nodes[n.ID] = n
+	m.emit(Event{Type: EventNodeSet})
+	return n, nil
+}
+
+// retry queues a dead job again with a fresh attempt budget.
+func (m *refModel) retry(c *RetryJob) (any, error) {
+	j := m.job(c.JobID)
+	switch {
+	case j == nil:
+		return nil, ErrNotFound
+	case j.State != JobDead:
+		return nil, ErrNotDead
+	}
+	j.Attempts, j.Losses, j.NotBefore, j.Reason = 0, 0, 0, ""
+	j.FinishSeq, j.FinishedAt = 0, 0
+	j.State = JobQueued
+	m.reports[j] = 0 // a fresh budget: the next execution is attempt 1 again
+	m.touch(j)
+	m.emit(Event{Type: EventJobRetried, JobID: j.ID})
+	return copyJob(j), nil
+}
+
+// purge removes dead jobs: the listed ones, or the oldest deaths of a
+// queue (or all) older than the age, up to the limit.
+func (m *refModel) purge(c *PurgeJobs) (any, error) {
+	var res PurgeResult
+	var gone []*Job
+	if len(c.JobIDs) > 0 {
+		for _, id := range c.JobIDs {
+			j := m.job(id)
+			if j == nil || j.State != JobDead || slices.Contains(gone, j) {
+				res.Skipped = append(res.Skipped, id)
+				continue
+			}
+			gone = append(gone, j)
+		}
+	} else {
+		for _, j := range m.jobs {
+			if j.State == JobDead && (c.Queue == "" || j.Queue == c.Queue) && (c.OlderThan == 0 || j.FinishedAt < m.now-c.OlderThan) {
+				gone = append(gone, j)
+			}
+		}
+		slices.SortFunc(gone, func(a, b *Job) int { return cmp.Compare(a.FinishSeq, b.FinishSeq) })
+		if len(gone) > int(c.Limit) {
+			gone, res.More = gone[:c.Limit], true
+		}
+	}
+	for _, j := range gone {
+		res.Purged = append(res.Purged, j.ID)
+		delete(m.reports, j)
+	}
+	m.jobs = slices.DeleteFunc(m.jobs, func(j *Job) bool { return slices.Contains(gone, j) })
+	if len(gone) > 0 {
+		m.emit(Event{Type: EventJobsPurged})
 	}
 	return res, nil
 }
@@ -564,8 +661,9 @@ func (m *refModel) start(c *Start) (any, error) {
 	return *l, nil
 }
 
-func answerOf(jobID string, l *Lease) ReportResult {
-	return ReportResult{JobID: jobID, Token: l.Token, Outcome: l.Outcome, State: l.Answer, Requeued: l.Answer == JobQueued}
+func answerOf(j *Job, l *Lease) ReportResult {
+	return ReportResult{JobID: j.ID, Token: l.Token, Outcome: l.Outcome, State: l.Answer, Requeued: l.Answer == JobQueued,
+		Queue: j.Queue, Ran: l.EndedAt - l.GrantedAt}
 }
 
 func (m *refModel) report(c *Report) (any, error) {
@@ -578,7 +676,7 @@ func (m *refModel) report(c *Report) (any, error) {
 			case l.WorkerID != c.WorkerID:
 				return nil, ErrNotOwner
 			case l.ReportID() == c.ReportID:
-				return answerOf(j.ID, l), nil
+				return answerOf(j, l), nil
 			}
 			m.emit(Event{Type: EventReportConflict, JobID: j.ID, Token: l.Token, WorkerID: c.WorkerID, Ref: c.Ref})
 			return nil, ErrConflict
@@ -608,19 +706,29 @@ func (m *refModel) report(c *Report) (any, error) {
 			j.NotBefore = m.now + delay
 		}
 		j.State = JobQueued
-	} else {
+	}
+	m.touch(j)
+	m.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref})
+	switch {
+	case requeue:
+	case c.Outcome == OutcomeFailed && c.Retryable && l.Revoke == RevokeNone && m.level() >= 6:
+		// Out of attempts: dead from level 6, with the last error.
+		reason := fmt.Sprintf("out of attempts (%d of %d)", j.Attempts, j.MaxAttempts)
+		if c.Message != "" {
+			reason += ": " + c.Message
+		}
+		m.die(j, l, reason)
+	default:
 		m.finish(j, JobReported)
 	}
 	l.Answer = j.State
-	m.touch(j)
-	m.emit(Event{Type: EventLeaseReported, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: c.Ref})
 	switch {
 	case requeue && delay > 0:
 		m.emit(Event{Type: EventRetryScheduled, JobID: j.ID, Token: l.Token})
 	case requeue:
 		m.emit(Event{Type: EventJobRequeued, JobID: j.ID, Token: l.Token})
 	}
-	return answerOf(j.ID, l), nil
+	return answerOf(j, l), nil
 }
 
 func revokeWord(r Revoke) string {
@@ -676,7 +784,7 @@ func (m *refModel) cancel(c *Cancel) (any, error) {
 		return nil, ErrNotFound
 	case j.State == JobCancelled:
 		return CancelResult{Job: copyJob(j)}, nil
-	case isTerminal(j.State):
+	case isTerminal(j.State) || j.State == JobDead:
 		return nil, ErrFinished
 	case j.State == JobQueued:
 		m.cancelQueued(j, c.Reason)
@@ -736,6 +844,8 @@ func (m *refModel) expire(c *Expire) (any, error) {
 			j.Reason = ReasonWorkerLost
 			m.finish(j, JobLost)
 			m.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
+		case j.Losses >= j.MaxWorkerLosses && m.level() >= 6:
+			m.die(j, l, fmt.Sprintf("%s (%d)", ReasonPoison, j.Losses))
 		case j.Losses >= j.MaxWorkerLosses:
 			j.Reason = ReasonPoison
 			m.finish(j, JobFailed)
@@ -841,6 +951,14 @@ func norm(v any) any {
 			x.Kept = nil
 		}
 		v = x
+	case PurgeResult:
+		if len(x.Purged) == 0 {
+			x.Purged = nil
+		}
+		if len(x.Skipped) == 0 {
+			x.Skipped = nil
+		}
+		v = x
 	case ExpireResult:
 		if len(x.Expired) == 0 {
 			x.Expired = nil
@@ -884,7 +1002,7 @@ func same(a, b any) bool { return reflect.DeepEqual(norm(a), norm(b)) }
 
 var modelSentinels = []error{
 	ErrInvalidArgument, ErrTooLarge, ErrNotFound, ErrConflict, ErrStaleToken, ErrNotOwner,
-	ErrUnknownWorker, ErrFinished, ErrTokensExhausted, ErrUnknownCommand, ErrCorrupt,
+	ErrUnknownWorker, ErrFinished, ErrNotDead, ErrTokensExhausted, ErrUnknownCommand, ErrCorrupt,
 }
 
 // sentinel maps an error to the sentinel it wraps (or itself).
@@ -929,6 +1047,9 @@ const (
 	actFloor
 	actRecord
 	actRemoveIdle
+	actSetNode
+	actRetry
+	actPurge
 	actSchedule // put, pause, resume or delete a schedule
 	actFire
 	actInvalid
@@ -944,15 +1065,15 @@ type modelProfile struct {
 }
 
 var modelProfiles = []modelProfile{
-	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 2, 3, 1}},
+	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1, 2, 1, 2, 3, 1}},
 	// Few jobs leased over and over: lease history trimming, poison jobs,
 	// retry limits, old tokens of the same job.
-	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 1, 1}},
+	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 3, 1, 1, 1, 1}},
 	// Many queued jobs: long ready queues, bulk cancels, stale heap entries,
 	// shard boundaries and compaction of whole shards.
-	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 1}},
+	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 2, 2, 1, 1}},
 	// Workers coming and going, expiries and revokes.
-	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 2, 4, 1}},
+	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1, 2, 1, 2, 4, 1}},
 }
 
 var (
@@ -1092,7 +1213,7 @@ func (g *modelGen) target() liveRef {
 func (g *modelGen) open() int {
 	n := 0
 	for _, j := range g.m.jobs {
-		if !isTerminal(j.State) {
+		if !isTerminal(j.State) && j.State != JobDead {
 			n++
 		}
 	}
@@ -1326,8 +1447,76 @@ func (g *modelGen) compact() Command {
 	return c
 }
 
+// setNode records a node's level, as the leader does: the cluster's level
+// is the lowest recorded, so the dead-letter rule switches on and off.
+func (g *modelGen) setNode() Command {
+	id := pick(g, []string{"n1", "n2", "n3"})
+	c := &SetNode{NodeID: id, RaftAddr: id + ":7001", APIAddr: id + ":7000"}
+	switch r := g.rng.IntN(100); {
+	case r < 65:
+		c.Level, c.Version = 6, "v6"
+	case r < 90:
+		c.Level, c.Version = 5, "v5"
+	}
+	return c
+}
+
+// dead returns the ids of the dead jobs.
+func (g *modelGen) dead() []string {
+	var ids []string
+	for _, j := range g.m.jobs {
+		if j.State == JobDead {
+			ids = append(ids, j.ID)
+		}
+	}
+	return ids
+}
+
+func (g *modelGen) retry() Command {
+	id := "nojob"
+	switch dead := g.dead(); {
+	case len(dead) > 0 && g.pct(80):
+		id = pick(g, dead)
+	case len(g.m.jobs) > 0 && g.pct(90):
+		id = pick(g, g.m.jobs).ID // not dead: refused
+	}
+	return &RetryJob{JobID: id, Reason: g.text()}
+}
+
+func (g *modelGen) purge() Command {
+	c := &PurgeJobs{Limit: 1 + uint32(g.rng.IntN(3)), Reason: g.text()}
+	if g.pct(20) {
+		c.Limit = MaxPurgeBatch
+	}
+	if g.pct(40) {
+		dead := g.dead()
+		for n := 1 + g.rng.IntN(3); n > 0; n-- {
+			switch r := g.rng.IntN(100); {
+			case r < 60 && len(dead) > 0:
+				c.JobIDs = append(c.JobIDs, pick(g, dead))
+			case r < 85 && len(g.m.jobs) > 0:
+				c.JobIDs = append(c.JobIDs, pick(g, g.m.jobs).ID)
+			default:
+				c.JobIDs = append(c.JobIDs, "nojob")
+			}
+		}
+		return c
+	}
+	if g.pct(50) {
+		c.Queue = pick(g, modelQueues)
+	}
+	if g.pct(50) {
+		c.OlderThan = g.rng.Int64N(20e9)
+	}
+	return c
+}
+
 func (g *modelGen) invalid() Command {
-	switch g.rng.IntN(6) {
+	switch g.rng.IntN(8) {
+	case 6:
+		return &PurgeJobs{JobIDs: []string{"j1"}, Queue: "q1", Limit: 1}
+	case 7:
+		return &RetryJob{JobID: ""}
 	case 0:
 		return &Acquire{WorkerID: "w1", RequestID: "bad", Queues: []string{"q1"}, Max: 0}
 	case 1:
@@ -1412,6 +1601,12 @@ func (g *modelGen) next() (Command, bool) {
 			w = g.worker()
 		}
 		return &RecordEvent{Event: pick(g, modelRecordable), WorkerID: w, Detail: g.text()}, false
+	case actSetNode:
+		return g.setNode(), false
+	case actRetry:
+		return g.retry(), false
+	case actPurge:
+		return g.purge(), false
 	case actRemoveIdle:
 		// As the leader proposes it: workers it has not heard from, some of
 		// which may have acquired since, been removed already, or never
@@ -1683,6 +1878,11 @@ func (r *modelRun) note(c Command, at int64, res any, err error) {
 		if c.(*Report).Token == x.Token && r.m.eventSeq > 0 && len(r.m.emitted) == 0 {
 			r.seen["report answered again"]++
 		}
+	case PurgeResult:
+		r.seen["dead jobs purged"] += len(x.Purged)
+		if x.More {
+			r.seen["purge stopped at its limit"]++
+		}
 	case CompactResult:
 		if x.More {
 			r.seen["compact stopped at its limit"]++
@@ -1901,7 +2101,7 @@ func (r *modelRun) compareState() {
 		r.fail("Jobs lists %v\n  want %v", listed, ids)
 	}
 	// A filtered listing.
-	flt := JobFilter{Queue: modelQueues[r.checks.IntN(len(modelQueues))], State: JobState(1 + r.checks.IntN(7))}
+	flt := JobFilter{Queue: modelQueues[r.checks.IntN(len(modelQueues))], State: JobState(1 + r.checks.IntN(int(JobDead)))}
 	jobs, _ := f.Jobs(flt)
 	listed, ids = listed[:0], ids[:0]
 	for _, j := range jobs {

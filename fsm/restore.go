@@ -17,9 +17,13 @@ type RestorePlan struct {
 	// carry a later index (a backup of a longer log) are given this one.
 	Index uint64
 	// Floor is the token counter's least value after the restore: above
-	// anything the backup's cluster may have granted after the backup was
-	// taken, and anything this cluster granted.
+	// anything this cluster granted (its counter plus one). PrepareRestore
+	// raises it further above what the backup's cluster may have granted
+	// after the backup was taken (GrantAllowance).
 	Floor uint64
+	// Now is the restoring cluster's time, unix nanoseconds: how long ago
+	// the backup was taken is Now less the backup's own time.
+	Now int64
 	// Latest is the latest time, unix nanoseconds, the backup may carry:
 	// the restoring leader's clock plus an allowance for skew. A state's
 	// time drives compaction, so a backup from the future would compact
@@ -39,7 +43,7 @@ type RestorePlan struct {
 // MaxTokenFloor (no floor could then be raised above it), is refused with
 // an ErrInvalidArgument FieldError naming the field. The copy takes
 // plan.Index as its index, carries no index after it, has its token
-// counter raised to at least plan.Floor and ends with a
+// counter raised to at least plan.Floor and GrantAllowance and ends with a
 // tokens.floor_raised event, and its schedules' slots settled through
 // plan.Settled. It is written in the newest snapshot version.
 // PrepareRestore returns the copy's counters; it touches no live state.
@@ -71,7 +75,7 @@ func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, erro
 		}
 	}
 	old := s.lastToken
-	s.lastToken = max(old, plan.Floor)
+	s.lastToken = max(old, plan.Floor, GrantAllowance(old, s.lastTime, plan.Now))
 	s.emit(Event{Type: EventTokenFloorRaised, Detail: fmt.Sprintf("restore: from %d to %d", old, s.lastToken)})
 	if err := s.check(); err != nil {
 		return Stats{}, fmt.Errorf("%w: restored state: %w", ErrCorrupt, err)
@@ -101,3 +105,28 @@ func (s *state) rebase(index uint64) {
 }
 
 func formatTime(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339) }
+
+// MaxGrantsPerSecond is the bound a restore assumes on the tokens a
+// cluster grants per second (a token per lease): 2^20, far above any rate
+// docs/performance.md measured. A restore raises the counter by this
+// much per second since the backup was taken, so tokens stay far below
+// 2^53, the largest integer a JSON number (a float64) holds exactly:
+// 2^53 / 2^20 is 272 years of backups' age.
+const MaxGrantsPerSecond = 1 << 20
+
+// GrantAllowance is the least token counter a backup taken at backupTime
+// with counter backupToken may restore to at now: above every token its
+// cluster can have granted since, at MaxGrantsPerSecond for every second
+// begun (at least one), saturating at MaxTokenFloor. A backup whose time
+// is after now is allowed one second.
+func GrantAllowance(backupToken uint64, backupTime, now int64) uint64 {
+	secs := uint64(1)
+	if now > backupTime {
+		d := uint64(now) - uint64(backupTime) // exact: the difference is below 2^64
+		secs = max(1, d/uint64(time.Second)+min(1, d%uint64(time.Second)))
+	}
+	if backupToken >= MaxTokenFloor || secs >= (MaxTokenFloor-backupToken)/MaxGrantsPerSecond {
+		return MaxTokenFloor
+	}
+	return backupToken + secs*MaxGrantsPerSecond
+}

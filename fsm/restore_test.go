@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // crafted writes f's state as a snapshot with edits made to copies of its
@@ -113,7 +114,7 @@ func TestPrepareRestore(t *testing.T) {
 	m := busyMachine(t)
 	now := m.now
 	honest := snapshotBytes(t, m.f)
-	plan := RestorePlan{Index: 10_000, Floor: TokenFloorFor(1_800_000_000), Latest: now}
+	plan := RestorePlan{Index: 10_000, Floor: 1 << 40, Latest: now, Now: now}
 
 	refused := map[string]struct {
 		data  []byte
@@ -179,14 +180,16 @@ func TestPrepareRestore(t *testing.T) {
 	}
 
 	// A backup of a shorter log: only the state's index moves. A floor
-	// below the counter changes nothing but adds the event.
+	// below the counter leaves the allowance for what the backup's
+	// cluster can have granted in the 3 s since it was taken.
 	out.Reset()
-	high := RestorePlan{Index: fileIndex + 1000, Floor: 1, Latest: now}
+	backup := m.f.Stats()
+	high := RestorePlan{Index: fileIndex + 1000, Floor: 1, Latest: now, Now: backup.LastTime + 3*int64(time.Second)}
 	if st, err = PrepareRestore(&out, bytes.NewReader(honest), high); err != nil {
 		t.Fatal(err)
 	}
-	if st.LastIndex != high.Index || st.LastToken != m.f.Stats().LastToken {
-		t.Fatalf("prepared %+v", st)
+	if st.LastIndex != high.Index || st.LastToken != backup.LastToken+3*MaxGrantsPerSecond {
+		t.Fatalf("prepared %+v, want token %d", st, backup.LastToken+3*MaxGrantsPerSecond)
 	}
 }
 
@@ -207,7 +210,7 @@ func TestPrepareRestoreAtEventBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Events != MaxEvents || st.LastToken != 10 {
+	if st.Events != MaxEvents || st.LastToken != MaxGrantsPerSecond { // the allowance of one second
 		t.Fatalf("events %d last token %d", st.Events, st.LastToken)
 	}
 	if err := New().Restore(&out); err != nil {

@@ -20,6 +20,8 @@ package fsm
 //	RecordEvents     nil
 //	Audit            nil
 //	RemoveIdle       RemoveIdleResult
+//	RetryJob         Job
+//	PurgeJobs        PurgeResult
 //
 // Every value is a copy: holding it never pins or races with the state.
 
@@ -66,6 +68,10 @@ type ReportResult struct {
 	Outcome  Outcome
 	State    JobState // the job's state right after the report
 	Requeued bool     // a retryable failure sent the job back to its queue
+	// Queue is the job's; Ran the lease's time from its grant to the
+	// report, in nanoseconds of leader time (for metrics).
+	Queue string
+	Ran   int64
 }
 
 // CancelResult is the job after a cancel. Revoked is true when the job was
@@ -100,4 +106,13 @@ type CompactResult struct {
 // FloorResult is the token the next grant will carry.
 type FloorResult struct {
 	Next uint64
+}
+
+// PurgeResult lists the dead jobs a purge removed and, for one by ids, the
+// listed jobs it skipped (unknown, or not dead); More is true when its
+// limit was reached with matching dead jobs left.
+type PurgeResult struct {
+	Purged  []string
+	Skipped []string
+	More    bool
 }

@@ -15,7 +15,7 @@ import (
 
 // Snapshot stream format, version 6:
 //
-//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x05)
+//	magic "LEASEHOLD-SNAPSHOT" and the version byte (\x01 to \x06)
 //	record*    each: tag byte, uvarint body length, body
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
@@ -26,8 +26,10 @@ import (
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
-// NotBefore and retry policy at the end of each job; 6 adds the schedule
-// records (a state with a schedule is written in 6). Every version ever
+// NotBefore and retry policy at the end of each job; 6 may hold the dead
+// state (JobDead, as a job's state or a report's answer) and its events (31
+// to 33), which a reader of 5 refuses, and adds the schedule records (a
+// state with a schedule is written in 6). Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
 // or more), capped at its own, and version 3 while none is recorded, so a
@@ -65,7 +67,8 @@ type Snapshot struct {
 	// schedules likewise; a snapshot holding one is version 6
 	schedules []*Schedule
 	// minVersion is the lowest version that holds every job: 5 once a job
-	// has a NotBefore or a retry policy, whatever the nodes' levels say.
+	// has a NotBefore or a retry policy, 6 once one is dead, whatever the
+	// nodes' levels say.
 	minVersion byte
 	events     eventLog
 }
@@ -100,6 +103,9 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	if s.timed > 0 {
 		snap.minVersion = 5
+	}
+	if s.counts[JobDead] > 0 {
+		snap.minVersion = 6
 	}
 	for _, sc := range s.schedules {
 		snap.schedules = append(snap.schedules, sc)
@@ -194,9 +200,7 @@ func SnapshotVersion(r io.ReaderAt) (byte, error) {
 func snapVersionFor(nodes []*Node) byte {
 	v := byte(0)
 	for _, n := range nodes {
-		if n.Level != 0 && (v == 0 || n.Level < v) {
-			v = n.Level
-		}
+		v = lowerLevel(v, n.Level)
 	}
 	if v == 0 {
 		return 3
@@ -482,24 +486,6 @@ func decodeRecord(body []byte, fn func(d *decoder)) error {
 	fn(&d)
 	return d.done()
 }
-
-// TokenFloorFor returns the token floor a restore performed at unixSeconds
-// sets: unixSeconds << 30. A cluster restored (or created) at time T grants
-// tokens from at most T<<30 upwards, so the floor of a later restore at T'
-// is above every token the earlier cluster could have granted, unless it
-// granted more than 2^30 (a billion) tokens per second of its life. The
-// operator's clock only needs to be later than at the previous restore.
-func TokenFloorFor(unixSeconds int64) uint64 {
-	switch {
-	case unixSeconds <= 0:
-		return 0
-	case uint64(unixSeconds) >= MaxTokenFloor>>tokenFloorShift:
-		return MaxTokenFloor
-	}
-	return uint64(unixSeconds) << tokenFloorShift
-}
-
-const tokenFloorShift = 30
 
 // InspectSnapshot reads a snapshot fully, checks it, and returns its
 // counters, without touching any live state.

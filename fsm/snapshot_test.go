@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"testing"
+	"time"
 )
 
 // busyMachine returns a machine with jobs in every state, two workers and
@@ -296,13 +298,33 @@ func TestSnapshotIsolatedFromApplies(t *testing.T) {
 	}
 }
 
-func TestTokenFloorForGrowsWithTime(t *testing.T) {
-	a, b := TokenFloorFor(1_700_000_000), TokenFloorFor(1_700_000_001)
-	if a == 0 || b <= a || b-a != 1<<30 {
-		t.Fatalf("floors %d %d", a, b)
+// A restore's allowance is the backup's counter plus MaxGrantsPerSecond
+// for every second begun since the backup, saturating; a backup taken a
+// century ago with a counter of a billion still restores to a counter a
+// JSON number holds exactly (2^53).
+func TestGrantAllowance(t *testing.T) {
+	sec := int64(time.Second)
+	cases := []struct {
+		token   uint64
+		at, now int64
+		want    uint64
+	}{
+		{0, 10 * sec, 10 * sec, MaxGrantsPerSecond},                              // no time: one second
+		{5, 10 * sec, 9 * sec, 5 + MaxGrantsPerSecond},                           // a backup from the future: one second
+		{5, 10 * sec, 10*sec + 1, 5 + MaxGrantsPerSecond},                        // a nanosecond begins a second
+		{5, 10 * sec, 12*sec + 1, 5 + 3*MaxGrantsPerSecond},                      // 2 s and a nanosecond
+		{5, math.MinInt64, math.MaxInt64, 5 + 18_446_744_074*MaxGrantsPerSecond}, // the widest span: no overflow
+		{MaxTokenFloor - 1, 0, sec, MaxTokenFloor},                               // saturates near the bound
+		{MaxTokenFloor, 0, sec, MaxTokenFloor},                                   // at it
 	}
-	if TokenFloorFor(-1) != 0 || TokenFloorFor(1<<40) != MaxTokenFloor {
-		t.Fatal("floor bounds")
+	for _, c := range cases {
+		if got := GrantAllowance(c.token, c.at, c.now); got != c.want {
+			t.Errorf("GrantAllowance(%d, %d, %d) = %d, want %d", c.token, c.at, c.now, got, c.want)
+		}
+	}
+	century := 100 * 365 * 24 * time.Hour
+	if got := GrantAllowance(1e9, 0, int64(century)); got >= 1<<53 {
+		t.Fatalf("a century-old backup restores to %d, past 2^53", got)
 	}
 }
 

@@ -58,13 +58,14 @@ type state struct {
 	delayed      delayedHeap                    // queued jobs not yet due, by NotBefore (delayed.go)
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
-	finished     []uint64                       // seqs of terminal jobs in finish order
+	finished     []uint64                       // seqs of terminal jobs but dead ones in finish order: what Compact takes
+	dead         []uint64                       // seqs of dead jobs in finish order: what PurgeJobs takes (apply_dead.go)
 	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
-	counts       [JobFailed + 1]int // jobs per state
-	timed        int                // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
-	bytes        int64              // jobs' and events' size (size.go)
-	touched      map[uint64]int64   // during an apply: seq -> size before it changed
+	counts       [JobDead + 1]int // jobs per state
+	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
+	bytes        int64            // jobs' and events' size (size.go)
+	touched      map[uint64]int64 // during an apply: seq -> size before it changed
 }
 
 func newState() *state {
@@ -334,11 +335,19 @@ func (s *state) setState(j *Job, to JobState) {
 	if to == JobQueued {
 		s.enterQueue(j)
 	}
+	if from == JobDead { // retried: only a dead job ever leaves a terminal state
+		s.leaveDead(j)
+		j.FinishSeq, j.FinishedAt = 0, 0
+	}
 	if to.Terminal() {
 		s.finishSeq++
 		j.FinishSeq = s.finishSeq
 		j.FinishedAt = s.lastTime
-		s.finished = append(s.finished, j.Seq)
+		if to == JobDead {
+			s.dead = append(s.dead, j.Seq)
+		} else {
+			s.finished = append(s.finished, j.Seq)
+		}
 	}
 }
 
@@ -393,7 +402,7 @@ func (s *state) emit(ev Event) {
 func (s *state) rebuildIndexes() {
 	s.bytes = s.countBytes()
 	type fin struct{ fseq, seq uint64 }
-	var finished []fin
+	var finished, dead []fin
 	eachJob(s.shards, func(j *Job) bool {
 		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
 		j.Retry = s.internRetry(j.Retry)
@@ -415,6 +424,8 @@ func (s *state) rebuildIndexes() {
 		switch {
 		case j.State == JobQueued:
 			s.enterQueue(j)
+		case j.State == JobDead:
+			dead = append(dead, fin{j.FinishSeq, j.Seq})
 		case j.State.Terminal():
 			finished = append(finished, fin{j.FinishSeq, j.Seq})
 		}
@@ -432,10 +443,17 @@ func (s *state) rebuildIndexes() {
 	for w, ls := range s.workerLeases {
 		s.workerLeases[w] = slices.Clone(ls)
 	}
-	slices.SortFunc(finished, func(a, b fin) int { return cmpU64(a.fseq, b.fseq) })
-	s.finished = make([]uint64, len(finished))
-	for i, f := range finished {
-		s.finished[i] = f.seq
+	inOrder := func(list []fin) []uint64 {
+		slices.SortFunc(list, func(a, b fin) int { return cmpU64(a.fseq, b.fseq) })
+		out := make([]uint64, len(list))
+		for i, f := range list {
+			out[i] = f.seq
+		}
+		return out
+	}
+	s.finished = inOrder(finished)
+	if len(dead) > 0 {
+		s.dead = inOrder(dead)
 	}
 }
 

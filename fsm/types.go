@@ -14,17 +14,22 @@ const (
 	JobCancelled JobState = 5 // terminal: cancelled before or during a lease
 	JobLost      JobState = 6 // terminal: worker lost, policy "fail"
 	JobFailed    JobState = 7 // terminal: poison job, its worker was lost too often
+	// JobDead is terminal (from cluster level 6): out of attempts or
+	// stopped by the poison limit, its last error kept. Unlike the other
+	// terminal states it is kept until purged or retried (RetryJob), never
+	// compacted by retention.
+	JobDead JobState = 8
 )
 
 var jobStateNames = map[JobState]string{
 	JobQueued: "queued", JobAcquired: "acquired", JobRunning: "running", JobReported: "reported",
-	JobCancelled: "cancelled", JobLost: "lost", JobFailed: "failed",
+	JobCancelled: "cancelled", JobLost: "lost", JobFailed: "failed", JobDead: "dead",
 }
 
 func (s JobState) String() string { return enumName(jobStateNames, s) }
 
 // Terminal reports whether the job will never change state again.
-func (s JobState) Terminal() bool { return s >= JobReported && s <= JobFailed }
+func (s JobState) Terminal() bool { return s >= JobReported && s <= JobDead }
 
 // Leased reports whether the job has a live lease.
 func (s JobState) Leased() bool { return s == JobAcquired || s == JobRunning }

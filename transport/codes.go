@@ -28,6 +28,7 @@ const (
 	ReasonUnknownWorker   = "UNKNOWN_WORKER"     // register first
 	ReasonUnreachable     = "UNREACHABLE_WORKER" // silent past grace; heartbeat first
 	ReasonJobFinished     = "JOB_FINISHED"
+	ReasonJobNotDead      = "JOB_NOT_DEAD" // only a dead job can be retried
 	ReasonTokensExhausted = "TOKENS_EXHAUSTED"
 	ReasonUnauthenticated = "UNAUTHENTICATED"
 	ReasonForbidden       = "PERMISSION_DENIED"
@@ -63,6 +64,7 @@ var reasonCodes = map[string]connect.Code{
 	ReasonUnknownWorker:   connect.CodeFailedPrecondition,
 	ReasonUnreachable:     connect.CodeFailedPrecondition,
 	ReasonJobFinished:     connect.CodeFailedPrecondition,
+	ReasonJobNotDead:      connect.CodeFailedPrecondition,
 	ReasonTokensExhausted: connect.CodeResourceExhausted,
 	ReasonUnauthenticated: connect.CodeUnauthenticated,
 	ReasonForbidden:       connect.CodePermissionDenied,

@@ -22,11 +22,11 @@ import (
 // gives each node its own, so one node's time can be paused, skewed or
 // jumped while the others' goes on.
 type FakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	timers  []*fakeTimer
-	changed chan struct{} // closed and replaced when a timer is armed, stopped or fired
-	wall    time.Duration // ShiftWall's offset of Wall from real time
+	mu        sync.Mutex
+	now       time.Time
+	timers    []*fakeTimer
+	changed   chan struct{} // closed and replaced when a timer is armed, stopped or fired
+	wallAhead time.Duration // ShiftWall's total
 }
 
 var _ clock.Clock = (*FakeClock)(nil)
@@ -43,20 +43,21 @@ func (c *FakeClock) Now() time.Time {
 	return c.now
 }
 
-// Wall is real wall time, shifted by what ShiftWall added: the stamps a
-// node puts in commands are not what tests control, unless a test jumps
-// them (a schedule's slots are wall-clock times).
+// Wall is real wall time, shifted by ShiftWall: the stamps a node puts in
+// commands follow the machine unless a test steps them.
 func (c *FakeClock) Wall() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return time.Now().Add(c.wall)
+	return time.Now().Add(c.wallAhead)
 }
 
-// ShiftWall moves Wall by d from now on; Now and the timers are untouched.
+// ShiftWall steps the wall clock by d, as an operator's or NTP's step
+// would, leaving the timeline (Now, timers) where it is: for rules that
+// read the leader's wall time (retention, run-at) without waiting for it.
 func (c *FakeClock) ShiftWall(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.wall += d
+	c.wallAhead += d
 }
 
 // NewTimer fires when the clock has been advanced by d; at once if d <= 0,

@@ -14,6 +14,7 @@ import (
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
+	"github.com/leasehold/leasehold/ui"
 )
 
 // Who may call what is decided in one place, authenticate, an HTTP
@@ -151,6 +152,10 @@ var (
 	anyRolePath = map[string]bool{"/metrics": true}
 )
 
+// isUIPath is the status page's files (package ui): static, with no data,
+// so open like /livez.
+func isUIPath(path string) bool { return path == "/ui" || strings.HasPrefix(path, ui.Prefix) }
+
 func allowed(role Role, path string) bool {
 	if role == RoleAdmin || anyRolePath[path] {
 		return true
@@ -216,7 +221,7 @@ func identityOf(ctx context.Context) Identity { return requestOf(ctx).id }
 // (Connect, gRPC, gRPC-Web, or JSON for plain endpoints).
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if openPaths[r.URL.Path] {
+		if openPaths[r.URL.Path] || isUIPath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -388,6 +393,7 @@ func (s *Server) refused(r *http.Request, id Identity, err error) {
 
 // writeRefusal answers a refused request in its own protocol.
 func (s *Server) writeRefusal(w http.ResponseWriter, r *http.Request, err error) {
+	s.stats.refused(err)
 	if s.errw.IsSupported(r) {
 		s.errw.Write(w, r, err)
 		return
@@ -453,6 +459,16 @@ func (s *Server) actAsSubmitter(ctx context.Context, submitter string) error {
 		return nil
 	}
 	return s.denied(ctx, fmt.Errorf("%w submitter %q", errNotYours, submitter))
+}
+
+// actAsEverySubmitter refuses, and audits, a call that reaches the jobs
+// of every submitter (a purge by queue or age) from a credential scoped
+// to one submitter: only an admin or a submitter credential for "*".
+func (s *Server) actAsEverySubmitter(ctx context.Context, what string) error {
+	if identityOf(ctx).mayActAsSubmitter("*") {
+		return nil
+	}
+	return s.denied(ctx, fmt.Errorf("%w every submitter (%s)", errNotYours, what))
 }
 
 // denied audits a refusal to act in another's name (at the refusals' rate:

@@ -42,6 +42,7 @@ func leaderCall[S, Req, Res any](s *Server, ctx context.Context, req *connect.Re
 ) (*connect.Response[Res], error) {
 	res, err := do(ctx)
 	if p := s.leaderFor(ctx, err); p != nil {
+		s.stats.forwards.WithLabelValues("write").Inc()
 		return method(svc(p), ctx, connect.NewRequest(req.Msg))
 	}
 	if err != nil {
@@ -62,6 +63,7 @@ func readCall[S, Req, Res any](s *Server, ctx context.Context, req *connect.Requ
 	}
 	f, err := s.node.State(ctx, c == pb.Consistency_CONSISTENCY_STALE)
 	if p := s.leaderFor(ctx, err); p != nil {
+		s.stats.forwards.WithLabelValues("read").Inc()
 		return method(svc(p), ctx, connect.NewRequest(req.Msg))
 	}
 	if err != nil {

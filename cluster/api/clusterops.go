@@ -45,7 +45,7 @@ func (s *Server) status() *pb.StatusResponse {
 		StateBytes: stats.Bytes, StateQuotaBytes: s.node.StateQuota(),
 	}
 	for state, n := range stats.Jobs {
-		out.Jobs = append(out.Jobs, &pb.JobCount{State: pb.JobState(state), Count: uint64(n)})
+		out.Jobs = append(out.Jobs, &pb.JobCount{State: stateToProto(state), Count: uint64(n)})
 	}
 	sort.Slice(out.Jobs, func(i, j int) bool { return out.Jobs[i].State < out.Jobs[j].State })
 	return out
@@ -176,35 +176,6 @@ func outcome(err error) string {
 }
 
 // metrics serves the node's counters in the Prometheus text format.
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request) {
-	m := s.node.Metrics()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-	b := func(v bool) int {
-		if v {
-			return 1
-		}
-		return 0
-	}
-	fmt.Fprintf(w, "# HELP leasehold_raft_log_writes_total Batches written and fsynced to the Raft log.\n# TYPE leasehold_raft_log_writes_total counter\nleasehold_raft_log_writes_total %d\n", m.LogWrites)
-	fmt.Fprintf(w, "# HELP leasehold_raft_log_entries_total Entries written to the Raft log.\n# TYPE leasehold_raft_log_entries_total counter\nleasehold_raft_log_entries_total %d\n", m.LogEntries)
-	for name, v := range map[string]uint64{"last_index": m.LastIndex, "commit_index": m.CommitIndex, "applied_index": m.AppliedIndex, "term": m.Term} {
-		fmt.Fprintf(w, "# TYPE leasehold_raft_%s gauge\nleasehold_raft_%s %d\n", name, name, v)
-	}
-	fmt.Fprintf(w, "# HELP leasehold_raft_rpcs_refused_total Raft messages refused for terms or indexes no cluster reaches.\n# TYPE leasehold_raft_rpcs_refused_total counter\nleasehold_raft_rpcs_refused_total %d\n", m.RaftRPCsRefused)
-	fmt.Fprintf(w, "# HELP leasehold_audits_dropped_total Audit records that could not be recorded.\n# TYPE leasehold_audits_dropped_total counter\nleasehold_audits_dropped_total %d\n", m.AuditsDropped)
-	fmt.Fprintf(w, "# HELP leasehold_expiry_workers_looked_total Worker checks the expiry ticks looked at while this node led (about one per worker per grace).\n# TYPE leasehold_expiry_workers_looked_total counter\nleasehold_expiry_workers_looked_total %d\n", m.ExpiryWorkersLooked)
-	fmt.Fprintf(w, "# HELP leasehold_snapshot_last_seconds Time to write the last Raft snapshot this node persisted, to its file closed.\n# TYPE leasehold_snapshot_last_seconds gauge\nleasehold_snapshot_last_seconds %g\n", m.SnapshotLastDuration.Seconds())
-	fmt.Fprintf(w, "# HELP leasehold_snapshot_last_bytes Size of the last Raft snapshot this node persisted.\n# TYPE leasehold_snapshot_last_bytes gauge\nleasehold_snapshot_last_bytes %d\n", m.SnapshotLastBytes)
-	fmt.Fprintf(w, "# TYPE leasehold_leader gauge\nleasehold_leader %d\n", b(m.Leader))
-	fmt.Fprintf(w, "# TYPE leasehold_workers_timed gauge\nleasehold_workers_timed %d\n", m.WorkersTimed)
-	fmt.Fprintf(w, "# TYPE leasehold_live_leases gauge\nleasehold_live_leases %d\n", m.LiveLeases)
-	fmt.Fprintf(w, "# TYPE leasehold_last_token gauge\nleasehold_last_token %d\n", m.LastToken)
-	fmt.Fprintf(w, "# TYPE leasehold_jobs gauge\n")
-	for _, state := range []string{"queued", "acquired", "running", "reported", "cancelled", "lost", "failed"} {
-		fmt.Fprintf(w, "leasehold_jobs{state=%q} %d\n", state, m.Jobs[state])
-	}
-}
-
 // httpStatus maps Connect codes to HTTP for the plain endpoints.
 var httpStatus = map[connect.Code]int{
 	connect.CodeUnavailable:        http.StatusServiceUnavailable,

@@ -58,6 +58,37 @@ func cancelOf(r *pb.CancelJobRequest) (*fsm.Cancel, error) {
 	return &fsm.Cancel{JobID: r.GetId(), Kill: r.GetKill(), Reason: r.GetReason()}, nil
 }
 
+func retryOf(r *pb.RetryJobRequest) (*fsm.RetryJob, error) {
+	if err := rules.CheckID("id", r.GetId()); err != nil {
+		return nil, err
+	}
+	return &fsm.RetryJob{JobID: r.GetId(), Reason: r.GetReason()}, nil
+}
+
+// purgeOf translates a purge: by ids, or by queue and/or age (older_than
+// counted back from the leader's time as the state machine applies it).
+func purgeOf(r *pb.PurgeJobsRequest) (*fsm.PurgeJobs, error) {
+	cmd := &fsm.PurgeJobs{JobIDs: r.GetIds(), Queue: r.GetQueue(), Limit: r.GetLimit(), Reason: r.GetReason()}
+	byAge := r.OlderThan != nil
+	switch {
+	case len(cmd.JobIDs) == 0 && cmd.Queue == "" && !byAge:
+		return nil, rules.Invalid("ids", "name job ids, a queue or an age (older_than 0s: every dead job)")
+	case len(cmd.JobIDs) > 0 && (cmd.Queue != "" || byAge):
+		return nil, rules.Invalid("ids", "purge by ids, or by queue and age, not both")
+	}
+	if byAge {
+		d := r.GetOlderThan().AsDuration()
+		if !r.GetOlderThan().IsValid() || d < 0 || d.Nanoseconds() > fsm.MaxPurgeAge {
+			return nil, rules.Invalid("older_than", "must be 0 to %s", time.Duration(fsm.MaxPurgeAge))
+		}
+		cmd.OlderThan = d.Nanoseconds()
+	}
+	if cmd.Limit == 0 {
+		cmd.Limit = fsm.MaxPurgeBatch
+	}
+	return cmd, nil
+}
+
 func cancelSubmitterOf(r *pb.CancelSubmitterJobsRequest) (*fsm.CancelSubmitter, error) {
 	limit := r.GetLimit()
 	if limit == 0 {

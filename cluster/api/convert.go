@@ -148,11 +148,30 @@ func leaseToProto(l *fsm.Lease) *pb.Lease {
 	}
 }
 
+// stateToProto converts a stored job state: the API numbers them as the
+// state machine does, but dead, which the state machine numbers 8, the
+// number the API gave the scheduled view.
+func stateToProto(s fsm.JobState) pb.JobState {
+	if s == fsm.JobDead {
+		return pb.JobState_JOB_STATE_DEAD
+	}
+	return pb.JobState(s)
+}
+
+// stateFromProto is the inverse of stateToProto for the stored states
+// (scheduled is a view, translated by the list itself).
+func stateFromProto(s pb.JobState) fsm.JobState {
+	if s == pb.JobState_JOB_STATE_DEAD {
+		return fsm.JobDead
+	}
+	return fsm.JobState(s)
+}
+
 // jobToProto converts a job; now is the answering node's clock (Node.Wall),
 // against which a queued job reads as scheduled.
 func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	out := &pb.Job{
-		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: pb.JobState(j.State), Attempts: j.Executions(),
+		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: stateToProto(j.State), Attempts: j.Executions(),
 		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
 		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
 		NotBefore: ts(j.NotBefore),

@@ -37,6 +37,7 @@ var errorTable = []struct {
 	{fsm.ErrNotOwner, transport.ReasonNotOwner},
 	{fsm.ErrUnknownWorker, transport.ReasonUnknownWorker},
 	{fsm.ErrFinished, transport.ReasonJobFinished},
+	{fsm.ErrNotDead, transport.ReasonJobNotDead},
 	{fsm.ErrTokensExhausted, transport.ReasonTokensExhausted},
 	{errUnauthenticated, transport.ReasonUnauthenticated},
 	{errForbidden, transport.ReasonForbidden},

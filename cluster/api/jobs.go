@@ -61,7 +61,7 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 	return readCall(j.s, ctx, req, m.GetConsistency(), jobsOf, jobsAPI.ListJobs, func(_ context.Context, f *fsm.FSM) (*pb.ListJobsResponse, error) {
 		flt := fsm.JobFilter{
 			Queue: m.GetQueue(), Kind: m.GetKind(), Submitter: m.GetSubmitter(), WorkerID: m.GetWorkerId(),
-			State: fsm.JobState(m.GetState()), AfterSeq: m.GetPageToken(), Limit: int(m.GetPageSize()),
+			State: stateFromProto(m.GetState()), AfterSeq: m.GetPageToken(), Limit: int(m.GetPageSize()),
 		}
 		// Scheduled and queued split the stored queued state by this
 		// node's clock, as jobToProto shows them.
@@ -83,13 +83,8 @@ func (j jobService) ListJobs(ctx context.Context, req *connect.Request[pb.ListJo
 
 func (j jobService) CancelJob(ctx context.Context, req *connect.Request[pb.CancelJobRequest]) (*connect.Response[pb.CancelJobResponse], error) {
 	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.CancelJob, func(ctx context.Context) (*pb.CancelJobResponse, error) {
-		// A job's submitter never changes, so any replica's copy tells
-		// whose it is; one this node has not seen yet is checked by the
-		// leader, where the request goes.
-		if job, err := j.s.node.FSM().Job(req.Msg.GetId()); err == nil {
-			if err := j.s.actAsSubmitter(ctx, job.Submitter); err != nil {
-				return nil, err
-			}
+		if err := j.actOnJobs(ctx, req.Msg.GetId()); err != nil {
+			return nil, err
 		}
 		r, err := applyAs[fsm.CancelResult](j.s, ctx, req.Msg, cancelOf)
 		if err != nil {
@@ -114,6 +109,65 @@ func (j jobService) CancelSubmitterJobs(ctx context.Context, req *connect.Reques
 	})
 }
 
+// RetryJob is authorised as a cancel is: the job's submitter must be one
+// the caller may act as.
+func (j jobService) RetryJob(ctx context.Context, req *connect.Request[pb.RetryJobRequest]) (*connect.Response[pb.RetryJobResponse], error) {
+	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.RetryJob, func(ctx context.Context) (*pb.RetryJobResponse, error) {
+		if err := j.actOnJobs(ctx, req.Msg.GetId()); err != nil {
+			return nil, err
+		}
+		r, err := applyAs[fsm.Job](j.s, ctx, req.Msg, retryOf)
+		if err != nil {
+			return nil, err
+		}
+		return &pb.RetryJobResponse{Job: jobToProto(&r, j.s.node.Wall())}, nil
+	})
+}
+
+// PurgeJobs by ids is authorised per job, as a cancel is; by queue or age
+// it reaches every submitter's jobs, so it needs an admin or a submitter
+// credential for "*".
+func (j jobService) PurgeJobs(ctx context.Context, req *connect.Request[pb.PurgeJobsRequest]) (*connect.Response[pb.PurgeJobsResponse], error) {
+	return leaderCall(j.s, ctx, req, jobsOf, jobsAPI.PurgeJobs, func(ctx context.Context) (*pb.PurgeJobsResponse, error) {
+		cmd, err := purgeOf(req.Msg)
+		if err != nil {
+			return nil, err
+		}
+		if len(cmd.JobIDs) > 0 {
+			err = j.actOnJobs(ctx, cmd.JobIDs...)
+		} else {
+			err = j.s.actAsEverySubmitter(ctx, "a purge by queue or age; name the job ids")
+		}
+		if err != nil {
+			return nil, err
+		}
+		r, err := applyAs[fsm.PurgeResult](j.s, ctx, req.Msg, func(*pb.PurgeJobsRequest) (*fsm.PurgeJobs, error) { return cmd, nil })
+		if err != nil {
+			return nil, err
+		}
+		if len(r.Purged) > 0 {
+			j.s.node.AuditAsync(auditRecord(identityOf(ctx), "jobs.purge", fmt.Sprintf("%d dead jobs purged", len(r.Purged))))
+		}
+		return &pb.PurgeJobsResponse{Purged: r.Purged, Skipped: r.Skipped, More: r.More}, nil
+	})
+}
+
+// actOnJobs refuses a call on jobs of a submitter the caller may not act
+// as. A job's submitter never changes, so any replica's copy tells whose
+// it is; one this node has not seen yet is checked by the leader, where
+// the request goes.
+func (j jobService) actOnJobs(ctx context.Context, ids ...string) error {
+	f := j.s.node.FSM()
+	for _, id := range ids {
+		if job, err := f.Job(id); err == nil {
+			if err := j.s.actAsSubmitter(ctx, job.Submitter); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
 // CheckFence is always linearizable: a downstream store relies on it.
 func (j jobService) CheckFence(ctx context.Context, req *connect.Request[pb.CheckFenceRequest]) (*connect.Response[pb.CheckFenceResponse], error) {
 	if err := firstError(rules.CheckID("job_id", req.Msg.GetJobId()), rules.CheckToken("token", req.Msg.GetToken())); err != nil {
@@ -125,7 +179,7 @@ func (j jobService) CheckFence(ctx context.Context, req *connect.Request[pb.Chec
 			r.Current = true
 		}
 		return &pb.CheckFenceResponse{
-			Current: r.Current, CurrentToken: r.CurrentToken, State: pb.JobState(r.State), CheckedAt: timestamppb.Now(),
+			Current: r.Current, CurrentToken: r.CurrentToken, State: stateToProto(r.State), CheckedAt: timestamppb.Now(),
 		}, nil
 	})
 }

@@ -35,7 +35,10 @@ func (sv scheduleService) CreateSchedule(ctx context.Context, req *connect.Reque
 			if err != nil {
 				return nil, err
 			}
-			if m.GetTemplate().Retry == nil && sv.s.node.ClusterLevel() >= 5 {
+			// No policy named: the default. Unlike a submit's, it does not
+			// wait for the cluster's level: a schedule needs level 6 anyway,
+			// so a create retried later names the same policy.
+			if m.GetTemplate().Retry == nil {
 				cmd.Template.Retry = DefaultRetry()
 			}
 			if id := identityOf(ctx); id.Role == RoleSubmitter && id.Submitter != "*" && cmd.Template.Submitter == "" {

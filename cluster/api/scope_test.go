@@ -18,7 +18,8 @@ import (
 // A credential acts only as the identities it names. Worker token A, named
 // for wA and pool-a-*, once reported on B's lease, released B's other
 // lease, heartbeated as B and deregistered B; a submitter cancelled
-// another submitter's jobs. Each is now PERMISSION_DENIED, audited, and
+// another submitter's jobs (and may not retry or purge them, nor purge by
+// queue or age, which reaches every submitter's). Each is now PERMISSION_DENIED, audited, and
 // changes nothing.
 func TestCredentialsActOnlyAsTheirIdentities(t *testing.T) {
 	c := tokenCluster(t, false)
@@ -78,6 +79,12 @@ func TestCredentialsActOnlyAsTheirIdentities(t *testing.T) {
 	denied("cancel another submitter's job", err)
 	_, err = ci.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "x", Queue: "q", Kind: "k", Submitter: "ci2"}}))
 	denied("submit as another submitter", err)
+	_, err = ci.RetryJob(callCtx(t), connect.NewRequest(&pb.RetryJobRequest{Id: "b1"}))
+	denied("retry another submitter's job", err)
+	_, err = ci.PurgeJobs(callCtx(t), connect.NewRequest(&pb.PurgeJobsRequest{Ids: []string{"mine-none", "b1"}}))
+	denied("purge another submitter's job", err)
+	_, err = ci.PurgeJobs(callCtx(t), connect.NewRequest(&pb.PurgeJobsRequest{Queue: "q"}))
+	denied("purge every submitter's dead jobs by queue", err)
 	if after := stateOf(); after != before {
 		t.Fatalf("a refused call changed the state:\n%s\n%s", before, after)
 	}
@@ -99,6 +106,6 @@ func TestCredentialsActOnlyAsTheirIdentities(t *testing.T) {
 				n++
 			}
 		}
-		return n == 8
+		return n == 11
 	})
 }

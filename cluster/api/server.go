@@ -20,6 +20,7 @@ import (
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+	"github.com/leasehold/leasehold/ui"
 )
 
 // Options configure a Server.
@@ -47,6 +48,7 @@ type Options struct {
 // /metrics, all on one HTTP handler behind one authentication layer.
 type Server struct {
 	node     *cluster.Node
+	stats    *apiMetrics
 	log      hclog.Logger
 	creds    atomic.Pointer[credentials]
 	cluster  string
@@ -84,6 +86,7 @@ func NewServer(o Options) *Server {
 	s.log = s.log.Named("api")
 	s.timingsPB = timingsToProto(s.node.Timings())
 	s.creds.Store(newCredentials(o.Credentials))
+	s.stats = newAPIMetrics(s.node.Registerer())
 	// HTTP/2 over the peer port's API connections (TLS, when on, is the
 	// peer port's): every forwarded call shares one connection per leader.
 	tr := &http.Transport{
@@ -123,6 +126,10 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /livez", s.livez)
 	mux.HandleFunc("GET /readyz", s.readyz)
 	mux.HandleFunc("GET /metrics", s.metrics)
+	// The status page: its files are open (they hold no data); the calls
+	// it makes need the same credentials as any other.
+	mux.Handle(ui.Prefix, ui.Handler())
+	mux.Handle("GET /ui", http.RedirectHandler(ui.Prefix, http.StatusMovedPermanently))
 	if s.pprof {
 		// Admin only: no role but admin may call a path authenticate
 		// does not know.
@@ -205,6 +212,9 @@ type hintInterceptor struct{ s *Server }
 func (h hintInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		res, err := next(ctx, req)
+		if err != nil {
+			h.s.stats.refused(err)
+		}
 		if _, api := h.s.node.Leader(); api != "" {
 			var cerr *connect.Error
 			switch {

@@ -101,7 +101,7 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 			return nil, err
 		}
 		return &pb.ReportResponse{
-			JobId: r.JobID, Token: r.Token, Outcome: pb.Outcome(r.Outcome), State: pb.JobState(r.State), Requeued: r.Requeued,
+			JobId: r.JobID, Token: r.Token, Outcome: pb.Outcome(r.Outcome), State: stateToProto(r.State), Requeued: r.Requeued,
 		}, nil
 	})
 }

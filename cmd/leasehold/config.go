@@ -35,6 +35,8 @@ type ServerConfig struct {
 	BootstrapExpect int      `toml:"bootstrap_expect"`
 	Join            []string `toml:"join"`
 	LogLevel        string   `toml:"log_level"`
+	// LogJSON writes one JSON object per log line (for log shippers).
+	LogJSON bool `toml:"log_json"`
 	// Insecure starts a node that binds or advertises a non-loopback
 	// address without peer mutual TLS and API authentication.
 	Insecure bool `toml:"insecure"`
@@ -80,6 +82,7 @@ type RaftSection struct {
 type RetentionSection struct {
 	Jobs            duration `toml:"jobs"`
 	Events          duration `toml:"events"`
+	DeadJobs        duration `toml:"dead_jobs"`
 	CompactInterval duration `toml:"compact_interval"`
 }
 
@@ -189,7 +192,8 @@ func defaultServerConfig() ServerConfig {
 		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, SnapshotInterval: duration{d.SnapshotInterval},
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
 	}
-	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, CompactInterval: duration{d.CompactInterval}}
+	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, DeadJobs: duration{d.DeadRetention},
+		CompactInterval: duration{d.CompactInterval}}
 	l := api.DefaultLimits()
 	c.Limits = LimitsSection{
 		MaxRequestBytes: l.MaxRequestBytes, MaxConnections: l.MaxConns, MaxConnectionsPerHost: l.MaxConnsPerHost,
@@ -252,6 +256,7 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	cfg.LogStore, cfg.WALSegmentBytes = c.Raft.LogStore, c.Raft.WALSegmentBytes
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
+	cfg.DeadRetention = c.Retention.DeadJobs.Duration
 	cfg.StateQuotaBytes, cfg.MaxQueuedPerSubmitter = c.Limits.StateQuotaBytes, c.Limits.MaxQueuedPerSubmitter
 	cfg.Logger = logger
 	cfg.Clock = serverClock()

@@ -34,11 +34,16 @@ func devCommand() *cli.Command {
 			&cli.Float64Flag{Name: "renew-seconds", Value: 1},
 			&cli.Float64Flag{Name: "grace-seconds", Value: 5},
 			&cli.Float64Flag{Name: "toleration-seconds", Value: 15},
-			&cli.StringFlag{Name: "log-level", Value: "off", Usage: "node logs: off, error, warn, info, debug"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "node logs: off, error, warn, info, debug"},
+			&cli.StringFlag{Name: "log-file", Usage: "append the nodes' logs here (default: leasehold-dev.log in --data-dir, or in the system's temporary directory)"},
+			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per line"},
 		},
 		Action: func(c *cli.Context) error {
-			dir := c.String("data-dir")
+			dir, logDir := c.String("data-dir"), c.String("data-dir")
 			if dir == "" {
+				// The log outlives a temporary data dir: it may explain
+				// what the cluster did after it is gone.
+				logDir = os.TempDir()
 				tmp, err := os.MkdirTemp("", "leasehold-dev-")
 				if err != nil {
 					return err
@@ -48,7 +53,24 @@ func devCommand() *cli.Command {
 			}
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(c.String("log-level")), Output: os.Stderr})
+			// The nodes log to a file, not over the banner and the demo's
+			// story; the banner says where.
+			logger, logPath := hclog.NewNullLogger(), ""
+			if level := c.String("log-level"); level != "off" {
+				logPath = c.String("log-file")
+				if logPath == "" {
+					logPath = filepath.Join(logDir, "leasehold-dev.log")
+				}
+				if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
+					return err
+				}
+				f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				logger = newLogger(level, c.Bool("log-json"), f)
+			}
 			d := &devCluster{dir: dir, logger: logger,
 				renew: c.Float64("renew-seconds"), grace: c.Float64("grace-seconds"), toleration: c.Float64("toleration-seconds")}
 			if c.Bool("demo") {
@@ -64,6 +86,9 @@ func devCommand() *cli.Command {
 				fmt.Printf("  node-%d  api %s  raft %s\n", i+1, devAPI[i], devRaft[i])
 			}
 			fmt.Printf("  timings: renew %gs, grace %gs, toleration %gs\n", d.renew, d.grace, d.toleration)
+			if logPath != "" {
+				fmt.Printf("  logs: %s (at %s)\n", logPath, c.String("log-level"))
+			}
 			fmt.Printf("try: leasehold cluster status; leasehold job submit --payload hello; leasehold worker run -- cat\n")
 			if c.Bool("demo") {
 				return runDemo(ctx, d)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasehold/leasehold/client"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -40,7 +41,7 @@ func payloadOf(v string) ([]byte, error) {
 func jobCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "job",
-		Usage: "submit, inspect and cancel jobs",
+		Usage: "submit, inspect and cancel jobs; retry and purge dead ones",
 		Subcommands: []*cli.Command{
 			{
 				Name:  "submit",
@@ -105,7 +106,7 @@ func jobCommand() *cli.Command {
 				Name: "list", Usage: "list jobs",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "queue"}, &cli.StringFlag{Name: "kind"}, &cli.StringFlag{Name: "submitter"},
-					&cli.StringFlag{Name: "worker"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed"},
+					&cli.StringFlag{Name: "worker"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}, staleFlag,
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
@@ -140,6 +141,22 @@ func jobCommand() *cli.Command {
 			},
 			cancelCommand("cancel", false), cancelCommand("kill", true),
 			{
+				Name: "retry", Usage: "queue a dead job again with a fresh attempt budget (every voter at level 6)", ArgsUsage: "ID",
+				Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "recorded in the job.retried event"}},
+				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+					id, err := oneArg(c, "ID")
+					if err != nil {
+						return err
+					}
+					job, err := cl.RetryJob(ctx, id, c.String("reason"))
+					if err != nil {
+						return err
+					}
+					return printJobs(c, []*pb.Job{job}, true)
+				}),
+			},
+			purgeCommand(),
+			{
 				Name: "cancel-submitter", Usage: "cancel every queued job of one submitter", ArgsUsage: "SUBMITTER",
 				Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
@@ -157,6 +174,62 @@ func jobCommand() *cli.Command {
 		},
 	}
 }
+
+// purgeCommand removes dead jobs in as many calls as it takes: the ids
+// 1000 at a time, or by queue and age while the answer says more remain.
+func purgeCommand() *cli.Command {
+	return &cli.Command{
+		Name: "purge", Usage: "remove dead jobs by --id, or by --queue and/or --older-than (every voter at level 6)",
+		Flags: []cli.Flag{
+			&cli.StringSliceFlag{Name: "id", Usage: "a dead job to remove (repeat the flag for more); a job not dead is skipped"},
+			&cli.StringFlag{Name: "queue", Usage: "the dead jobs of this queue"},
+			&cli.DurationFlag{Name: "older-than", Usage: "the dead jobs dead for longer than this, by the leader's clock (0s: every one)"},
+			&cli.StringFlag{Name: "reason", Usage: "recorded in the jobs.purged event"},
+		},
+		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
+			ids := c.StringSlice("id")
+			byFilter := c.IsSet("queue") || c.IsSet("older-than")
+			switch {
+			case len(ids) == 0 && !byFilter:
+				return fmt.Errorf("name --id, --queue or --older-than (--older-than 0s purges every dead job)")
+			case len(ids) > 0 && byFilter:
+				return fmt.Errorf("--id, or --queue and --older-than: not both")
+			}
+			res := struct {
+				Purged  []string `json:"purged"`
+				Skipped []string `json:"skipped,omitempty"`
+			}{Purged: []string{}}
+			for len(ids) > 0 || byFilter {
+				req := &pb.PurgeJobsRequest{Queue: c.String("queue"), Reason: c.String("reason")}
+				if c.IsSet("older-than") {
+					req.OlderThan = durationpb.New(c.Duration("older-than"))
+				}
+				if len(ids) > 0 {
+					n := min(len(ids), purgeBatch)
+					req.Ids, ids = ids[:n], ids[n:]
+				}
+				resp, err := cl.PurgeJobs(ctx, req)
+				if err != nil {
+					return err
+				}
+				res.Purged = append(res.Purged, resp.GetPurged()...)
+				res.Skipped = append(res.Skipped, resp.GetSkipped()...)
+				if byFilter && (!resp.GetMore() || len(resp.GetPurged()) == 0) {
+					break
+				}
+			}
+			return output(c, res, func() {
+				fmt.Printf("purged %d dead jobs\n", len(res.Purged))
+				if len(res.Skipped) > 0 {
+					fmt.Printf("skipped (unknown, or not dead): %s\n", strings.Join(res.Skipped, " "))
+				}
+			})
+		}),
+	}
+}
+
+// purgeBatch is how many ids one PurgeJobs call may list.
+const purgeBatch = 1000
 
 func cancelCommand(name string, kill bool) *cli.Command {
 	usage := "cancel a queued job, or tell the worker of a leased one to stop"

@@ -140,6 +140,10 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref, notBefore)
 		}
 		w.Flush()
+		// One job: why it ended, if it says (a dead job's last error).
+		if single && len(views) == 1 && views[0].Reason != "" {
+			fmt.Printf("reason: %s\n", views[0].Reason)
+		}
 	})
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/signal"
@@ -31,7 +32,8 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "api-advertise", EnvVars: env("API_ADVERTISE"), Usage: "API address clients are pointed to"},
 		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster (1, 3 or 5)"},
 		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses (comma separated)"},
-		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error"},
+		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error (default: info)"},
+		&cli.BoolFlag{Name: "log-json", EnvVars: env("LOG_JSON"), Usage: "log one JSON object per line, for log shippers (TOML: log_json)"},
 		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials ([debug] pprof)"},
 		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md)"},
 		&cli.IntFlag{Name: "raft-fd", Usage: "serve Raft on the listening TCP socket inherited as this file descriptor (bound by whoever started the process, as test launchers do); its address stands in for --raft-bind"},
@@ -63,6 +65,9 @@ func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	str("api-bind", &cfg.APIBind)
 	str("api-advertise", &cfg.APIAdvertise)
 	str("log-level", &cfg.LogLevel)
+	if c.IsSet("log-json") {
+		cfg.LogJSON = c.Bool("log-json")
+	}
 	if c.IsSet("insecure") {
 		cfg.Insecure = c.Bool("insecure")
 	}
@@ -103,7 +108,7 @@ func serverCommand() *cli.Command {
 			if err := cfg.inheritListeners(c.Int("raft-fd"), c.Int("api-fd")); err != nil {
 				return err
 			}
-			logger := hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(cfg.LogLevel), Output: os.Stderr})
+			logger := newLogger(cfg.LogLevel, cfg.LogJSON, os.Stderr)
 			ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			return runServer(ctx, c, cfg, logger)
@@ -245,4 +250,10 @@ func runServer(ctx context.Context, c *cli.Context, cfg ServerConfig, logger hcl
 			return fmt.Errorf("node stopped: %w", n.node.Err())
 		}
 	}
+}
+
+// newLogger is the server's logger: text, or one JSON object per line
+// (hclog's: "@level", "@message", "@module", "@timestamp" and the pairs).
+func newLogger(level string, json bool, out io.Writer) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "leasehold", Level: hclog.LevelFromString(level), Output: out, JSONFormat: json})
 }

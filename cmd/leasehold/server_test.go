@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"net"
 	"os"
 	"strings"
@@ -55,5 +57,25 @@ func TestInheritListeners(t *testing.T) {
 		if err := cfg.inheritListeners(fd, 0); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--raft-fd %d: %v, want an error saying %q", fd, err, want)
 		}
+	}
+}
+
+// --log-json writes one JSON object per line, with the message and pairs
+// as fields; without it, text.
+func TestJSONLogs(t *testing.T) {
+	var buf bytes.Buffer
+	newLogger("info", true, &buf).Named("leader").Info("leadership_established", "term", 3)
+	newLogger("info", true, &buf).Debug("below the level")
+	var line map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("not one JSON object: %q: %v", buf.String(), err)
+	}
+	if line["@message"] != "leadership_established" || line["term"] != 3.0 || line["@module"] != "leasehold.leader" || line["@level"] != "info" {
+		t.Fatalf("line %v", line)
+	}
+	buf.Reset()
+	newLogger("info", false, &buf).Info("leadership_established", "term", 3)
+	if strings.HasPrefix(buf.String(), "{") || !strings.Contains(buf.String(), "leadership_established: term=3") {
+		t.Fatalf("text line %q", buf.String())
 	}
 }

@@ -46,7 +46,7 @@ func StartProcess(cfg ProcessConfig) (*Process, error) {
 		cmd.Env = Env()
 	}
 	cmd.Stdout, cmd.Stderr, cmd.ExtraFiles, cmd.WaitDelay = cfg.Stdout, cfg.Stderr, cfg.Files, cfg.WaitDelay
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("localcluster: start %s: %w", cfg.Argv[0], err)
 	}

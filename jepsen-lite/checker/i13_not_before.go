@@ -37,8 +37,9 @@ import (
 //
 // A job whose last lease ended in a retryable failure that was not
 // revoked must have run out of attempts: at least max_attempts failed
-// leases. The product has no dead state yet: such a job ends reported,
-// outcome failed. And no lease follows the max_attempts-th failure.
+// leases: it ends dead (from cluster level 6) or, below, reported with
+// outcome failed. And no lease follows the max_attempts-th failure (the
+// workload never retries a dead job).
 func checkNotBefore(v *view, r *Result) {
 	checked, delayed, unbounded, retryJobs, outOfAttempts := 0, 0, 0, 0, 0
 	minMargin := int64(math.MaxInt64)
@@ -103,13 +104,13 @@ func checkNotBefore(v *view, r *Result) {
 		}
 		retryJobs++
 		last := &j.Leases[len(j.Leases)-1]
-		if j.State != history.JobReported || !retryableFailure(last) || last.Revoke != "" {
+		if j.State != history.JobReported && j.State != history.JobDead || !retryableFailure(last) || last.Revoke != "" {
 			continue
 		}
 		outOfAttempts++
 		if whole && j.MaxAttempts > 0 && failures < j.MaxAttempts {
-			r.add(fmt.Sprintf("job %s: ended reported after a retryable failure (token %d) with %d of %d attempts used",
-				job, last.Token, failures, j.MaxAttempts), job, last.Token, f.idx)
+			r.add(fmt.Sprintf("job %s: ended %s after a retryable failure (token %d) with %d of %d attempts used",
+				job, j.State, last.Token, failures, j.MaxAttempts), job, last.Token, f.idx)
 		}
 	}
 	r.Stats["grants_checked"] = float64(checked)

@@ -157,6 +157,21 @@ func TestI13EndedBeforeItsAttempts(t *testing.T) {
 	i13Caught(t, b, 1, "with 3 of 4 attempts used")
 }
 
+// From level 6 a job out of attempts ends dead: accepted as the end of a
+// job that used its attempts, caught when it did not.
+func TestI13DeadAfterItsAttempts(t *testing.T) {
+	b := i13Scenario(t, i13Defaults)
+	b.job("j6").State = history.JobDead
+	rep := Check(b.finish(5000, true), Options{RequireAllFinished: true})
+	expectOnly(t, rep)
+	if res := resultOf(t, rep, "I13"); res.Stats["retryable_jobs_out_of_attempts"] != 1 {
+		t.Fatalf("I13 stats %v: the dead job not judged", res.Stats)
+	}
+	b = i13Scenario(t, i13Defaults)
+	b.job("j6").State, b.job("j6").MaxAttempts = history.JobDead, 4
+	i13Caught(t, b, 1, "job j6: ended dead after a retryable failure (token 11) with 3 of 4 attempts used")
+}
+
 func TestPolicyLeast(t *testing.T) {
 	for _, c := range []struct {
 		p    *history.RetryPolicy

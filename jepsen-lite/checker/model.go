@@ -115,7 +115,7 @@ func environment(s jobModelState, envCancel, compaction bool) []jobModelState {
 			out = append(out, e)
 			return
 		}
-		for _, ph := range []history.JobState{history.JobQueued, history.JobLost, history.JobFailed} {
+		for _, ph := range []history.JobState{history.JobQueued, history.JobLost, history.JobFailed, history.JobDead} {
 			e.Phase = ph
 			out = append(out, e)
 		}
@@ -370,10 +370,11 @@ func applyReport(s jobModelState, in linInput, out linOutput) []jobModelState {
 
 // reportAnswers are the job states a report on h's live lease can leave:
 // a retryable failure requeues unless attempts ran out (which the model
-// does not count) or the lease was revoked.
+// does not count: then it ends reported, or dead from level 6) or the
+// lease was revoked.
 func reportAnswers(h jobModelState, in linInput) []history.JobState {
 	if in.Outcome == history.OutcomeFailed && in.Retryable && !h.Revoked {
-		return []history.JobState{history.JobQueued, history.JobReported}
+		return []history.JobState{history.JobQueued, history.JobReported, history.JobDead}
 	}
 	return []history.JobState{history.JobReported}
 }

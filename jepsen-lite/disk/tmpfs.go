@@ -12,8 +12,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Prefix starts the source name of every tmpfs a Disk mounts.
@@ -50,7 +48,7 @@ func Mount(dir, name string, size int64) (*Disk, error) {
 		return nil, err
 	}
 	source := sourceName(os.Getpid(), name)
-	if err := unix.Mount(source, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
+	if err := mountTmpfs(source, dir, size); err != nil {
 		if errors.Is(err, syscall.EPERM) {
 			return nil, fmt.Errorf("%w: mount %s: %v", ErrUnsupported, dir, err)
 		}
@@ -131,11 +129,7 @@ func (d *Disk) Filled() int64 {
 
 // Free space and size of the file system, in bytes.
 func (d *Disk) Usage() (free, total int64, err error) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(d.dir, &st); err != nil {
-		return 0, 0, err
-	}
-	return int64(st.Bavail) * st.Bsize, int64(st.Blocks) * st.Bsize, nil
+	return usage(d.dir)
 }
 
 // SaveTo copies the data dir to dst (on another file system), so it
@@ -155,17 +149,6 @@ func (d *Disk) Unmount() error {
 	}
 	d.gone = true
 	return os.Remove(d.dir)
-}
-
-func unmount(dir string) error {
-	err := unix.Unmount(dir, 0)
-	if errors.Is(err, syscall.EBUSY) {
-		err = unix.Unmount(dir, unix.MNT_DETACH)
-	}
-	if err != nil && !errors.Is(err, syscall.EINVAL) { // EINVAL: not mounted
-		return fmt.Errorf("disk: unmount %s: %w", dir, err)
-	}
-	return nil
 }
 
 var ownedRe = regexp.MustCompile(`^` + Prefix + `([0-9a-z]+)-`)

@@ -592,12 +592,13 @@ const (
 	JobCancelled JobState = "cancelled"
 	JobLost      JobState = "lost"
 	JobFailed    JobState = "failed"
+	JobDead      JobState = "dead" // out of attempts or poison, from cluster level 6
 )
 
 // Terminal reports whether a job in state s is finished for good.
 func (s JobState) Terminal() bool {
 	switch s {
-	case JobReported, JobCancelled, JobLost, JobFailed:
+	case JobReported, JobCancelled, JobLost, JobFailed, JobDead:
 		return true
 	}
 	return false

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 )
@@ -249,11 +248,11 @@ func lastAckOfDeadline(path string, renew, toleration time.Duration) int64 {
 	if err != nil {
 		return 0
 	}
-	var boot, mono unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot) != nil || unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono) != nil {
+	off, ok := bootAhead()
+	if !ok {
 		return 0
 	}
-	return d - (boot.Nano() - mono.Nano()) - int64(toleration) + 2*int64(renew)
+	return d - off - int64(toleration) + 2*int64(renew)
 }
 
 // writeSinks writes to both sinks, as a Go worker's handler does; a write

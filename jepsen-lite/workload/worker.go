@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
@@ -128,11 +127,11 @@ func (w *workerProc) selfStopped(time.Time) { w.selfStopAt.Store(history.Now()) 
 // (CLOCK_BOOTTIME on Linux) to CLOCK_MONOTONIC, the history's clock. On a
 // machine that does not suspend the two differ by a constant.
 func bootToMonotonic(t time.Time) int64 {
-	var boot, mono unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_BOOTTIME, &boot) != nil || unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono) != nil {
+	off, ok := bootAhead()
+	if !ok {
 		return 0
 	}
-	return t.UnixNano() - (boot.Nano() - mono.Nano())
+	return t.UnixNano() - off
 }
 
 // sinkTimeout bounds one sink write; it does not follow the job's context:

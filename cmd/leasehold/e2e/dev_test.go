@@ -29,7 +29,7 @@ func TestDevCluster(t *testing.T) {
 		}
 		l.Close()
 	}
-	dir := t.TempDir()
+	dir := filepath.Join(t.TempDir(), "dev") // made by dev, with its log file
 	// No --endpoints and no LEASEHOLD_ENDPOINTS: the defaults must reach dev.
 	env := baseEnv()
 
@@ -67,6 +67,15 @@ func TestDevCluster(t *testing.T) {
 	dev := startDev()
 	if !strings.Contains(dev.Stdout(), "data in "+dir) {
 		t.Errorf("dev's banner %q does not name the data dir %s", dev.Stdout(), dir)
+	}
+	// The nodes log at info to a file the banner names: a leader's
+	// election is there to explain.
+	logFile := filepath.Join(dir, "leasehold-dev.log")
+	if !strings.Contains(dev.Stdout(), "logs: "+logFile) {
+		t.Errorf("dev's banner %q does not name the log file %s", dev.Stdout(), logFile)
+	}
+	if data, err := os.ReadFile(logFile); err != nil || !strings.Contains(string(data), "leadership_established") {
+		t.Errorf("dev's log file: %v; it has no leadership_established line:\n%s", err, data)
 	}
 	mustCLI(t, env, "job", "submit", "--id", "dev-job", "--payload", "from the e2e test")
 	interrupt(dev)

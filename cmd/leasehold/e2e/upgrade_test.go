@@ -127,3 +127,86 @@ func memberLevels(t *testing.T, c *cluster) map[string]int {
 	}
 	return out
 }
+
+// oldBin5Env names a leasehold binary of level 5, the last build before
+// dead letters, timeouts, queues and schedules (make upgrade-test builds
+// one).
+const oldBin5Env = "LEASEHOLD_E2E_OLD5_BIN"
+
+// A rolling upgrade from level 5 to this build's level. With one voter of
+// level 5, every node applies every entry alike: a job out of attempts
+// ends reported, as that node's build ends it (the dead-letter rule waits
+// for the whole cluster), and what only level 6 can carry is refused
+// UPGRADE_REQUIRED naming it. Once it runs this build, the same job ends
+// dead and retries.
+func TestMixedClusterLevel6(t *testing.T) {
+	old := os.Getenv(oldBin5Env)
+	if old == "" {
+		t.Skipf("%s is not set (make upgrade-test sets it)", oldBin5Env)
+	}
+	t.Parallel()
+	c := startClusterOf(t, &cluster{stateHome: t.TempDir(), binOf: func(id string) string {
+		if id == "node-3" {
+			return old
+		}
+		return ""
+	}}, 3, "")
+	oldNode := c.node("node-3")
+	if leader := c.waitReady(t); leader == oldNode {
+		c.cli(t, "cluster", "transfer-leader", "node-1")
+		waitFor(t, readyBound, "node-1 to lead", func() error {
+			if leader := c.waitReady(t); leader.id != "node-1" {
+				return fmt.Errorf("%s leads", leader.id)
+			}
+			return nil
+		})
+	}
+	waitFor(t, readyBound, "the levels recorded", func() error {
+		if levels := memberLevels(t, c); levels["node-1"] < 6 || levels["node-3"] != 5 {
+			return fmt.Errorf("levels %v", levels)
+		}
+		return nil
+	})
+
+	exhaust := func(id string) jobJSON {
+		t.Helper()
+		c.cli(t, "job", "submit", "--id", id, "--queue", id, "--max-attempts", "1")
+		w := c.startWorker(t, "w-"+id, "--once", "--queue", id, "--", "sh", "-c", "exit 75")
+		if code := w.Wait(t, jobBound); code != 75 {
+			t.Fatalf("worker exited %d, want 75", code)
+		}
+		return c.job(t, id)
+	}
+	if j := exhaust("mixed-out"); j.State != "reported" || j.Outcome != "failed" {
+		t.Fatalf("a job out of attempts in a mixed cluster: %+v, want reported failed", j)
+	}
+	r := runCLI(t, c.env(), "job", "retry", "mixed-out")
+	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 5") {
+		t.Fatalf("job retry in a mixed cluster: exit %d, %s", r.code, r.stderr)
+	}
+	if oldNode.exited() {
+		t.Fatalf("the level-5 node stopped: %s", oldNode.log())
+	}
+
+	if err := c.lc.Upgrade(oldNode.i, testbin.Leasehold(t), testwait.Bound(exitBound)); err != nil {
+		t.Fatal(err)
+	}
+	c.waitReady(t)
+	waitFor(t, jobBound, "every node's level recorded", func() error {
+		for id, l := range memberLevels(t, c) {
+			if l < 6 {
+				return fmt.Errorf("%s at level %d", id, l)
+			}
+		}
+		return nil
+	})
+	if j := exhaust("upgraded-out"); j.State != "dead" {
+		t.Fatalf("a job out of attempts after the upgrade: %+v, want dead", j)
+	}
+	c.cli(t, "job", "retry", "upgraded-out")
+	for _, n := range c.nodes {
+		if n.exited() {
+			t.Fatalf("%s stopped: %s", n.id, n.log())
+		}
+	}
+}

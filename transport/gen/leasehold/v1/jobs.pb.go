@@ -827,6 +827,242 @@ func (x *GetLeaseResponse) GetLease() *Lease {
 	return nil
 }
 
+type RetryJobRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"` // recorded in the job.retried event
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobRequest) Reset() {
+	*x = RetryJobRequest{}
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobRequest) ProtoMessage() {}
+
+func (x *RetryJobRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobRequest.ProtoReflect.Descriptor instead.
+func (*RetryJobRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_jobs_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *RetryJobRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *RetryJobRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type RetryJobResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Job           *Job                   `protobuf:"bytes,1,opt,name=job,proto3" json:"job,omitempty"` // queued again
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetryJobResponse) Reset() {
+	*x = RetryJobResponse{}
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetryJobResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetryJobResponse) ProtoMessage() {}
+
+func (x *RetryJobResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetryJobResponse.ProtoReflect.Descriptor instead.
+func (*RetryJobResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_jobs_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *RetryJobResponse) GetJob() *Job {
+	if x != nil {
+		return x.Job
+	}
+	return nil
+}
+
+// By ids, or by queue and/or age: set ids, or at least one of queue and
+// older_than (older_than 0s: every dead job of the queue, or every one).
+type PurgeJobsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ids   []string               `protobuf:"bytes,1,rep,name=ids,proto3" json:"ids,omitempty"` // at most 1000
+	Queue string                 `protobuf:"bytes,2,opt,name=queue,proto3" json:"queue,omitempty"`
+	// Dead for longer than this, by the leader's clock.
+	OlderThan     *durationpb.Duration `protobuf:"bytes,3,opt,name=older_than,json=olderThan,proto3" json:"older_than,omitempty"`
+	Limit         uint32               `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`  // at most 1000; 0 means 1000 (by queue or age)
+	Reason        string               `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"` // recorded in the jobs.purged event
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeJobsRequest) Reset() {
+	*x = PurgeJobsRequest{}
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeJobsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeJobsRequest) ProtoMessage() {}
+
+func (x *PurgeJobsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeJobsRequest.ProtoReflect.Descriptor instead.
+func (*PurgeJobsRequest) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_jobs_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *PurgeJobsRequest) GetIds() []string {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *PurgeJobsRequest) GetQueue() string {
+	if x != nil {
+		return x.Queue
+	}
+	return ""
+}
+
+func (x *PurgeJobsRequest) GetOlderThan() *durationpb.Duration {
+	if x != nil {
+		return x.OlderThan
+	}
+	return nil
+}
+
+func (x *PurgeJobsRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+func (x *PurgeJobsRequest) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+type PurgeJobsResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Purged []string               `protobuf:"bytes,1,rep,name=purged,proto3" json:"purged,omitempty"`
+	// Listed ids not purged: unknown, or not dead.
+	Skipped       []string `protobuf:"bytes,2,rep,name=skipped,proto3" json:"skipped,omitempty"`
+	More          bool     `protobuf:"varint,3,opt,name=more,proto3" json:"more,omitempty"` // the limit was reached: more dead jobs match
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PurgeJobsResponse) Reset() {
+	*x = PurgeJobsResponse{}
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PurgeJobsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PurgeJobsResponse) ProtoMessage() {}
+
+func (x *PurgeJobsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_jobs_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PurgeJobsResponse.ProtoReflect.Descriptor instead.
+func (*PurgeJobsResponse) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_jobs_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *PurgeJobsResponse) GetPurged() []string {
+	if x != nil {
+		return x.Purged
+	}
+	return nil
+}
+
+func (x *PurgeJobsResponse) GetSkipped() []string {
+	if x != nil {
+		return x.Skipped
+	}
+	return nil
+}
+
+func (x *PurgeJobsResponse) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
 var File_leasehold_v1_jobs_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_jobs_proto_rawDesc = "" +
@@ -884,7 +1120,23 @@ const file_leasehold_v1_jobs_proto_rawDesc = "" +
 	"\x05token\x18\x01 \x01(\x04R\x05token\x12;\n" +
 	"\vconsistency\x18\x02 \x01(\x0e2\x19.leasehold.v1.ConsistencyR\vconsistency\"=\n" +
 	"\x10GetLeaseResponse\x12)\n" +
-	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease2\xc0\x04\n" +
+	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"9\n" +
+	"\x0fRetryJobRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"7\n" +
+	"\x10RetryJobResponse\x12#\n" +
+	"\x03job\x18\x01 \x01(\v2\x11.leasehold.v1.JobR\x03job\"\xa2\x01\n" +
+	"\x10PurgeJobsRequest\x12\x10\n" +
+	"\x03ids\x18\x01 \x03(\tR\x03ids\x12\x14\n" +
+	"\x05queue\x18\x02 \x01(\tR\x05queue\x128\n" +
+	"\n" +
+	"older_than\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\tolderThan\x12\x14\n" +
+	"\x05limit\x18\x04 \x01(\rR\x05limit\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\"Y\n" +
+	"\x11PurgeJobsResponse\x12\x16\n" +
+	"\x06purged\x18\x01 \x03(\tR\x06purged\x12\x18\n" +
+	"\askipped\x18\x02 \x03(\tR\askipped\x12\x12\n" +
+	"\x04more\x18\x03 \x01(\bR\x04more2\xd9\x05\n" +
 	"\n" +
 	"JobService\x12L\n" +
 	"\tSubmitJob\x12\x1e.leasehold.v1.SubmitJobRequest\x1a\x1f.leasehold.v1.SubmitJobResponse\x12C\n" +
@@ -894,7 +1146,9 @@ const file_leasehold_v1_jobs_proto_rawDesc = "" +
 	"\x13CancelSubmitterJobs\x12(.leasehold.v1.CancelSubmitterJobsRequest\x1a).leasehold.v1.CancelSubmitterJobsResponse\x12O\n" +
 	"\n" +
 	"CheckFence\x12\x1f.leasehold.v1.CheckFenceRequest\x1a .leasehold.v1.CheckFenceResponse\x12I\n" +
-	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x1e.leasehold.v1.GetLeaseResponseBGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
+	"\bGetLease\x12\x1d.leasehold.v1.GetLeaseRequest\x1a\x1e.leasehold.v1.GetLeaseResponse\x12I\n" +
+	"\bRetryJob\x12\x1d.leasehold.v1.RetryJobRequest\x1a\x1e.leasehold.v1.RetryJobResponse\x12L\n" +
+	"\tPurgeJobs\x12\x1e.leasehold.v1.PurgeJobsRequest\x1a\x1f.leasehold.v1.PurgeJobsResponseBGZEgithub.com/leasehold/leasehold/transport/gen/leasehold/v1;leaseholdv1b\x06proto3"
 
 var (
 	file_leasehold_v1_jobs_proto_rawDescOnce sync.Once
@@ -908,7 +1162,7 @@ func file_leasehold_v1_jobs_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_jobs_proto_rawDescData
 }
 
-var file_leasehold_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_leasehold_v1_jobs_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_leasehold_v1_jobs_proto_goTypes = []any{
 	(*SubmitJobRequest)(nil),            // 0: leasehold.v1.SubmitJobRequest
 	(*SubmitJobResponse)(nil),           // 1: leasehold.v1.SubmitJobResponse
@@ -924,48 +1178,58 @@ var file_leasehold_v1_jobs_proto_goTypes = []any{
 	(*CheckFenceResponse)(nil),          // 11: leasehold.v1.CheckFenceResponse
 	(*GetLeaseRequest)(nil),             // 12: leasehold.v1.GetLeaseRequest
 	(*GetLeaseResponse)(nil),            // 13: leasehold.v1.GetLeaseResponse
-	(*JobSpec)(nil),                     // 14: leasehold.v1.JobSpec
-	(*timestamppb.Timestamp)(nil),       // 15: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),         // 16: google.protobuf.Duration
-	(*Job)(nil),                         // 17: leasehold.v1.Job
-	(Consistency)(0),                    // 18: leasehold.v1.Consistency
-	(JobState)(0),                       // 19: leasehold.v1.JobState
-	(*Lease)(nil),                       // 20: leasehold.v1.Lease
+	(*RetryJobRequest)(nil),             // 14: leasehold.v1.RetryJobRequest
+	(*RetryJobResponse)(nil),            // 15: leasehold.v1.RetryJobResponse
+	(*PurgeJobsRequest)(nil),            // 16: leasehold.v1.PurgeJobsRequest
+	(*PurgeJobsResponse)(nil),           // 17: leasehold.v1.PurgeJobsResponse
+	(*JobSpec)(nil),                     // 18: leasehold.v1.JobSpec
+	(*timestamppb.Timestamp)(nil),       // 19: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),         // 20: google.protobuf.Duration
+	(*Job)(nil),                         // 21: leasehold.v1.Job
+	(Consistency)(0),                    // 22: leasehold.v1.Consistency
+	(JobState)(0),                       // 23: leasehold.v1.JobState
+	(*Lease)(nil),                       // 24: leasehold.v1.Lease
 }
 var file_leasehold_v1_jobs_proto_depIdxs = []int32{
-	14, // 0: leasehold.v1.SubmitJobRequest.spec:type_name -> leasehold.v1.JobSpec
-	15, // 1: leasehold.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
-	16, // 2: leasehold.v1.SubmitJobRequest.run_in:type_name -> google.protobuf.Duration
-	17, // 3: leasehold.v1.SubmitJobResponse.job:type_name -> leasehold.v1.Job
-	18, // 4: leasehold.v1.GetJobRequest.consistency:type_name -> leasehold.v1.Consistency
-	17, // 5: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
-	19, // 6: leasehold.v1.ListJobsRequest.state:type_name -> leasehold.v1.JobState
-	18, // 7: leasehold.v1.ListJobsRequest.consistency:type_name -> leasehold.v1.Consistency
-	17, // 8: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
-	17, // 9: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
-	19, // 10: leasehold.v1.CheckFenceResponse.state:type_name -> leasehold.v1.JobState
-	15, // 11: leasehold.v1.CheckFenceResponse.checked_at:type_name -> google.protobuf.Timestamp
-	18, // 12: leasehold.v1.GetLeaseRequest.consistency:type_name -> leasehold.v1.Consistency
-	20, // 13: leasehold.v1.GetLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	0,  // 14: leasehold.v1.JobService.SubmitJob:input_type -> leasehold.v1.SubmitJobRequest
-	2,  // 15: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
-	4,  // 16: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
-	6,  // 17: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
-	8,  // 18: leasehold.v1.JobService.CancelSubmitterJobs:input_type -> leasehold.v1.CancelSubmitterJobsRequest
-	10, // 19: leasehold.v1.JobService.CheckFence:input_type -> leasehold.v1.CheckFenceRequest
-	12, // 20: leasehold.v1.JobService.GetLease:input_type -> leasehold.v1.GetLeaseRequest
-	1,  // 21: leasehold.v1.JobService.SubmitJob:output_type -> leasehold.v1.SubmitJobResponse
-	3,  // 22: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
-	5,  // 23: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
-	7,  // 24: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
-	9,  // 25: leasehold.v1.JobService.CancelSubmitterJobs:output_type -> leasehold.v1.CancelSubmitterJobsResponse
-	11, // 26: leasehold.v1.JobService.CheckFence:output_type -> leasehold.v1.CheckFenceResponse
-	13, // 27: leasehold.v1.JobService.GetLease:output_type -> leasehold.v1.GetLeaseResponse
-	21, // [21:28] is the sub-list for method output_type
-	14, // [14:21] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 0: leasehold.v1.SubmitJobRequest.spec:type_name -> leasehold.v1.JobSpec
+	19, // 1: leasehold.v1.SubmitJobRequest.run_at:type_name -> google.protobuf.Timestamp
+	20, // 2: leasehold.v1.SubmitJobRequest.run_in:type_name -> google.protobuf.Duration
+	21, // 3: leasehold.v1.SubmitJobResponse.job:type_name -> leasehold.v1.Job
+	22, // 4: leasehold.v1.GetJobRequest.consistency:type_name -> leasehold.v1.Consistency
+	21, // 5: leasehold.v1.GetJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 6: leasehold.v1.ListJobsRequest.state:type_name -> leasehold.v1.JobState
+	22, // 7: leasehold.v1.ListJobsRequest.consistency:type_name -> leasehold.v1.Consistency
+	21, // 8: leasehold.v1.ListJobsResponse.jobs:type_name -> leasehold.v1.Job
+	21, // 9: leasehold.v1.CancelJobResponse.job:type_name -> leasehold.v1.Job
+	23, // 10: leasehold.v1.CheckFenceResponse.state:type_name -> leasehold.v1.JobState
+	19, // 11: leasehold.v1.CheckFenceResponse.checked_at:type_name -> google.protobuf.Timestamp
+	22, // 12: leasehold.v1.GetLeaseRequest.consistency:type_name -> leasehold.v1.Consistency
+	24, // 13: leasehold.v1.GetLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	21, // 14: leasehold.v1.RetryJobResponse.job:type_name -> leasehold.v1.Job
+	20, // 15: leasehold.v1.PurgeJobsRequest.older_than:type_name -> google.protobuf.Duration
+	0,  // 16: leasehold.v1.JobService.SubmitJob:input_type -> leasehold.v1.SubmitJobRequest
+	2,  // 17: leasehold.v1.JobService.GetJob:input_type -> leasehold.v1.GetJobRequest
+	4,  // 18: leasehold.v1.JobService.ListJobs:input_type -> leasehold.v1.ListJobsRequest
+	6,  // 19: leasehold.v1.JobService.CancelJob:input_type -> leasehold.v1.CancelJobRequest
+	8,  // 20: leasehold.v1.JobService.CancelSubmitterJobs:input_type -> leasehold.v1.CancelSubmitterJobsRequest
+	10, // 21: leasehold.v1.JobService.CheckFence:input_type -> leasehold.v1.CheckFenceRequest
+	12, // 22: leasehold.v1.JobService.GetLease:input_type -> leasehold.v1.GetLeaseRequest
+	14, // 23: leasehold.v1.JobService.RetryJob:input_type -> leasehold.v1.RetryJobRequest
+	16, // 24: leasehold.v1.JobService.PurgeJobs:input_type -> leasehold.v1.PurgeJobsRequest
+	1,  // 25: leasehold.v1.JobService.SubmitJob:output_type -> leasehold.v1.SubmitJobResponse
+	3,  // 26: leasehold.v1.JobService.GetJob:output_type -> leasehold.v1.GetJobResponse
+	5,  // 27: leasehold.v1.JobService.ListJobs:output_type -> leasehold.v1.ListJobsResponse
+	7,  // 28: leasehold.v1.JobService.CancelJob:output_type -> leasehold.v1.CancelJobResponse
+	9,  // 29: leasehold.v1.JobService.CancelSubmitterJobs:output_type -> leasehold.v1.CancelSubmitterJobsResponse
+	11, // 30: leasehold.v1.JobService.CheckFence:output_type -> leasehold.v1.CheckFenceResponse
+	13, // 31: leasehold.v1.JobService.GetLease:output_type -> leasehold.v1.GetLeaseResponse
+	15, // 32: leasehold.v1.JobService.RetryJob:output_type -> leasehold.v1.RetryJobResponse
+	17, // 33: leasehold.v1.JobService.PurgeJobs:output_type -> leasehold.v1.PurgeJobsResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_jobs_proto_init() }
@@ -980,7 +1244,7 @@ func file_leasehold_v1_jobs_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_jobs_proto_rawDesc), len(file_leasehold_v1_jobs_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

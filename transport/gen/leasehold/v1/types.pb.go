@@ -40,6 +40,10 @@ const (
 	// scheduled until the answering node's clock reaches its not_before; a
 	// list by QUEUED shows only the queued jobs that are due.
 	JobState_JOB_STATE_SCHEDULED JobState = 8
+	// Terminal (from cluster level 6): out of attempts after retryable
+	// failures, or stopped by the poison limit; reason holds its last error.
+	// Kept until purged (PurgeJobs) or queued again (RetryJob).
+	JobState_JOB_STATE_DEAD JobState = 9
 )
 
 // Enum value maps for JobState.
@@ -54,6 +58,7 @@ var (
 		6: "JOB_STATE_LOST",
 		7: "JOB_STATE_FAILED",
 		8: "JOB_STATE_SCHEDULED",
+		9: "JOB_STATE_DEAD",
 	}
 	JobState_value = map[string]int32{
 		"JOB_STATE_UNSPECIFIED": 0,
@@ -65,6 +70,7 @@ var (
 		"JOB_STATE_LOST":        6,
 		"JOB_STATE_FAILED":      7,
 		"JOB_STATE_SCHEDULED":   8,
+		"JOB_STATE_DEAD":        9,
 	}
 )
 
@@ -1465,7 +1471,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xde\x01\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xf2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -1475,7 +1481,8 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x13JOB_STATE_CANCELLED\x10\x05\x12\x12\n" +
 	"\x0eJOB_STATE_LOST\x10\x06\x12\x14\n" +
 	"\x10JOB_STATE_FAILED\x10\a\x12\x17\n" +
-	"\x13JOB_STATE_SCHEDULED\x10\b*\x8e\x01\n" +
+	"\x13JOB_STATE_SCHEDULED\x10\b\x12\x12\n" +
+	"\x0eJOB_STATE_DEAD\x10\t*\x8e\x01\n" +
 	"\n" +
 	"LeaseState\x12\x1b\n" +
 	"\x17LEASE_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +

@@ -48,6 +48,10 @@ const (
 	JobServiceCheckFenceProcedure = "/leasehold.v1.JobService/CheckFence"
 	// JobServiceGetLeaseProcedure is the fully-qualified name of the JobService's GetLease RPC.
 	JobServiceGetLeaseProcedure = "/leasehold.v1.JobService/GetLease"
+	// JobServiceRetryJobProcedure is the fully-qualified name of the JobService's RetryJob RPC.
+	JobServiceRetryJobProcedure = "/leasehold.v1.JobService/RetryJob"
+	// JobServicePurgeJobsProcedure is the fully-qualified name of the JobService's PurgeJobs RPC.
+	JobServicePurgeJobsProcedure = "/leasehold.v1.JobService/PurgeJobs"
 )
 
 // JobServiceClient is a client for the leasehold.v1.JobService service.
@@ -65,6 +69,14 @@ type JobServiceClient interface {
 	// it to refuse stale writers.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
 	GetLease(context.Context, *connect.Request[v1.GetLeaseRequest]) (*connect.Response[v1.GetLeaseResponse], error)
+	// Queue a dead job again with a fresh attempt budget (its attempts and
+	// losses back to zero); a job not dead is FAILED_PRECONDITION (reason
+	// JOB_NOT_DEAD). Needs every voter at level 6 (else UPGRADE_REQUIRED).
+	RetryJob(context.Context, *connect.Request[v1.RetryJobRequest]) (*connect.Response[v1.RetryJobResponse], error)
+	// Remove dead jobs: the listed ones, or those of a queue and/or older
+	// than an age, at most limit per call (more says whether to call again).
+	// Needs every voter at level 6.
+	PurgeJobs(context.Context, *connect.Request[v1.PurgeJobsRequest]) (*connect.Response[v1.PurgeJobsResponse], error)
 }
 
 // NewJobServiceClient constructs a client for the leasehold.v1.JobService service. By default, it
@@ -120,6 +132,18 @@ func NewJobServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...
 			connect.WithSchema(jobServiceMethods.ByName("GetLease")),
 			connect.WithClientOptions(opts...),
 		),
+		retryJob: connect.NewClient[v1.RetryJobRequest, v1.RetryJobResponse](
+			httpClient,
+			baseURL+JobServiceRetryJobProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("RetryJob")),
+			connect.WithClientOptions(opts...),
+		),
+		purgeJobs: connect.NewClient[v1.PurgeJobsRequest, v1.PurgeJobsResponse](
+			httpClient,
+			baseURL+JobServicePurgeJobsProcedure,
+			connect.WithSchema(jobServiceMethods.ByName("PurgeJobs")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -132,6 +156,8 @@ type jobServiceClient struct {
 	cancelSubmitterJobs *connect.Client[v1.CancelSubmitterJobsRequest, v1.CancelSubmitterJobsResponse]
 	checkFence          *connect.Client[v1.CheckFenceRequest, v1.CheckFenceResponse]
 	getLease            *connect.Client[v1.GetLeaseRequest, v1.GetLeaseResponse]
+	retryJob            *connect.Client[v1.RetryJobRequest, v1.RetryJobResponse]
+	purgeJobs           *connect.Client[v1.PurgeJobsRequest, v1.PurgeJobsResponse]
 }
 
 // SubmitJob calls leasehold.v1.JobService.SubmitJob.
@@ -169,6 +195,16 @@ func (c *jobServiceClient) GetLease(ctx context.Context, req *connect.Request[v1
 	return c.getLease.CallUnary(ctx, req)
 }
 
+// RetryJob calls leasehold.v1.JobService.RetryJob.
+func (c *jobServiceClient) RetryJob(ctx context.Context, req *connect.Request[v1.RetryJobRequest]) (*connect.Response[v1.RetryJobResponse], error) {
+	return c.retryJob.CallUnary(ctx, req)
+}
+
+// PurgeJobs calls leasehold.v1.JobService.PurgeJobs.
+func (c *jobServiceClient) PurgeJobs(ctx context.Context, req *connect.Request[v1.PurgeJobsRequest]) (*connect.Response[v1.PurgeJobsResponse], error) {
+	return c.purgeJobs.CallUnary(ctx, req)
+}
+
 // JobServiceHandler is an implementation of the leasehold.v1.JobService service.
 type JobServiceHandler interface {
 	// Idempotent on the job id: the same id and spec returns the existing job;
@@ -184,6 +220,14 @@ type JobServiceHandler interface {
 	// it to refuse stale writers.
 	CheckFence(context.Context, *connect.Request[v1.CheckFenceRequest]) (*connect.Response[v1.CheckFenceResponse], error)
 	GetLease(context.Context, *connect.Request[v1.GetLeaseRequest]) (*connect.Response[v1.GetLeaseResponse], error)
+	// Queue a dead job again with a fresh attempt budget (its attempts and
+	// losses back to zero); a job not dead is FAILED_PRECONDITION (reason
+	// JOB_NOT_DEAD). Needs every voter at level 6 (else UPGRADE_REQUIRED).
+	RetryJob(context.Context, *connect.Request[v1.RetryJobRequest]) (*connect.Response[v1.RetryJobResponse], error)
+	// Remove dead jobs: the listed ones, or those of a queue and/or older
+	// than an age, at most limit per call (more says whether to call again).
+	// Needs every voter at level 6.
+	PurgeJobs(context.Context, *connect.Request[v1.PurgeJobsRequest]) (*connect.Response[v1.PurgeJobsResponse], error)
 }
 
 // NewJobServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -235,6 +279,18 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 		connect.WithSchema(jobServiceMethods.ByName("GetLease")),
 		connect.WithHandlerOptions(opts...),
 	)
+	jobServiceRetryJobHandler := connect.NewUnaryHandler(
+		JobServiceRetryJobProcedure,
+		svc.RetryJob,
+		connect.WithSchema(jobServiceMethods.ByName("RetryJob")),
+		connect.WithHandlerOptions(opts...),
+	)
+	jobServicePurgeJobsHandler := connect.NewUnaryHandler(
+		JobServicePurgeJobsProcedure,
+		svc.PurgeJobs,
+		connect.WithSchema(jobServiceMethods.ByName("PurgeJobs")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/leasehold.v1.JobService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case JobServiceSubmitJobProcedure:
@@ -251,6 +307,10 @@ func NewJobServiceHandler(svc JobServiceHandler, opts ...connect.HandlerOption) 
 			jobServiceCheckFenceHandler.ServeHTTP(w, r)
 		case JobServiceGetLeaseProcedure:
 			jobServiceGetLeaseHandler.ServeHTTP(w, r)
+		case JobServiceRetryJobProcedure:
+			jobServiceRetryJobHandler.ServeHTTP(w, r)
+		case JobServicePurgeJobsProcedure:
+			jobServicePurgeJobsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -286,4 +346,12 @@ func (UnimplementedJobServiceHandler) CheckFence(context.Context, *connect.Reque
 
 func (UnimplementedJobServiceHandler) GetLease(context.Context, *connect.Request[v1.GetLeaseRequest]) (*connect.Response[v1.GetLeaseResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.JobService.GetLease is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) RetryJob(context.Context, *connect.Request[v1.RetryJobRequest]) (*connect.Response[v1.RetryJobResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.JobService.RetryJob is not implemented"))
+}
+
+func (UnimplementedJobServiceHandler) PurgeJobs(context.Context, *connect.Request[v1.PurgeJobsRequest]) (*connect.Response[v1.PurgeJobsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("leasehold.v1.JobService.PurgeJobs is not implemented"))
 }

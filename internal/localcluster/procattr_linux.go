@@ -1,0 +1,9 @@
+package localcluster
+
+import "syscall"
+
+// procAttr puts a node in its own process group, and has the kernel kill it
+// should the launcher die first (no server outlives a killed test).
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,11 @@
+//go:build !linux
+
+package localcluster
+
+import "syscall"
+
+// procAttr puts a node in its own process group. Off Linux there is no
+// parent-death signal: a launcher killed outright leaves its nodes running.
+func procAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Setpgid: true}
+}

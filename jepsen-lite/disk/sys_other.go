@@ -1,0 +1,16 @@
+//go:build !linux
+
+package disk
+
+import "fmt"
+
+// Off Linux there is no tmpfs to mount: the disk family is skipped, as it is
+// for a user who is not root.
+
+func mountTmpfs(source, dir string, size int64) error {
+	return fmt.Errorf("%w: tmpfs needs Linux", ErrUnsupported)
+}
+
+func usage(dir string) (free, total int64, err error) { return 0, 0, ErrUnsupported }
+
+func unmount(dir string) error { return nil }
