@@ -37,13 +37,13 @@ func retryOf(c *cli.Context) *pb.RetryPolicy {
 }
 
 func scheduleCommand() *cli.Command {
-	nameAction := func(do func(ctx context.Context, cl *client.Client, name string) (*pb.Schedule, error)) cli.ActionFunc {
+	nameAction := func(do func(ctx context.Context, c *cli.Context, cl *client.Client, name string) (*pb.Schedule, error)) cli.ActionFunc {
 		return withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 			name, err := oneArg(c, "NAME")
 			if err != nil {
 				return err
 			}
-			sc, err := do(ctx, cl, name)
+			sc, err := do(ctx, c, cl, name)
 			if err != nil {
 				return err
 			}
@@ -125,27 +125,19 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 			},
 			{
 				Name: "get", Usage: "show a schedule, with its next slots", ArgsUsage: "NAME", Flags: []cli.Flag{staleFlag},
-				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
-					name, err := oneArg(c, "NAME")
-					if err != nil {
-						return err
-					}
-					sc, err := cl.Schedule(ctx, name, readOpts(c)...)
-					if err != nil {
-						return err
-					}
-					return printSchedules(c, []*pb.Schedule{sc}, true)
+				Action: nameAction(func(ctx context.Context, c *cli.Context, cl *client.Client, name string) (*pb.Schedule, error) {
+					return cl.Schedule(ctx, name, readOpts(c)...)
 				}),
 			},
 			{
 				Name: "pause", Usage: "pause a schedule (the slots that fall while it is paused never fire)", ArgsUsage: "NAME",
-				Action: nameAction(func(ctx context.Context, cl *client.Client, name string) (*pb.Schedule, error) {
+				Action: nameAction(func(ctx context.Context, _ *cli.Context, cl *client.Client, name string) (*pb.Schedule, error) {
 					return cl.PauseSchedule(ctx, name)
 				}),
 			},
 			{
 				Name: "resume", Usage: "resume a paused schedule from its next slot", ArgsUsage: "NAME",
-				Action: nameAction(func(ctx context.Context, cl *client.Client, name string) (*pb.Schedule, error) {
+				Action: nameAction(func(ctx context.Context, _ *cli.Context, cl *client.Client, name string) (*pb.Schedule, error) {
 					return cl.ResumeSchedule(ctx, name)
 				}),
 			},
