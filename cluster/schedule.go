@@ -205,7 +205,7 @@ func (n *Node) scheduleTick(ctx context.Context) time.Time {
 	}
 	log := n.logger.Named("schedule")
 	var earliest time.Time
-	for _, sc := range n.fsm.Schedules() {
+	for _, sc := range n.fsm.ScheduleTimings() {
 		if sc.Paused || ctx.Err() != nil {
 			continue
 		}
@@ -221,7 +221,7 @@ func (n *Node) scheduleTick(ctx context.Context) time.Time {
 		}
 		plan, due, next := planSlots(cs, time.Unix(0, last), now, sc.Missed, n.cfg.ScheduleGrace)
 		if due {
-			if !n.fireSlot(ctx, ls, &sc, plan) {
+			if !n.fireSlot(ctx, ls, sc.Name, plan) {
 				next = now.Add(time.Second) // try again soon
 			}
 		}
@@ -233,9 +233,13 @@ func (n *Node) scheduleTick(ctx context.Context) time.Time {
 }
 
 // fireSlot proposes the plan for one schedule; false if it did not commit.
-func (n *Node) fireSlot(ctx context.Context, ls *leaderState, sc *fsm.Schedule, plan slotPlan) bool {
-	cmd := &fsm.FireSchedule{Name: sc.Name, Slot: plan.slot.UnixNano(), Skip: plan.skip,
+func (n *Node) fireSlot(ctx context.Context, ls *leaderState, name string, plan slotPlan) bool {
+	cmd := &fsm.FireSchedule{Name: name, Slot: plan.slot.UnixNano(), Skip: plan.skip,
 		Skipped: uint32(min(plan.skipped, maxCountedSlots)), Reason: plan.reason}
+	sc, err := n.fsm.Schedule(name)
+	if err != nil {
+		return true // deleted meanwhile: nothing to fire
+	}
 	if !plan.skip {
 		// The slot's job passes the quota as any submit does; refused, the
 		// slot is settled without it and the event says why.

@@ -437,6 +437,28 @@ func (f *FSM) Schedules() []Schedule {
 	return out
 }
 
+// ScheduleTiming is what the leader reads of a schedule to find its due
+// slots: no template, so looking at every schedule copies no payload.
+type ScheduleTiming struct {
+	Name, Cron, Zone    string
+	Missed              MissedPolicy
+	Paused              bool
+	LastSlot, CreatedAt int64
+}
+
+// ScheduleTimings returns every schedule's timing, by name.
+func (f *FSM) ScheduleTimings() []ScheduleTiming {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]ScheduleTiming, 0, len(f.st.schedules))
+	for _, sc := range f.st.schedules {
+		out = append(out, ScheduleTiming{Name: sc.Name, Cron: sc.Cron, Zone: sc.Zone, Missed: sc.Missed, Paused: sc.Paused,
+			LastSlot: sc.LastSlot, CreatedAt: sc.CreatedAt})
+	}
+	slices.SortFunc(out, func(a, b ScheduleTiming) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
 // --- size and snapshot ---
 
 func scheduleBytes(sc *Schedule) int64 {
