@@ -53,6 +53,7 @@ type endpoints struct {
 	workers workersAPI
 	events  eventsAPI
 	cluster clusterAPI
+	queues  queuesAPI
 
 	// schedules is the schedule service's (schedules.go).
 	schedules schedulesAPI
@@ -149,6 +150,7 @@ func (c *Client) stubsLocked(addr string) *endpoints {
 		workers: leaseholdv1connect.NewWorkerServiceClient(c.http, base),
 		events:  leaseholdv1connect.NewEventServiceClient(c.http, base),
 		cluster: leaseholdv1connect.NewClusterServiceClient(c.http, base),
+		queues:  leaseholdv1connect.NewQueueServiceClient(c.http, base),
 	}
 	s.schedules = leaseholdv1connect.NewScheduleServiceClient(c.http, base)
 	c.stubs[addr] = s
@@ -353,12 +355,14 @@ type (
 	workersAPI = leaseholdv1connect.WorkerServiceClient
 	eventsAPI  = leaseholdv1connect.EventServiceClient
 	clusterAPI = leaseholdv1connect.ClusterServiceClient
+	queuesAPI  = leaseholdv1connect.QueueServiceClient
 )
 
 func jobSvc(e *endpoints) jobsAPI        { return e.jobs }
 func workerSvc(e *endpoints) workersAPI  { return e.workers }
 func eventSvc(e *endpoints) eventsAPI    { return e.events }
 func clusterSvc(e *endpoints) clusterAPI { return e.cluster }
+func queueSvc(e *endpoints) queuesAPI    { return e.queues }
 
 // errorHeader returns the response headers a Connect error carries.
 func errorHeader(err error) http.Header {

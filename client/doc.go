@@ -82,6 +82,27 @@
 // promise while it is down: WorkerOptions.Deadline hands them each new
 // deadline (package client/supervisor does this for `worker run`).
 //
+// # Middleware and progress
+//
+// WorkerOptions.Middleware wraps every handler the worker runs, the first
+// outermost, for what every job needs: logging, metrics, tracing, a recover
+// that reports a panic your way (the runtime recovers panics anyway, as
+// failures). See the Middleware example.
+//
+// A handler can say how far its job has got with Job.Progress("step 3 of
+// 5"): a note of at most 256 bytes (longer is cut; control characters
+// become spaces), the latest winning, that travels with the worker's next
+// heartbeat for the lease, never in a call of its own, and that `leasehold
+// job get` shows. The leader keeps notes in its memory only: they are gone
+// when the lease ends and when leadership moves (the worker then sends each
+// lease's latest note again with its next beat, having seen the term
+// change in the answer), and a follower's stale read shows none. The
+// worker sends notes only after an answer said the server takes them
+// (HeartbeatResponse.notes_term): a server from before notes refuses a
+// heartbeat carrying one, and one such refusal (the leader moved to an
+// older node during an upgrade) has the worker heartbeat again at once
+// without notes.
+//
 // When Run's context ends the worker stops acquiring, lets running handlers
 // finish within DrainTimeout while it keeps heartbeating, then cancels the
 // rest with ErrShutdown and releases their leases (no attempt is used). It

@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/clock/clocktest"
+	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -45,6 +47,11 @@ type workerHarness struct {
 	// "in flight" (the fake answers late).
 	hbDelay time.Duration
 	unnamed []*leaseholdv1.Lease // in the next heartbeat reply only
+	// noNotes makes the fake a server from before progress notes: it
+	// refuses a heartbeat carrying any, as strict decoding does, and its
+	// answers do not set notes_term. Otherwise they carry term.
+	noNotes bool
+	term    uint64
 	live    []*leaseholdv1.Grant // ListLeases
 }
 
@@ -119,7 +126,14 @@ func (h *workerHarness) heartbeat(_ context.Context, msg proto.Message, _ http.H
 		h.clock.Advance(h.hbDelay)
 		h.hbDelay = 0
 	}
+	if h.noNotes && len(req.GetNotes()) > 0 {
+		return nil, transport.NewError(transport.ReasonInvalidArgument,
+			errors.New("unknown field number 3 of leasehold.v1.HeartbeatRequest"), &leaseholdv1.ErrorDetail{Field: "3"})
+	}
 	resp := &leaseholdv1.HeartbeatResponse{Timings: timingsPB(), Unnamed: h.unnamed}
+	if !h.noNotes {
+		resp.NotesTerm = 1 + h.term
+	}
 	h.unnamed = nil
 	for _, ref := range req.GetLeases() {
 		st := &leaseholdv1.LeaseStatus{JobId: ref.GetJobId(), Token: ref.GetToken(), Verdict: leaseholdv1.Verdict_VERDICT_KEEP}
@@ -135,6 +149,19 @@ func (h *workerHarness) setVerdict(token uint64, v leaseholdv1.Verdict, r leaseh
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.verdicts[token] = &leaseholdv1.LeaseStatus{Verdict: v, Revoke: r}
+}
+
+// newTerm has the fake answer as a new leader's term.
+func (h *workerHarness) newTerm() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.term++
+}
+
+func (h *workerHarness) setNoNotes(old bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.noNotes = old
 }
 
 func (h *workerHarness) setHeartbeatFail(fail bool) {

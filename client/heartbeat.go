@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasehold/leasehold/clock"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // beatDueError: a heartbeat was abandoned because the next one was due.
@@ -58,10 +59,10 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 
 // sentBeat is a heartbeat of the stream awaiting its result.
 type sentBeat struct {
-	seq    uint64
-	sent   time.Time
-	leases int
-	done   func(proto.Message, error) // the Observer's
+	seq  uint64
+	sent time.Time
+	beat beatLeases
+	done func(proto.Message, error) // the Observer's
 }
 
 // streamBeats heartbeats over a HeartbeatStream until ctx ends (false) or
@@ -75,6 +76,9 @@ type sentBeat struct {
 func (w *Worker) streamBeats(ctx context.Context) (fallback bool) {
 	s := w.c.HeartbeatStream(ctx)
 	var inflight []sentBeat
+	// again: a beat was refused for its notes; the next goes at once,
+	// without them (the refused one renewed nothing).
+	again := false
 	defer func() {
 		s.Close()
 		for _, b := range inflight {
@@ -93,9 +97,12 @@ func (w *Worker) streamBeats(ctx context.Context) (fallback bool) {
 		ended(b.done, r.Response, r.Err)
 		switch {
 		case r.Err == nil:
-			w.acknowledge(b.sent, r.Response)
+			w.acknowledge(b.sent, r.Response, b.beat)
 		case ctx.Err() != nil:
 			return false
+		case len(b.beat.notes) > 0 && notesRefused(r.Err):
+			w.refuseNotes(r.Err)
+			again = true
 		case streamUnsupported(r.Err):
 			w.log.Warn("the cluster does not serve heartbeat streams; heartbeating with one call each", "error", r.Err)
 			fallback = true
@@ -104,7 +111,7 @@ func (w *Worker) streamBeats(ctx context.Context) (fallback bool) {
 			w.reregister(ctx)
 		case errors.Is(r.Err, ErrSuperseded):
 		default:
-			w.log.Warn("heartbeat failed", "error", r.Err, "leases", b.leases)
+			w.log.Warn("heartbeat failed", "error", r.Err, "leases", len(b.beat.refs))
 		}
 		return true
 	}
@@ -129,19 +136,24 @@ func (w *Worker) streamBeats(ctx context.Context) (fallback bool) {
 			}
 			// The send time is read before sending: the server's deadline
 			// for this worker runs from the beat's arrival, never earlier.
+			again = false
 			sent := w.clock.Now()
-			refs := w.heldLeases()
+			beat := w.heldLeases()
 			tick = w.clock.NewTimer(w.renew())
-			done := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: refs})
-			seq, err := s.Send(w.id, refs)
+			done := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: beat.refs, Notes: beat.notes})
+			seq, err := s.Send(w.id, beat.refs, beat.notes...)
 			if err != nil {
 				done(nil, err)
 				return false // the stream ends only with ctx or the Client
 			}
-			inflight = append(inflight, sentBeat{seq: seq, sent: sent, leases: len(refs), done: done})
+			inflight = append(inflight, sentBeat{seq: seq, sent: sent, beat: beat, done: done})
 		case r, ok := <-s.Results():
 			if !ok || !result(r) {
 				return fallback
+			}
+			if again {
+				tick.Stop()
+				tick = w.clock.NewTimer(0)
 			}
 		case <-ctx.Done():
 			return false
@@ -179,21 +191,25 @@ func (w *Worker) unaryBeats(ctx context.Context, due bool) {
 		// The send time is read before sending: the server's deadline for
 		// this worker runs from the request's arrival, never earlier.
 		sent := w.clock.Now()
-		refs := w.heldLeases()
+		beat := w.heldLeases()
 		tick.Stop()
 		tick = w.clock.NewTimer(w.renew())
 		var resp *leaseholdv1.HeartbeatResponse
 		var err error
-		resp, due, err = w.beat(ctx, tick, refs)
+		resp, due, err = w.beat(ctx, tick, beat)
 		switch {
 		case err == nil:
-			w.acknowledge(sent, resp)
+			w.acknowledge(sent, resp, beat)
 		case ctx.Err() != nil:
 			return
+		case len(beat.notes) > 0 && notesRefused(err):
+			// Renew at once, without the notes.
+			w.refuseNotes(err)
+			due = true
 		case errors.Is(err, ErrUnknownWorker):
 			w.reregister(ctx)
 		default:
-			w.log.Warn("heartbeat failed", "error", err, "leases", len(refs))
+			w.log.Warn("heartbeat failed", "error", err, "leases", len(beat.refs))
 		}
 	}
 }
@@ -202,7 +218,7 @@ func (w *Worker) unaryBeats(ctx context.Context, due bool) {
 // reports that it did. Attempts get half a renew each, so a node that hangs
 // (paused, not dead) makes the client move on to another node within this
 // heartbeat rather than have every heartbeat abandoned on it.
-func (w *Worker) beat(ctx context.Context, next clock.Timer, refs []*leaseholdv1.LeaseRef) (resp *leaseholdv1.HeartbeatResponse, due bool, err error) {
+func (w *Worker) beat(ctx context.Context, next clock.Timer, beat beatLeases) (resp *leaseholdv1.HeartbeatResponse, due bool, err error) {
 	perAttempt := w.renew() / 2
 	bctx, cancel := context.WithCancel(unbounded(ctx))
 	defer cancel()
@@ -211,9 +227,9 @@ func (w *Worker) beat(ctx context.Context, next clock.Timer, refs []*leaseholdv1
 		err  error
 	}
 	done := make(chan answer, 1)
-	observed := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: refs})
+	observed := w.observer.observe("Heartbeat", &leaseholdv1.HeartbeatRequest{WorkerId: w.id, Leases: beat.refs, Notes: beat.notes})
 	go func() {
-		r, err := w.c.heartbeat(bctx, w.id, refs, perAttempt)
+		r, err := w.c.heartbeat(bctx, w.id, beat.refs, beat.notes, perAttempt)
 		ended(observed, r, err)
 		done <- answer{r, err}
 	}()
@@ -231,23 +247,106 @@ func (w *Worker) beat(ctx context.Context, next clock.Timer, refs []*leaseholdv1
 	}
 }
 
-// heldLeases names every lease the worker holds, in token order.
-func (w *Worker) heldLeases() []*leaseholdv1.LeaseRef {
+// beatLeases is what one heartbeat says: every lease the worker holds, in
+// token order, and the progress notes no acknowledged beat has carried yet
+// (with the version of each, by index).
+type beatLeases struct {
+	refs  []*leaseholdv1.LeaseRef
+	notes []*leaseholdv1.ProgressNote
+	vers  []uint64
+}
+
+// heldLeases says what the next heartbeat names: every lease, and each
+// lease's latest progress note until a beat carrying it is acknowledged
+// by the current leader's term, when the server takes notes. So a note
+// goes with every beat until one is acknowledged, again after a change of
+// leader, and never in a call of its own.
+func (w *Worker) heldLeases() beatLeases {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	refs := make([]*leaseholdv1.LeaseRef, 0, len(w.tasks))
+	b := beatLeases{refs: make([]*leaseholdv1.LeaseRef, 0, len(w.tasks))}
 	for _, t := range w.tasks {
-		refs = append(refs, &leaseholdv1.LeaseRef{JobId: t.job.ID, Token: t.job.Token})
+		b.refs = append(b.refs, &leaseholdv1.LeaseRef{JobId: t.job.ID, Token: t.job.Token})
 	}
-	slices.SortFunc(refs, func(a, b *leaseholdv1.LeaseRef) int { return cmp.Compare(a.Token, b.Token) })
-	return refs
+	slices.SortFunc(b.refs, func(a, b *leaseholdv1.LeaseRef) int { return cmp.Compare(a.Token, b.Token) })
+	if w.notesTerm == 0 {
+		return b
+	}
+	// Notes take at most noteBudget bytes of a beat, so a worker of many
+	// leases never makes a heartbeat too large to be taken; the first
+	// lease considered turns with each beat, so none waits for ever.
+	budget := noteBudget
+	w.noteTurn++
+	for i := range b.refs {
+		r := b.refs[(i+w.noteTurn)%len(b.refs)]
+		t := w.tasks[r.Token]
+		if t.noteVer <= t.ackedVer {
+			continue
+		}
+		if budget -= len(t.note) + noteOverhead; budget < 0 {
+			break
+		}
+		b.notes = append(b.notes, &leaseholdv1.ProgressNote{Token: r.Token, Note: t.note})
+		b.vers = append(b.vers, t.noteVer)
+	}
+	return b
+}
+
+// noteBudget bounds the bytes of progress notes in one heartbeat (the
+// notes of 128 leases at the longest); noteOverhead is what a note costs
+// on the wire besides its text, at most.
+const (
+	noteBudget   = 128 * (rules.MaxProgressLen + noteOverhead)
+	noteOverhead = 16
+)
+
+// noteAcksLocked applies an acknowledged beat's answer to the notes: the
+// notes it carried are held by the leader of term; a leader of another
+// term than the last holds none of the earlier ones, so each lease's latest
+// note goes again.
+func (w *Worker) noteAcksLocked(term uint64, beat beatLeases) {
+	if term != w.notesTerm {
+		for _, t := range w.tasks {
+			t.ackedVer = 0
+			if t.note == "" {
+				t.ackedVer = t.noteVer // nothing to clear on a new leader
+			}
+		}
+		w.notesTerm = term
+	}
+	if term == 0 {
+		return
+	}
+	for i, n := range beat.notes {
+		if t := w.tasks[n.GetToken()]; t != nil && beat.vers[i] > t.ackedVer {
+			t.ackedVer = beat.vers[i]
+		}
+	}
+}
+
+// notesRefused reports whether err is a strict server's refusal of a
+// heartbeat's notes as an unknown field: a leader of a build from before
+// them (in a stream, the field is the beat's).
+func notesRefused(err error) bool {
+	return refusedField(err, "3", "notes") || refusedField(err, "heartbeat.3", "heartbeat.notes")
+}
+
+// refuseNotes stops sending progress notes until a heartbeat's answer
+// says the server takes them (the leader moved to a node of an older
+// build during an upgrade).
+func (w *Worker) refuseNotes(err error) {
+	w.mu.Lock()
+	w.notesTerm = 0
+	w.mu.Unlock()
+	w.log.Info("the leader does not take progress notes; heartbeating without them", "error", err)
 }
 
 // acknowledge applies an acknowledged heartbeat sent at sent: it moves the
 // self-stop deadline, applies the verdicts, and releases live leases the
 // worker did not know it held.
-func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse) {
+func (w *Worker) acknowledge(sent time.Time, resp *leaseholdv1.HeartbeatResponse, beat beatLeases) {
 	w.mu.Lock()
+	w.noteAcksLocked(resp.GetNotesTerm(), beat)
 	w.acknowledgeLocked(sent, resp)
 	deadline := w.deadlineLocked()
 	w.mu.Unlock()

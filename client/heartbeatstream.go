@@ -90,11 +90,12 @@ func (c *Client) HeartbeatStream(ctx context.Context) *HeartbeatStream {
 	return s
 }
 
-// Send sends a heartbeat of workerID naming leases, or queues it for the
-// next connection, and returns its sequence number. It fails only once the
+// Send sends a heartbeat of workerID naming leases, with progress notes
+// for some of them (see Client.Heartbeat), or queues it for the next
+// connection, and returns its sequence number. It fails only once the
 // stream has ended.
-func (s *HeartbeatStream) Send(workerID string, leases []*leaseholdv1.LeaseRef) (uint64, error) {
-	req := &leaseholdv1.HeartbeatStreamRequest{Heartbeat: &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases}}
+func (s *HeartbeatStream) Send(workerID string, leases []*leaseholdv1.LeaseRef, notes ...*leaseholdv1.ProgressNote) (uint64, error) {
+	req := &leaseholdv1.HeartbeatStreamRequest{Heartbeat: &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases, Notes: notes}}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
 		s.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Job is a leased job as a handler sees it.
@@ -24,6 +25,37 @@ type Job struct {
 	Attempts uint32 // attempts used before this one
 	Lease    *leaseholdv1.Lease
 	Spec     *leaseholdv1.JobSpec
+
+	progress func(note string) // set by the worker that runs the job
+}
+
+// Progress publishes a short note on how the job goes ("step 3 of 5",
+// "42%"), shown by `leasehold job get` while the lease lives. The latest
+// note wins: it travels with the worker's next heartbeat (no call of its
+// own; about a renew later), and only while the lease lives. Control
+// characters become spaces, invalid UTF-8 U+FFFD, and a note longer than
+// rules.MaxProgressLen (256) bytes is cut to it; an empty note clears it.
+//
+// The leader keeps notes in memory only: a new leader, or a stale read on
+// a follower, shows none until the handler publishes again. A server from
+// before notes never gets them. Progress is safe to call from any
+// goroutine; on a Job the worker did not hand out it does nothing.
+func (j *Job) Progress(note string) {
+	if j.progress != nil {
+		j.progress(progressNote(note))
+	}
+}
+
+// progressNote makes note a valid one: one line of UTF-8 within
+// rules.MaxProgressLen bytes.
+func progressNote(note string) string {
+	note = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return ' '
+		}
+		return r
+	}, note) // invalid UTF-8 becomes U+FFFD
+	return clip(note, rules.MaxProgressLen)
 }
 
 // Result is what a handler reports. A zero Outcome means SUCCEEDED.

@@ -31,6 +31,12 @@ type task struct {
 	// already ended ctx (see Killed); guarded by Worker.mu.
 	killed     chan struct{}
 	killClosed bool
+
+	// The handler's latest progress note (Job.Progress), its version, and
+	// the version of the last one a heartbeat acknowledged carried;
+	// guarded by Worker.mu.
+	note              string
+	noteVer, ackedVer uint64
 }
 
 // killedKey carries a task's killed channel in its handler's context.
@@ -60,11 +66,23 @@ func (w *Worker) addTaskLocked(job *Job, h Handler) {
 		return
 	}
 	t := &task{job: job, handler: h, reportID: newID(), killed: make(chan struct{})}
+	job.progress = func(note string) { w.noteProgress(t, note) }
 	t.ctx, t.cancel = context.WithCancelCause(context.WithValue(w.hard, killedKey{}, t.killed))
 	t.lease, t.endLease = context.WithCancel(w.hard)
 	w.tasks[job.Token] = t
 	w.work.Add(1)
 	go w.runTask(t)
+}
+
+// noteProgress makes note the task's latest, for the next heartbeat.
+func (w *Worker) noteProgress(t *task, note string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if note == t.note {
+		return
+	}
+	t.note = note
+	t.noteVer++
 }
 
 // loseLocked gives a task's lease up for lost: its handler is cancelled

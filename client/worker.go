@@ -62,7 +62,16 @@ type WorkerOptions struct {
 	// Observer watches the runtime's calls and acknowledgements (testers
 	// record histories with it). Default: nothing watches.
 	Observer Observer
+	// Middleware wraps every handler the worker runs (Handlers' and those
+	// Reattach returns), the first outermost: with [a, b], a job runs
+	// a(b(handler)). Use it for what every job needs: logging, metrics,
+	// tracing, a recover of your own. None may be nil.
+	Middleware []Middleware
 }
+
+// Middleware wraps a Handler in another: it may act before and after the
+// handler, change its context or result, or not call it at all.
+type Middleware func(Handler) Handler
 
 // Defaults of WorkerOptions.
 const (
@@ -84,6 +93,7 @@ type Worker struct {
 	pollWait     time.Duration
 	drainTimeout time.Duration
 	reattachFn   func(ctx context.Context, job *Job) (Handler, bool)
+	middleware   []Middleware
 	deadlineFn   func(time.Time)
 	clock        clock.Clock
 	log          hclog.Logger
@@ -108,6 +118,12 @@ type Worker struct {
 	stopAcquire context.CancelFunc // cancels it
 	acked       chan struct{}      // closed and replaced at every ack
 	freed       chan struct{}      // closed and replaced when a task ends
+
+	// notesTerm is the leader's term the last acknowledged heartbeat
+	// named, whose memory holds the notes sent (zero: the server does not
+	// take notes, and beats carry none).
+	notesTerm uint64
+	noteTurn  int // turns the first lease whose note a beat considers
 }
 
 // timings are the cluster's, from RegisterWorker and heartbeat replies.
@@ -148,6 +164,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		pollWait:     opts.PollWait,
 		drainTimeout: opts.DrainTimeout,
 		reattachFn:   opts.Reattach,
+		middleware:   slices.Clone(opts.Middleware),
 		deadlineFn:   opts.Deadline,
 		clock:        opts.Clock,
 		log:          opts.Logger,
@@ -169,6 +186,16 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		}
 		if h == nil {
 			return nil, fmt.Errorf("%w: Handlers[%q] is nil", ErrInvalidConfig, kind)
+		}
+	}
+	for i, m := range w.middleware {
+		if m == nil {
+			return nil, fmt.Errorf("%w: Middleware[%d] is nil", ErrInvalidConfig, i)
+		}
+	}
+	for kind, h := range w.handlers {
+		if w.handlers[kind] = w.wrap(h); w.handlers[kind] == nil {
+			return nil, fmt.Errorf("%w: Middleware made Handlers[%q] nil", ErrInvalidConfig, kind)
 		}
 	}
 	if len(w.kinds) == 0 {
@@ -218,6 +245,15 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	w.log = w.log.With("worker_id", w.id)
 	return w, nil
+}
+
+// wrap wraps a handler in the middleware, the first outermost. It runs
+// user code, so never under the worker's lock.
+func (w *Worker) wrap(h Handler) Handler {
+	for i := len(w.middleware) - 1; i >= 0; i-- {
+		h = w.middleware[i](h)
+	}
+	return h
 }
 
 // Run registers the worker and runs jobs until ctx ends, then shuts down
@@ -325,6 +361,9 @@ func (w *Worker) reattach(ctx context.Context) {
 			continue
 		}
 		h, ok := w.askReattach(ctx, job)
+		if ok {
+			h = w.wrap(h)
+		}
 		if ok && job.Lease.GetStartedAt() == nil {
 			done := w.observer.observe("StartLease", &leaseholdv1.StartLeaseRequest{WorkerId: w.id, JobId: job.ID, Token: job.Token})
 			lease, err := w.c.Start(ctx, w.id, job.ID, job.Token)

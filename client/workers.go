@@ -92,15 +92,18 @@ func (c *Client) Start(ctx context.Context, workerID, jobID string, token uint64
 // Heartbeat renews every lease of a worker, naming the ones it holds, and
 // answers per lease: keep, stop (revoked) or lost; plus the live leases it
 // did not name. The Worker runtime sends these; most callers never do.
-func (c *Client) Heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef) (*leaseholdv1.HeartbeatResponse, error) {
-	return c.heartbeat(ctx, workerID, leases, 0)
+// Notes, at most one per lease named, are sent only to a server whose
+// answer to an earlier heartbeat set NotesHeard (an older one refuses
+// them with ErrInvalidArgument).
+func (c *Client) Heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef, notes ...*leaseholdv1.ProgressNote) (*leaseholdv1.HeartbeatResponse, error) {
+	return c.heartbeat(ctx, workerID, leases, notes, 0)
 }
 
 // heartbeat bounds each attempt by perAttempt (CallTimeout when zero). The
 // runtime passes half a renew: a node that has not answered by then is
 // left for another while this heartbeat can still count.
-func (c *Client) heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef, perAttempt time.Duration) (*leaseholdv1.HeartbeatResponse, error) {
-	return unary(ctx, c, callOpts{attempt: perAttempt}, &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases},
+func (c *Client) heartbeat(ctx context.Context, workerID string, leases []*leaseholdv1.LeaseRef, notes []*leaseholdv1.ProgressNote, perAttempt time.Duration) (*leaseholdv1.HeartbeatResponse, error) {
+	return unary(ctx, c, callOpts{attempt: perAttempt}, &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases, Notes: notes},
 		workerSvc, workersAPI.Heartbeat)
 }
 

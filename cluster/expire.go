@@ -42,9 +42,11 @@ func (n *Node) expiryTick(ctx context.Context, ls *leaderState) {
 	// A live lease whose holder the table does not time would never
 	// expire; adopt any such holder as heard now (the safe direction). It
 	// reads every holder, so it runs every grace/2, not every tick: a lease
-	// adopted that late still expires a toleration after it.
+	// adopted that late still expires a toleration after it. The progress
+	// notes of ended leases go at the same pace.
 	if now.Sub(ls.adopted) >= n.cfg.Grace/2 {
 		table.adopt(n.fsm.LeaseHolders(), now)
+		n.sweepProgress(ls)
 		ls.adopted = now
 	}
 	res := table.tick(now)

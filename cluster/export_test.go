@@ -21,3 +21,6 @@ func (n *Node) ApplyRaw(data []byte) (uint64, error) {
 	err := f.Error() // Index is set once Error returns
 	return f.Index(), err
 }
+
+// ParkedAcquires is how many acquires wait for a job on the node.
+func (n *Node) ParkedAcquires() int64 { return n.parked.Load() }

@@ -61,6 +61,15 @@ func (n *Node) Heartbeats() (*Heartbeats, error) {
 // stopping. A stream ends then, answering NOT_LEADER.
 func (h *Heartbeats) Done() <-chan struct{} { return h.done }
 
+// term is the term whose office answers the beats (the unchecked build's:
+// the node's current one).
+func (h *Heartbeats) term() uint64 {
+	if h.ls != nil {
+		return h.ls.term
+	}
+	return h.n.raft.CurrentTerm()
+}
+
 // NotLeader is the error of a beat that reaches a term that has ended:
 // the leader as this node now knows it.
 func (h *Heartbeats) NotLeader() error { return h.n.notLeader() }
@@ -71,13 +80,23 @@ type Arrival struct {
 	// arrived: they are answered lost.
 	expiring map[uint64]bool
 	at       time.Time // when it arrived, for the ack latency
+	// notes are the beat's progress notes, recorded by Answer for the
+	// leases it finds live; wall is when the beat arrived, on the wall
+	// clock (shown with the note).
+	notes map[uint64]string
+	wall  time.Time
 }
 
 // Arrive validates a beat and records the worker as heard now. A worker the
 // state does not know gets fsm.ErrUnknownWorker and is not timed; a beat
-// arriving after the term ended gets the NOT_LEADER answer.
-func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef) (Arrival, error) {
+// arriving after the term ended gets the NOT_LEADER answer. The beat's
+// progress notes, if any, wait for Answer: only a lease it finds current
+// gets its note recorded.
+func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef, notes ...ProgressNote) (Arrival, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
+		return Arrival{}, err
+	}
+	if err := validateNotes(held, notes); err != nil {
 		return Arrival{}, err
 	}
 	table := h.table
@@ -95,7 +114,14 @@ func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef) (Arrival, erro
 		return Arrival{}, err
 	}
 	now := h.n.clock.Now()
-	return Arrival{expiring: table.heard(workerID, now), at: now}, nil
+	a := Arrival{expiring: table.heard(workerID, now), at: now}
+	if len(notes) > 0 {
+		a.notes, a.wall = make(map[uint64]string, len(notes)), h.n.clock.Wall()
+		for _, n := range notes {
+			a.notes[n.Token] = n.Note
+		}
+	}
+	return a, nil
 }
 
 // Confirm returns nil once a quorum has confirmed this node's leadership
@@ -132,7 +158,9 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // Answer fills res with the answer to a confirmed beat from the state,
 // reusing res's slices: each lease the worker named, in its order (keep,
 // stop when revoked, lost when not live or its expiry is decided), and the
-// live leases it did not name, by token.
+// live leases it did not name, by token. The beat's progress notes are
+// recorded for the leases answered keep or stop: live, held by this worker,
+// under the token named, as of a state read after the quorum check.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
 	defer func() { h.n.metrics.heartbeatAck.Observe(h.n.clock.Now().Sub(a.at).Seconds()) }()
 	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
@@ -145,6 +173,7 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 	slices.Sort(h.named)
 
 	res.Leases, res.Unnamed = res.Leases[:0], res.Unnamed[:0]
+	res.Term = h.term()
 	for _, l := range held {
 		st := LeaseStatus{JobID: l.JobID, Token: l.Token, Verdict: VerdictLost}
 		i, ok := slices.BinarySearchFunc(h.live, l.Token, func(l fsm.Lease, tok uint64) int { return cmp.Compare(l.Token, tok) })
@@ -152,6 +181,11 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 			st.Verdict, st.Revoke = VerdictKeep, h.live[i].Revoke
 			if st.Revoke != fsm.RevokeNone {
 				st.Verdict = VerdictStop
+			}
+			if note, ok := a.notes[l.Token]; ok && h.ls != nil {
+				// Keyed by the state's copy of the id, which the table
+				// shares rather than holding the request's.
+				h.ls.progress.hear(h.live[i].JobID, l.Token, note, a.wall)
 			}
 		}
 		res.Leases = append(res.Leases, st)

@@ -187,13 +187,22 @@ var (
 	descRevokes      = desc("leasehold_revokes_total", "Live leases revoked by a cancel or kill (applied on this node since it started).")
 	descExpiries     = desc("leasehold_expiries_total", "Leases ended because their worker was silent past toleration (applied on this node since it started).")
 	descAbsence      = desc("leasehold_absence_applications_total", "Times a leader did not charge workers for a gap of its own: takeovers, restores, clock jumps, held mass expiries.")
+	// The queues: the first metricQueues by name, as cluster status shows them.
+	descQueueReady   = desc("leasehold_queue_ready", "Queued jobs due now, by queue (the first 100 queues by name).", "queue")
+	descQueueRunning = desc("leasehold_queue_running", "Live leases, by queue (the first 100 queues by name).", "queue")
+	descQueuePaused  = desc("leasehold_queue_paused", "1 while the queue is paused (no new grants), else 0 (the first 100 queues by name).", "queue")
+	descQueueOldest  = desc("leasehold_queue_oldest_ready_seconds", "Age of the queue's oldest ready job, 0 when none is ready (the first 100 queues by name).", "queue")
 )
+
+// metricQueues bounds the queues the metrics label, as cluster status does.
+const metricQueues = 100
 
 var nodeDescs = []*prometheus.Desc{
 	descRaftState, descLeader, descTerm, descLastIndex, descCommitIndex, descAppliedIndex, descLastContact,
 	descLogWrites, descLogEntries, descRPCsRefused, descAudits, descLooked, descSnapSeconds, descSnapBytes,
 	descJobs, descScheduled, descLiveLeases, descWorkers, descTimed, descUnreachable, descStateBytes, descLastToken,
 	descCommands, descEvents, descGrants, descReports, descStale, descRevokes, descExpiries, descAbsence,
+	descQueueReady, descQueueRunning, descQueuePaused, descQueueOldest,
 }
 
 func (c *nodeCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -270,6 +279,19 @@ func (c *nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descRevokes, counts.Events[fsm.EventLeaseRevoked])
 	counter(descExpiries, counts.Events[fsm.EventLeaseExpired])
 	counter(descAbsence, counts.Events[fsm.EventAbsenceRule])
+
+	now := n.clock.Wall().UnixNano()
+	queues, _ := n.fsm.Queues("", metricQueues, now)
+	for _, q := range queues {
+		gauge(descQueueReady, float64(q.Ready), q.Name)
+		gauge(descQueueRunning, float64(q.Running), q.Name)
+		gauge(descQueuePaused, boolFloat(q.Paused), q.Name)
+		oldest := 0.0
+		if q.OldestReady != 0 {
+			oldest = max(time.Duration(now-q.OldestReady), 0).Seconds()
+		}
+		gauge(descQueueOldest, oldest, q.Name)
+	}
 }
 
 func boolFloat(b bool) float64 {

@@ -45,7 +45,11 @@ type Node struct {
 	gate  *acquireGate
 	// metrics are the node's measurements (metrics.go).
 	metrics *nodeMetrics
-	book    peerBook
+	// grants counts each queue's grants of the last minute (grantrate.go).
+	grants *grantRates
+	// parked counts the acquires waiting for a job (worker.go).
+	parked atomic.Int64
+	book   peerBook
 	// audits waits to be proposed (or sent to the leader): see audit.go.
 	audits auditor
 	// refusals bounds the audit records of refused peer requests.
@@ -107,6 +111,8 @@ type leaderState struct {
 	// cutOffSince is when the expiry loop started holding expiries
 	// because every worker fell silent at once (expire.go); zero when not.
 	cutOffSince time.Time
+	// progress holds the term's progress notes (progress.go).
+	progress progressTable
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,
@@ -125,6 +131,7 @@ func New(cfg Config) (_ *Node, err error) {
 		clock:    cfg.Clock,
 		fsm:      fsm.New(),
 		gate:     newAcquireGate(),
+		grants:   newGrantRates(),
 		notifyCh: make(chan bool, 16),
 		netDown:  make(chan struct{}),
 		stopped:  make(chan struct{}),

@@ -52,6 +52,9 @@ type HeartbeatResult struct {
 	// reply to its acquire was lost, or it restarted): it should take them
 	// up or release them.
 	Unnamed []fsm.Lease
+	// Term is the leader's term that answered, whose memory holds the
+	// beat's progress notes.
+	Term uint64
 }
 
 // Heartbeat renews every lease of a worker, in the leader's memory only,
@@ -66,7 +69,7 @@ type HeartbeatResult struct {
 // removed as idle) gets fsm.ErrUnknownWorker and is not timed: made-up ids
 // must cost neither an entry in the table nor an event when they fall
 // silent. The client registers again when told so.
-func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef) (HeartbeatResult, error) {
+func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseRef, notes ...ProgressNote) (HeartbeatResult, error) {
 	if err := fsm.ValidateHeld(workerID, held); err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -74,7 +77,7 @@ func (n *Node) Heartbeat(ctx context.Context, workerID string, held []fsm.LeaseR
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
-	a, err := h.Arrive(workerID, held)
+	a, err := h.Arrive(workerID, held, notes...)
 	if err != nil {
 		return HeartbeatResult{}, err
 	}
@@ -137,6 +140,12 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			}
 			if res := v.(fsm.AcquireResult); len(res.Grants) > 0 || res.Replayed {
 				n.metrics.granted(res)
+				if !res.Replayed {
+					at := n.clock.Now()
+					for _, g := range res.Grants {
+						n.grants.record(g.Job.Queue, 1, at)
+					}
+				}
 				// Its leases are timed from its last hearing, even if the
 				// table forgot the worker while the poll was parked.
 				ls.table.Load().heard(req.WorkerID, arrived)
@@ -154,21 +163,24 @@ func (n *Node) Acquire(ctx context.Context, req fsm.Acquire, wait time.Duration)
 			due = dueTimer.C
 		}
 		var err error
+		timedOut := false
+		n.parked.Add(1)
 		select {
 		case <-changed:
 		case <-gateChanged:
 		case <-due:
 		case <-timer.C:
-			return fsm.AcquireResult{}, nil
+			timedOut = true
 		case <-ctx.Done():
 			err = ctx.Err()
 		case <-n.life.Done():
 			err = ErrShutdown
 		}
+		n.parked.Add(-1)
 		if dueTimer != nil {
 			dueTimer.Stop()
 		}
-		if err != nil {
+		if timedOut || err != nil {
 			return fsm.AcquireResult{}, err
 		}
 	}

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -168,5 +169,81 @@ func TestParkedAcquireWakesWhenAJobComesDue(t *testing.T) {
 	}
 	if at := res.Grants[0].Lease.GrantedAt; at < j.NotBefore {
 		t.Fatalf("retry granted %s before its backoff ended", time.Duration(j.NotBefore-at))
+	}
+}
+
+// A paused queue grants nothing, and a parked acquire on it is granted by
+// the resume's apply: its wait is far longer than the test, and no job is
+// delayed, so only the apply can wake it. A limit of 1 holds a second
+// grant until the first lease ends.
+func TestParkedAcquireWakesWhenItsQueueOpens(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 2})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w2", Capacity: 2})
+	do(t, c, &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: true})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	do(t, c, &fsm.SubmitJob{Spec: spec("b", fsm.LostRequeue)})
+
+	type result struct {
+		res fsm.AcquireResult
+		err error
+	}
+	park := func(worker, req string) <-chan result {
+		done := make(chan result, 1)
+		go func() {
+			res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: worker, RequestID: req, Queues: []string{"default"}, Max: 1}, time.Hour)
+			done <- result{res, err}
+		}()
+		c.WaitFor(5*time.Second, worker+"'s acquire to park", func() bool { return leader.ParkedAcquires() == 1 })
+		return done
+	}
+	first := park("w1", "r1")
+	// The limit goes with the resume: one lease at a time.
+	do(t, c, &fsm.SetQueue{Queue: "default", SetMaxRunning: true, MaxRunning: 1})
+	do(t, c, &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: false})
+	r := <-first
+	if r.err != nil || len(r.res.Grants) != 1 || r.res.Grants[0].Job.ID != "a" {
+		t.Fatalf("parked acquire after the resume: %+v %v", r.res, r.err)
+	}
+	g := r.res.Grants[0]
+
+	second := park("w2", "r2")
+	select {
+	case r := <-second:
+		t.Fatalf("a second grant under a limit of 1: %+v %v", r.res, r.err)
+	default:
+	}
+	do(t, c, &fsm.Report{WorkerID: "w1", JobID: "a", Token: g.Lease.Token, ReportID: "done", Outcome: fsm.OutcomeSucceeded})
+	r = <-second
+	if r.err != nil || len(r.res.Grants) != 1 || r.res.Grants[0].Job.ID != "b" {
+		t.Fatalf("parked acquire after the first lease ended: %+v %v", r.res, r.err)
+	}
+	if rate := leader.GrantRate("default"); rate != 2.0/60 {
+		t.Fatalf("grant rate %v, want 2 grants a minute", rate)
+	}
+}
+
+// While a voter's build is at level 5, a queue setting is refused naming
+// it, and nothing changes: grants go on as before.
+func TestQueueSettingsNeedLevel6(t *testing.T) {
+	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
+		if i == 2 {
+			cluster.SayLevel(cfg, 5)
+		}
+		cluster.AskLevelsEvery(cfg, 100*time.Millisecond)
+	})
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	var up *cluster.UpgradeError
+	c.WaitFor(10*time.Second, "the leader to hear node-2 at level 5", func() bool {
+		_, err := c.Leader().Apply(ctx(t), &fsm.SetQueue{Queue: "default", SetPaused: true, Paused: true})
+		return errors.As(err, &up) && up.Need == 6 && len(up.Nodes) == 1 && strings.HasPrefix(up.Nodes[0], "node-2 (level 5")
+	})
+	if s := c.Leader().FSM().QueueSettingsOf(); len(s) != 0 {
+		t.Fatalf("a refused pause changed the settings: %+v", s)
+	}
+	if g := acquire(t, c.Leader(), "w", "r1"); g.Job.ID != "a" {
+		t.Fatalf("granted %s", g.Job.ID)
 	}
 }

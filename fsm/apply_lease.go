@@ -109,34 +109,44 @@ func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
 	return res, true
 }
 
+// readyHeap is a ready heap and the queue it belongs to.
+type readyHeap struct {
+	queue string
+	h     *jobHeap
+}
+
 // candidateHeaps returns the ready heaps an acquire may pick from.
-func (s *state) candidateHeaps(queues, kinds []string) []*jobHeap {
-	var out []*jobHeap
+func (s *state) candidateHeaps(queues, kinds []string) []readyHeap {
+	var out []readyHeap
 	for _, q := range queues {
 		byKind := s.ready[q]
 		if len(kinds) == 0 {
 			for _, h := range byKind {
-				out = append(out, h)
+				out = append(out, readyHeap{q, h})
 			}
 			continue
 		}
 		for _, k := range kinds {
 			if h := byKind[k]; h != nil {
-				out = append(out, h)
+				out = append(out, readyHeap{q, h})
 			}
 		}
 	}
 	return out
 }
 
-// pickReady returns the best queued job across heaps; granting it a lease
-// takes it out of the queue. The order is total (priority, then seq), so
-// the heaps' order does not matter.
-func (s *state) pickReady(heaps []*jobHeap) (uint64, bool) {
+// pickReady returns the best queued job across heaps, skipping the queues
+// that are paused or at their limit (queues.go), which each grant may
+// change; granting it a lease takes it out of the queue. The order is
+// total (priority, then seq), so the heaps' order does not matter.
+func (s *state) pickReady(heaps []readyHeap) (uint64, bool) {
 	var best heapItem
 	found := false
-	for _, h := range heaps {
-		if it, ok := h.peek(s.isReady); ok && (!found || it.before(best)) {
+	for _, rh := range heaps {
+		if !s.queueOpen(rh.queue) {
+			continue
+		}
+		if it, ok := rh.h.peek(s.isReady); ok && (!found || it.before(best)) {
 			best, found = it, true
 		}
 	}

@@ -46,6 +46,8 @@ func sampleCommands() []Command {
 		&RetryJob{JobID: "job-1", Reason: "fixed the bug"},
 		&PurgeJobs{JobIDs: []string{"job-1", "job-2"}, Limit: 2, Reason: "triaged"},
 		&PurgeJobs{Queue: "mail", OlderThan: 7 * 24 * 3600e9, Limit: MaxPurgeBatch},
+		&SetQueue{Queue: "emails", SetPaused: true, Paused: true},
+		&SetQueue{Queue: "emails", SetPaused: true, SetMaxRunning: true, MaxRunning: 12},
 	}
 }
 

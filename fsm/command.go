@@ -33,6 +33,7 @@ const (
 	CmdRemoveIdle       CommandType = 18
 	CmdRetryJob         CommandType = 19
 	CmdPurgeJobs        CommandType = 20
+	CmdSetQueue         CommandType = 22 // queues.go
 	CmdPutSchedule      CommandType = 23 // schedule.go
 	CmdDeleteSchedule   CommandType = 24
 	CmdFireSchedule     CommandType = 25
@@ -924,7 +925,7 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
 // SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
-// RetryJob and PurgeJobs (and, by level, the dead state), and the schedule commands
+// RetryJob, PurgeJobs (and, by level, the dead state) and SetQueue, and the schedule commands
 // (PutSchedule, DeleteSchedule, FireSchedule). Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary

@@ -86,6 +86,7 @@ func (s *state) promoteDue() {
 		it := h.pop()
 		if j, ok := s.waiting(it); ok {
 			h.live--
+			s.queues[j.Queue].scheduled--
 			s.enterReady(j)
 		}
 	}
@@ -96,25 +97,44 @@ func (s *state) promoteDue() {
 
 // readyAt counts the queued jobs of these queues and kinds an acquire at
 // time now could take: the ready ones, and the delayed ones due by now
-// that the acquire's apply would promote first. The walk visits only
-// entries due by now (a heap's children are never earlier than their
-// parent).
+// that the acquire's apply would promote first, per queue no more than
+// its settings let a grant take (queues.go).
 func (s *state) readyAt(queues, kinds []string, now int64) int {
-	n := s.readyCount(queues, kinds)
+	per := make([]int, len(queues))
+	for i, q := range queues {
+		per[i] = s.readyIn(q, kinds)
+	}
+	s.eachDue(now, func(j *Job, _ int64) {
+		if len(kinds) == 0 || containsName(kinds, j.Kind) {
+			if q := slices.Index(queues, j.Queue); q >= 0 {
+				per[q]++
+			}
+		}
+	})
+	n := 0
+	for i, q := range queues {
+		n += s.capReady(q, per[i])
+	}
+	return n
+}
+
+// eachDue calls fn for each job of the delayed heap due by now, with its
+// due time. It visits only the entries due by now (a heap's children are
+// never earlier than their parent).
+func (s *state) eachDue(now int64, fn func(j *Job, at int64)) {
 	items := s.delayed.items
 	var walk func(i int)
 	walk = func(i int) {
 		if i >= len(items) || items[i].at > now {
 			return
 		}
-		if j, ok := s.waiting(items[i]); ok && containsName(queues, j.Queue) && (len(kinds) == 0 || containsName(kinds, j.Kind)) {
-			n++
+		if j, ok := s.waiting(items[i]); ok {
+			fn(j, items[i].at)
 		}
 		walk(2*i + 1)
 		walk(2*i + 2)
 	}
 	walk(0)
-	return n
 }
 
 // nextDueAfter walks the entries due by now (as readyAt does) and returns

@@ -37,6 +37,9 @@ const (
 	EventJobDead            EventType = 31 // out of attempts or stopped by the poison limit: Detail is the reason
 	EventJobRetried         EventType = 32 // a dead job queued again with a fresh attempt budget
 	EventJobsPurged         EventType = 33 // dead jobs removed: Detail counts them
+	EventQueuePaused        EventType = 35 // Detail: the queue
+	EventQueueResumed       EventType = 36 // Detail: the queue
+	EventQueueLimited       EventType = 37 // Detail: the queue and its new limit
 	EventScheduleFired      EventType = 38 // a schedule's slot submitted its job (JobID); Detail: the slot, slots skipped before it
 	EventScheduleSkipped    EventType = 39 // a schedule's slots settled without a job: Detail says how many and why
 	EventScheduleCreated    EventType = 40 // a schedule created or updated: Detail says which
@@ -78,6 +81,9 @@ var eventTypeNames = map[EventType]string{
 	EventJobDead:            "job.dead",
 	EventJobRetried:         "job.retried",
 	EventJobsPurged:         "jobs.purged",
+	EventQueuePaused:        "queue.paused",
+	EventQueueResumed:       "queue.resumed",
+	EventQueueLimited:       "queue.limited",
 	EventScheduleFired:      "schedule.fired",
 	EventScheduleSkipped:    "schedule.skipped",
 	EventScheduleCreated:    "schedule.created",

@@ -48,6 +48,7 @@ func New() *FSM {
 	f.register(CmdRemoveIdle, applyRemoveIdle)
 	f.register(CmdRetryJob, applyRetryJob)
 	f.register(CmdPurgeJobs, applyPurgeJobs)
+	f.register(CmdSetQueue, applySetQueue)
 	f.register(CmdPutSchedule, applyPutSchedule)
 	f.register(CmdDeleteSchedule, applyDeleteSchedule)
 	f.register(CmdFireSchedule, applyFireSchedule)

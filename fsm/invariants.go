@@ -45,7 +45,8 @@ func (s *state) check() error {
 	}
 	var counts [JobDead + 1]int
 	var jobs, leases, live, queuedWithSubmitter, terminal, delayed, timed int
-	heapWant := map[*jobHeap]int{} // queued jobs each heap must hold
+	heapWant := map[*jobHeap]int{}         // queued jobs each heap must hold
+	queueWant := map[string]*queueCounts{} // recounted per queue; since: its ready jobs
 	inDelayed := make(map[delayedItem]bool, len(s.delayed.items))
 	for i, it := range s.delayed.items {
 		inDelayed[it] = true
@@ -92,6 +93,21 @@ func (s *state) check() error {
 			return true
 		}
 		counts[j.State]++
+		qw := queueWant[j.Queue]
+		if qw == nil {
+			qw = &queueCounts{}
+			queueWant[j.Queue] = qw
+		}
+		qw.total++
+		qw.jobs[j.State]++
+		if _, ok := j.CurrentLease(); ok {
+			qw.leases++
+		}
+		if j.State == JobQueued && s.delayedJob(j) {
+			qw.scheduled++
+		} else if j.State == JobQueued {
+			qw.since = append(qw.since, readyItem{at: readySince(j), seq: j.Seq})
+		}
 		if !inTime(j.SubmittedAt) || !inTime(j.UpdatedAt) || !inTime(j.FinishedAt) ||
 			j.CreateIndex > j.ModifyIndex || j.ModifyIndex > s.lastIndex {
 			fail("job %s: times %d/%d/%d, indexes %d/%d: beyond the state's time %d or index %d",
@@ -284,6 +300,8 @@ func (s *state) check() error {
 		fail("delayed heap: live %d, %d queued jobs wait in it", s.delayed.live, delayed)
 	}
 
+	s.checkQueues(queueWant, fail)
+
 	if len(s.finished) != terminal || len(s.dead) != counts[JobDead] {
 		fail("finish order lists %d jobs, %d are terminal and not dead; dead index %d, %d dead",
 			len(s.finished), terminal, len(s.dead), counts[JobDead])
@@ -327,4 +345,47 @@ func (s *state) check() error {
 		fail("newest event %d at %d, counter %d, state time %d", s.events.at(n-1).Seq, s.events.at(n-1).Time, s.eventSeq, s.lastTime)
 	}
 	return errors.Join(errs...)
+}
+
+// checkQueues checks the per-queue counts against the recount from the jobs,
+// each queue's ready order (a heap whose top is live, holding every ready
+// job at its readySince), and the settings table.
+func (s *state) checkQueues(want map[string]*queueCounts, fail func(string, ...any)) {
+	if len(s.queues) != len(want) {
+		fail("%d queues counted, %d hold jobs", len(s.queues), len(want))
+	}
+	for q, w := range want {
+		qc := s.queues[q]
+		if qc == nil {
+			fail("queue %s holds jobs but is not counted", q)
+			continue
+		}
+		if qc.jobs != w.jobs || qc.total != w.total || qc.scheduled != w.scheduled || qc.leases != w.leases {
+			fail("queue %s: jobs %v total %d scheduled %d leases %d, recounted %v %d %d %d",
+				q, qc.jobs, qc.total, qc.scheduled, qc.leases, w.jobs, w.total, w.scheduled, w.leases)
+		}
+		held := map[readyItem]bool{}
+		for i, it := range qc.since {
+			held[it] = true
+			if i > 0 && it.before(qc.since[(i-1)/2]) {
+				fail("queue %s: ready order entry %d before its parent", q, i)
+			}
+		}
+		for _, it := range w.since {
+			if !held[it] {
+				fail("queue %s: ready job seq %d (since %d) missing from its ready order", q, it.seq, it.at)
+			}
+		}
+		if len(w.since) > 0 && (len(qc.since) == 0 || !s.readyEntry(qc.since[0])) {
+			fail("queue %s: %d ready jobs but the top of its ready order is stale", q, len(w.since))
+		}
+	}
+	if len(s.queueSettings) > MaxQueueSettings {
+		fail("%d queues with settings, bound %d", len(s.queueSettings), MaxQueueSettings)
+	}
+	for q, qs := range s.queueSettings {
+		if qs.Queue != q || checkName("queue", q) != nil || qs.MaxRunning > MaxQueueLimit || !qs.Paused && qs.MaxRunning == 0 {
+			fail("queue settings %+v stored under %q", qs, q)
+		}
+	}
 }

@@ -132,11 +132,13 @@ type refModel struct {
 	reports map[*Job]uint32
 	// schedules by name: settled through LastSlot, fired by FireSchedule
 	schedules map[string]*Schedule
-	nodes     map[string]Node // the node table: its lowest level is the cluster's
+	nodes     map[string]Node          // the node table: its lowest level is the cluster's
+	queues    map[string]QueueSettings // queues with settings other than the defaults
 }
 
 func newRefModel() *refModel {
-	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, schedules: map[string]*Schedule{}}
+	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, queues: map[string]QueueSettings{},
+		schedules: map[string]*Schedule{}}
 }
 
 // isTerminal says whether a job has finished for good and is compacted
@@ -294,6 +296,8 @@ func (m *refModel) apply(index uint64, at int64, cmd Command) (any, error) {
 		return nil, nil
 	case *FireSchedule:
 		return m.fireSchedule(c)
+	case *SetQueue:
+		return m.setQueue(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", cmd))
 }
@@ -444,6 +448,61 @@ func (m *refModel) purge(c *PurgeJobs) (any, error) {
 	return res, nil
 }
 
+func (m *refModel) setQueue(c *SetQueue) (any, error) {
+	old := m.queues[c.Queue]
+	cur := QueueSettings{Queue: c.Queue, Paused: old.Paused, MaxRunning: old.MaxRunning}
+	if c.SetPaused {
+		cur.Paused = c.Paused
+	}
+	if c.SetMaxRunning {
+		cur.MaxRunning = c.MaxRunning
+	}
+	if cur.Paused != old.Paused {
+		if cur.Paused {
+			m.emit(Event{Type: EventQueuePaused, Detail: c.Queue})
+		} else {
+			m.emit(Event{Type: EventQueueResumed, Detail: c.Queue})
+		}
+	}
+	if cur.MaxRunning != old.MaxRunning {
+		m.emit(Event{Type: EventQueueLimited, Detail: limitDetailModel(c.Queue, cur.MaxRunning)})
+	}
+	if cur.Paused || cur.MaxRunning > 0 {
+		m.queues[c.Queue] = cur
+	} else {
+		delete(m.queues, c.Queue)
+	}
+	return cur, nil
+}
+
+func limitDetailModel(q string, n uint32) string {
+	if n == 0 {
+		return q + ": no limit"
+	}
+	return fmt.Sprintf("%s: max running %d", q, n)
+}
+
+// room is how many more grants queue q takes: -1 for no bound.
+func (m *refModel) room(q string) int {
+	qs, ok := m.queues[q]
+	if !ok {
+		return -1
+	}
+	if qs.Paused {
+		return 0
+	}
+	if qs.MaxRunning == 0 {
+		return -1
+	}
+	live := 0
+	for _, j := range m.jobs {
+		if j.Queue == q && m.live(j) != nil {
+			live++
+		}
+	}
+	return max(int(qs.MaxRunning)-live, 0)
+}
+
 func (m *refModel) register(c *RegisterWorker) (any, error) {
 	old := m.workers[c.WorkerID]
 	if old != nil && int(c.Capacity) < len(m.heldBy(c.WorkerID)) {
@@ -586,7 +645,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 	for range n {
 		var best *Job
 		for _, j := range m.jobs {
-			if j.State != JobQueued || j.NotBefore > m.now || !slices.Contains(c.Queues, j.Queue) {
+			if j.State != JobQueued || j.NotBefore > m.now || !slices.Contains(c.Queues, j.Queue) || m.room(j.Queue) == 0 {
 				continue
 			}
 			if len(c.Kinds) > 0 && !slices.Contains(c.Kinds, j.Kind) {
@@ -1053,6 +1112,7 @@ const (
 	actSchedule // put, pause, resume or delete a schedule
 	actFire
 	actInvalid
+	actSetQueue
 	numActions
 )
 
@@ -1065,15 +1125,15 @@ type modelProfile struct {
 }
 
 var modelProfiles = []modelProfile{
-	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1, 2, 1, 2, 3, 1}},
+	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1, 2, 1, 2, 3, 1, actSetQueue: 2}},
 	// Few jobs leased over and over: lease history trimming, poison jobs,
 	// retry limits, old tokens of the same job.
-	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 3, 1, 1, 1, 1}},
+	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 3, 1, 1, 1, 1, actSetQueue: 2}},
 	// Many queued jobs: long ready queues, bulk cancels, stale heap entries,
 	// shard boundaries and compaction of whole shards.
-	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 2, 2, 1, 1}},
+	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 2, 2, 1, 1, actSetQueue: 2}},
 	// Workers coming and going, expiries and revokes.
-	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1, 2, 1, 2, 4, 1}},
+	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1, 2, 1, 2, 4, 1, actSetQueue: 2}},
 }
 
 var (
@@ -1633,6 +1693,17 @@ func (g *modelGen) next() (Command, bool) {
 		c := &FireSchedule{Name: name, Slot: max(slot, 1), Skip: g.pct(25), Skipped: uint32(g.rng.IntN(3))}
 		if c.Skip || c.Skipped > 0 {
 			c.Reason = "missed"
+		}
+		return c, false
+	case actSetQueue:
+		// Pauses and resumes, limits of 1 to 3 and none, on the queues
+		// acquires name (and one no job uses).
+		c := &SetQueue{Queue: pick(g, append(slices.Clone(modelQueues), "q-none"))}
+		if g.pct(50) {
+			c.SetPaused, c.Paused = true, g.pct(40)
+		}
+		if !c.SetPaused || g.pct(30) {
+			c.SetMaxRunning, c.MaxRunning = true, uint32(g.rng.IntN(4))
 		}
 		return c, false
 	}
@@ -2215,15 +2286,22 @@ func (r *modelRun) compareState() {
 		}
 		later := m.now + r.checks.Int64N(5e9) // what a parked acquire would take then
 		n, nLater := 0, 0
-		for _, j := range m.jobs {
-			if j.State == JobQueued && slices.Contains(qs, j.Queue) && (ks == nil || slices.Contains(ks, j.Kind)) {
-				if j.NotBefore <= m.now {
-					n++
-				}
-				if j.NotBefore <= later {
-					nLater++
+		for _, q := range qs {
+			qn, qLater := 0, 0
+			for _, j := range m.jobs {
+				if j.State == JobQueued && j.Queue == q && (ks == nil || slices.Contains(ks, j.Kind)) {
+					if j.NotBefore <= m.now {
+						qn++
+					}
+					if j.NotBefore <= later {
+						qLater++
+					}
 				}
 			}
+			if room := m.room(q); room >= 0 { // a grant takes no more than the queue's room
+				qn, qLater = min(qn, room), min(qLater, room)
+			}
+			n, nLater = n+qn, nLater+qLater
 		}
 		if got := f.Ready(qs, ks); got != n {
 			r.fail("Ready(%v, %v) = %d, want %d", qs, ks, got, n)
@@ -2243,6 +2321,8 @@ func (r *modelRun) compareState() {
 			r.fail("NextDueAfter(now+%s) = %d %t, want a time in (then, %d]", time.Duration(later-m.now), got, ok, next)
 		}
 	}
+
+	r.compareQueues()
 
 	// Every kept lease by token, fences, and some tokens no longer kept.
 	for _, j := range m.jobs {
@@ -2298,5 +2378,66 @@ func (r *modelRun) compareState() {
 	}
 	if !same(evs, m.events) {
 		r.fail("event log differs\n  got  %.3000s\n  want %.3000s", canon(evs), canon(m.events))
+	}
+}
+
+// compareQueues compares the queue listing and settings with the model's
+// recount.
+func (r *modelRun) compareQueues() {
+	m, f := r.m, r.f
+	later := m.now + r.checks.Int64N(5e9)
+	want := map[string]*QueueInfo{}
+	info := func(q string) *QueueInfo {
+		if want[q] == nil {
+			want[q] = &QueueInfo{Name: q, Jobs: map[JobState]int{}}
+		}
+		return want[q]
+	}
+	for _, j := range m.jobs {
+		qi := info(j.Queue)
+		qi.Jobs[j.State]++
+		if m.live(j) != nil {
+			qi.Running++
+		}
+		if j.State == JobQueued && j.NotBefore > later {
+			qi.Scheduled++
+		} else if j.State == JobQueued {
+			qi.Ready++
+			since := max(j.SubmittedAt, j.NotBefore)
+			if n := len(j.Leases); n > 0 {
+				since = max(since, j.Leases[n-1].EndedAt)
+			}
+			if qi.OldestReady == 0 || since < qi.OldestReady {
+				qi.OldestReady = since
+			}
+		}
+	}
+	var settings []QueueSettings
+	for q, qs := range m.queues {
+		qi := info(q)
+		qi.Paused, qi.MaxRunning = qs.Paused, qs.MaxRunning
+		settings = append(settings, qs)
+	}
+	slices.SortFunc(settings, func(a, b QueueSettings) int { return strings.Compare(a.Queue, b.Queue) })
+	if got := f.QueueSettingsOf(); !slices.Equal(got, settings) {
+		r.fail("queue settings %+v, want %+v", got, settings)
+	}
+	var got []QueueInfo
+	for after := ""; ; {
+		page, more := f.Queues(after, 1+r.checks.IntN(3), later)
+		got = append(got, page...)
+		if !more {
+			break
+		}
+		after = page[len(page)-1].Name
+	}
+	if len(got) != len(want) {
+		r.fail("Queues lists %d queues, want %d: %+v", len(got), len(want), got)
+	}
+	for _, qi := range got {
+		w := want[qi.Name]
+		if w == nil || fmt.Sprintf("%+v", qi) != fmt.Sprintf("%+v", *w) {
+			r.fail("Queues(now+%s): %+v\n  want %+v", time.Duration(later-m.now), qi, w)
+		}
 	}
 }

@@ -314,21 +314,30 @@ func (f *FSM) Ready(queues, kinds []string) int {
 	return f.st.readyCount(queues, kinds)
 }
 
-// readyCount counts the jobs in the ready heaps of these queues and kinds.
+// readyCount counts the jobs in the ready heaps of these queues and kinds
+// that a grant may take: none of a paused queue, at most its room of a
+// limited one (queues.go).
 func (s *state) readyCount(queues, kinds []string) int {
 	n := 0
 	for _, q := range queues {
-		byKind := s.ready[q]
-		if len(kinds) == 0 {
-			for _, h := range byKind {
-				n += h.live
-			}
-			continue
+		n += s.capReady(q, s.readyIn(q, kinds))
+	}
+	return n
+}
+
+// readyIn counts the jobs in the ready heaps of one queue and these kinds.
+func (s *state) readyIn(q string, kinds []string) int {
+	n := 0
+	byKind := s.ready[q]
+	if len(kinds) == 0 {
+		for _, h := range byKind {
+			n += h.live
 		}
-		for _, k := range kinds {
-			if h := byKind[k]; h != nil {
-				n += h.live
-			}
+		return n
+	}
+	for _, k := range kinds {
+		if h := byKind[k]; h != nil {
+			n += h.live
 		}
 	}
 	return n

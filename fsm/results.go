@@ -22,6 +22,7 @@ package fsm
 //	RemoveIdle       RemoveIdleResult
 //	RetryJob         Job
 //	PurgeJobs        PurgeResult
+//	SetQueue         QueueSettings
 //
 // Every value is a copy: holding it never pins or races with the state.
 

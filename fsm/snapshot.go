@@ -20,16 +20,18 @@ import (
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
 // Records come in a fixed order: one header, the workers by id, the jobs by
-// seq, the events by seq, the nodes by id, the schedules by name. The encoding is canonical, so two replicas with
+// seq, the events by seq, the nodes by id, the queue settings by queue name, the schedules by
+// name. The encoding is canonical, so two replicas with
 // the same state write the same bytes, and Hash is a hash of them.
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
-// NotBefore and retry policy at the end of each job; 6 may hold the dead
-// state (JobDead, as a job's state or a report's answer) and its events (31
-// to 33), which a reader of 5 refuses, and adds the schedule records (a
-// state with a schedule is written in 6). Every version ever
+// NotBefore and retry policy at the end of each job; 6 adds the queue
+// settings records and the schedule records (written only in 6: a state with
+// neither is still written in the version the nodes read) and may hold the
+// dead state (JobDead, as a job's state or a report's answer) and its events
+// (31 to 33), which a reader of 5 refuses. Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
 // or more), capped at its own, and version 3 while none is recorded, so a
@@ -43,7 +45,8 @@ const (
 	tagJob        = 3
 	tagEvent      = 4
 	tagNode       = 5
-	tagSchedule   = 6
+	tagQueue      = 6
+	tagSchedule   = 7
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
 )
@@ -64,6 +67,7 @@ type Snapshot struct {
 	shards  []*jobShard
 	workers []*Worker // never mutated: a change replaces the pointer
 	nodes   []*Node   // likewise
+	queues  []QueueSettings
 	// schedules likewise; a snapshot holding one is version 6
 	schedules []*Schedule
 	// minVersion is the lowest version that holds every job: 5 once a job
@@ -104,8 +108,11 @@ func (f *FSM) Snapshot() *Snapshot {
 	if s.timed > 0 {
 		snap.minVersion = 5
 	}
-	if s.counts[JobDead] > 0 {
+	if s.counts[JobDead] > 0 || len(s.queueSettings) > 0 {
 		snap.minVersion = 6
+	}
+	for _, qs := range s.queueSettings {
+		snap.queues = append(snap.queues, qs)
 	}
 	for _, sc := range s.schedules {
 		snap.schedules = append(snap.schedules, sc)
@@ -232,6 +239,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	slices.SortFunc(s.nodes, func(a, b *Node) int { return strings.Compare(a.ID, b.ID) })
 	for _, n := range s.nodes {
 		sw.record(tagNode, func(e *encoder) { encodeNode(e, n, sw.version) })
+	}
+	slices.SortFunc(s.queues, func(a, b QueueSettings) int { return strings.Compare(a.Queue, b.Queue) })
+	for i := range s.queues {
+		sw.record(tagQueue, func(e *encoder) { encodeQueueSettings(e, &s.queues[i]) })
 	}
 	slices.SortFunc(s.schedules, func(a, b *Schedule) int { return strings.Compare(a.Name, b.Name) })
 	for _, sc := range s.schedules {
@@ -377,6 +388,7 @@ func readState(r io.Reader) (*state, error) {
 	s.lastIndex, s.lastTime, s.lastToken = hdr.lastIndex, int64(hdr.lastTime), hdr.lastToken
 	s.jobSeq, s.finishSeq, s.eventSeq = hdr.jobSeq, hdr.finishSeq, hdr.eventSeq
 	var workers, jobs, lastSeq uint64
+	var lastQueue string
 	order := byte(tagWorker)
 	for {
 		tag, body, err := sr.next()
@@ -386,7 +398,7 @@ func readState(r io.Reader) (*state, error) {
 		if tag == tagEnd {
 			break
 		}
-		if tag < order || tag > tagSchedule || tag == tagSchedule && sr.version < 6 {
+		if tag < order || tag > tagSchedule || tag >= tagQueue && sr.version < 6 {
 			return nil, fmt.Errorf("%w: record %d out of order", ErrCorrupt, tag)
 		}
 		order = tag
@@ -436,6 +448,16 @@ func readState(r io.Reader) (*state, error) {
 				return nil, fmt.Errorf("%w: node %s twice or too many nodes", ErrCorrupt, n.ID)
 			}
 			s.nodes[n.ID] = n
+		case tagQueue:
+			var qs QueueSettings
+			if err := decodeRecord(body, func(d *decoder) { decodeQueueSettings(d, &qs) }); err != nil {
+				return nil, err
+			}
+			if len(s.queueSettings) >= MaxQueueSettings || qs.Queue <= lastQueue {
+				return nil, fmt.Errorf("%w: queue %q out of order, or more than %d queues with settings", ErrCorrupt, qs.Queue, MaxQueueSettings)
+			}
+			lastQueue = qs.Queue
+			s.queueSettings[qs.Queue] = qs
 		case tagSchedule:
 			sc := new(Schedule)
 			if err := decodeRecord(body, func(d *decoder) { decodeSchedule(d, sc) }); err != nil {

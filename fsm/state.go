@@ -47,6 +47,9 @@ type state struct {
 	workers map[string]*Worker // values are replaced, never mutated
 	nodes   map[string]*Node   // values are replaced, never mutated
 	events  eventLog           // oldest first, seqs consecutive
+	// queueSettings holds the queues whose settings are not the defaults
+	// (queues.go); values are replaced, never mutated.
+	queueSettings map[string]QueueSettings
 	// schedules by name (schedule.go); values are replaced, never mutated
 	schedules map[string]*Schedule
 
@@ -54,6 +57,7 @@ type state struct {
 	jobIDs       map[string]uint64              // job id -> seq
 	tokens       map[uint64]uint64              // token of every kept lease -> job seq
 	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
+	queues       map[string]*queueCounts        // queue -> its counts, while it holds a job (queues.go)
 	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
 	delayed      delayedHeap                    // queued jobs not yet due, by NotBefore (delayed.go)
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
@@ -70,18 +74,20 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		workers:      map[string]*Worker{},
-		nodes:        map[string]*Node{},
-		schedules:    map[string]*Schedule{},
-		jobIDs:       map[string]uint64{},
-		tokens:       map[uint64]uint64{},
-		ready:        map[string]map[string]*jobHeap{},
-		workerLeases: map[string]leaseSet{},
-		submitted:    map[string]*jobHeap{},
-		retries:      map[RetryPolicy]*RetryPolicy{},
-		requests:     map[requestKey][]uint64{},
-		interned:     map[string]string{},
-		touched:      map[uint64]int64{},
+		workers:       map[string]*Worker{},
+		nodes:         map[string]*Node{},
+		schedules:     map[string]*Schedule{},
+		jobIDs:        map[string]uint64{},
+		tokens:        map[uint64]uint64{},
+		ready:         map[string]map[string]*jobHeap{},
+		queues:        map[string]*queueCounts{},
+		queueSettings: map[string]QueueSettings{},
+		workerLeases:  map[string]leaseSet{},
+		submitted:     map[string]*jobHeap{},
+		retries:       map[RetryPolicy]*RetryPolicy{},
+		requests:      map[requestKey][]uint64{},
+		interned:      map[string]string{},
+		touched:       map[uint64]int64{},
 	}
 }
 
@@ -192,6 +198,7 @@ func (s *state) insertJob(j *Job) {
 	sh.n++
 	s.jobIDs[j.ID] = j.Seq
 	s.counts[j.State]++
+	s.jobEntered(j)
 	if j.timed() {
 		s.timed++
 	}
@@ -212,6 +219,7 @@ func (s *state) removeJob(j *Job) {
 		s.forgetLease(&j.Leases[i])
 	}
 	s.counts[j.State]--
+	s.jobRemoved(j)
 	if j.timed() {
 		s.timed--
 	}
@@ -261,6 +269,7 @@ func (s *state) enterQueue(j *Job) {
 	}
 	if s.delayedJob(j) {
 		s.delayed.push(delayedItem{at: j.NotBefore, seq: j.Seq})
+		s.queues[j.Queue].scheduled++
 		return
 	}
 	s.enterReady(j)
@@ -280,13 +289,16 @@ func (s *state) enterReady(j *Job) {
 		kinds[j.Kind] = h
 	}
 	h.entered(heapItem{prio: j.Priority, seq: j.Seq})
+	s.queues[j.Queue].readyEntered(j)
 }
 
 // leaveQueue records that a job left the queued state (its State already
 // says so), dropping heaps that no longer hold a queued job.
 func (s *state) leaveQueue(j *Job) {
+	qc := s.queues[j.Queue]
 	if s.delayedJob(j) {
 		s.delayed.left(s.waiting) // its entry is stale now
+		qc.scheduled--
 	} else if kinds := s.ready[j.Queue]; kinds[j.Kind] != nil {
 		h := kinds[j.Kind]
 		h.left(s.isReady)
@@ -296,6 +308,7 @@ func (s *state) leaveQueue(j *Job) {
 				delete(s.ready, j.Queue)
 			}
 		}
+		s.readyLeft(qc)
 	}
 	if sh := s.submitted[j.Submitter]; j.Submitter != "" && sh != nil {
 		sh.left(s.isQueued)
@@ -328,6 +341,9 @@ func (s *state) setState(j *Job, to JobState) {
 	}
 	s.counts[from]--
 	s.counts[to]++
+	qc := s.queues[j.Queue]
+	qc.jobs[from]--
+	qc.jobs[to]++
 	j.State = to
 	if from == JobQueued {
 		s.leaveQueue(j)
@@ -367,6 +383,7 @@ func (s *state) endLease(j *Job, how LeaseState) *Lease {
 	l.State = how
 	l.EndedAt = s.lastTime
 	s.dropLease(l.WorkerID, l.Token)
+	s.queues[j.Queue].leases--
 	return l
 }
 
@@ -381,6 +398,7 @@ func (s *state) addLease(j *Job, l Lease, room int) {
 	j.Leases = append(j.Leases, l)
 	s.tokens[l.Token] = j.Seq
 	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
+	s.queues[j.Queue].leases++
 }
 
 // --- events ---
@@ -408,6 +426,7 @@ func (s *state) rebuildIndexes() {
 		j.Retry = s.internRetry(j.Retry)
 		s.jobIDs[j.ID] = j.Seq
 		s.counts[j.State]++
+		s.jobEntered(j)
 		if j.timed() {
 			s.timed++
 		}
@@ -420,6 +439,7 @@ func (s *state) rebuildIndexes() {
 		}
 		if l, ok := j.CurrentLease(); ok {
 			s.holdLease(l.WorkerID, l.Token, j.Seq, 1)
+			s.queues[j.Queue].leases++
 		}
 		switch {
 		case j.State == JobQueued:

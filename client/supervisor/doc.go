@@ -11,6 +11,9 @@
 //	                      rewritten by the worker at every acknowledged heartbeat
 //	jobs/TOKEN/payload    the job's payload, the command's stdin
 //	jobs/TOKEN/ref        LEASEHOLD_REF_FILE
+//	jobs/TOKEN/retry-after LEASEHOLD_RETRY_AFTER_FILE
+//	jobs/TOKEN/progress   LEASEHOLD_PROGRESS_FILE: its last line is the job's progress note,
+//	                      read by the worker while it waits (Job.Progress)
 //	jobs/TOKEN/supervisor the supervisor's pid and process start time, then also the
 //	                      command's (written by the supervisor, atomically)
 //	jobs/TOKEN/result     how the command ended: exit status, stderr tail, ref, and

@@ -162,7 +162,7 @@ func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) 
 	if err := os.WriteFile(filepath.Join(dir, payloadFile), j.Payload, 0o600); err != nil {
 		return client.Result{}, client.Retryable(err)
 	}
-	for _, f := range []string{refFile, retryAfterFile} {
+	for _, f := range []string{refFile, retryAfterFile, progressFile} {
 		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
 			return client.Result{}, client.Retryable(err)
 		}
@@ -198,7 +198,8 @@ func (r *Runner) env(j *client.Job, dir string) []string {
 		"LEASEHOLD_FENCING_TOKEN="+strconv.FormatUint(j.Token, 10),
 		"LEASEHOLD_ATTEMPT="+strconv.FormatUint(uint64(j.Attempts)+1, 10),
 		"LEASEHOLD_WORKER_ID="+r.o.WorkerID, "LEASEHOLD_REF_FILE="+filepath.Join(dir, refFile),
-		"LEASEHOLD_RETRY_AFTER_FILE="+filepath.Join(dir, retryAfterFile))
+		"LEASEHOLD_RETRY_AFTER_FILE="+filepath.Join(dir, retryAfterFile),
+		"LEASEHOLD_PROGRESS_FILE="+filepath.Join(dir, progressFile))
 	if len(j.Payload) < 32<<10 && utf8.Valid(j.Payload) && !bytes.ContainsRune(j.Payload, 0) {
 		env = append(env, "LEASEHOLD_PAYLOAD="+string(j.Payload))
 	}
@@ -268,6 +269,7 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	stop, killed := ctx.Done(), client.Killed(ctx)
+	progress := progressOf{path: filepath.Join(dir, progressFile)}
 	for {
 		var res Result
 		if err := readJSON(filepath.Join(dir, resultFile), &res); err == nil {
@@ -279,6 +281,7 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 			gone = true
 		case <-tick.C:
 			gone = exited == nil && !sup.Alive()
+			progress.poll(j)
 		case <-stop:
 			sup.signal(stopSignal(context.Cause(ctx)))
 			stop = nil // signalled once; now wait for the result
@@ -304,6 +307,34 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 			return client.Result{}, client.Retryable(err)
 		}
 	}
+}
+
+// progressOf publishes the last line of a job's $LEASEHOLD_PROGRESS_FILE
+// as its progress note (client.Job.Progress) each time the file changes.
+type progressOf struct {
+	path string
+	size int64
+	mod  time.Time
+}
+
+// progressTail is how much of the file's end is read for its last line.
+const progressTail = 4 << 10
+
+func (p *progressOf) poll(j *client.Job) {
+	fi, err := os.Stat(p.path)
+	if err != nil || fi.Size() == p.size && fi.ModTime().Equal(p.mod) {
+		return
+	}
+	p.size, p.mod = fi.Size(), fi.ModTime()
+	f, err := os.Open(p.path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	buf := make([]byte, min(p.size, progressTail))
+	n, _ := f.ReadAt(buf, p.size-int64(len(buf)))
+	lines := strings.Split(strings.TrimRight(string(buf[:n]), "\r\n"), "\n")
+	j.Progress(strings.TrimRight(lines[len(lines)-1], "\r"))
 }
 
 // signal signals the supervisor itself, if it is still itself.

@@ -21,6 +21,7 @@ const (
 	payloadFile    = "payload"
 	refFile        = "ref"
 	retryAfterFile = "retry-after"
+	progressFile   = "progress"
 	supervisorFile = "supervisor"
 	resultFile     = "result"
 )

@@ -114,6 +114,10 @@ func TestRoles(t *testing.T) {
 		{RoleWorker, "/leasehold.v1.JobService/CheckFence", true},
 		{RoleWorker, "/leasehold.v1.JobService/SubmitJob", false},
 		{RoleWorker, "/leasehold.v1.Admin/Snapshot", false},
+		{RoleAdmin, "/leasehold.v1.QueueService/PauseQueue", true},
+		{RoleSubmitter, "/leasehold.v1.QueueService/ListQueues", false},
+		{RoleSubmitter, "/leasehold.v1.QueueService/PauseQueue", false},
+		{RoleWorker, "/leasehold.v1.QueueService/SetQueueLimit", false},
 		{"", "/leasehold.v1.JobService/GetJob", false},
 	} {
 		if got := allowed(tc.role, tc.procedure); got != tc.want {
@@ -141,6 +145,9 @@ func writes() []struct {
 		{&pb.StartLeaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(startOf)},
 		{&pb.ReportRequest{WorkerId: "w", JobId: "j", Token: 1, ReportId: "r", Outcome: pb.Outcome_OUTCOME_SUCCEEDED}, translation(reportOf)},
 		{&pb.ReleaseRequest{WorkerId: "w", JobId: "j", Token: 1}, translation(releaseOf)},
+		{&pb.PauseQueueRequest{Queue: "q"}, translation(pauseOf)},
+		{&pb.ResumeQueueRequest{Queue: "q"}, translation(resumeOf)},
+		{&pb.SetQueueLimitRequest{Queue: "q", MaxRunning: 3}, translation(queueLimitOf)},
 		{&pb.CreateScheduleRequest{Name: "s", Cron: "*/5 * * * *", TimeZone: "Europe/Paris", Template: &pb.JobSpec{Queue: "q"},
 			Missed: pb.MissedSlots_MISSED_SLOTS_RUN_LATEST}, translation(putScheduleOf)},
 	}
@@ -331,7 +338,8 @@ func checkTranslation(t *testing.T, msg proto.Message, of func(proto.Message) (f
 func requestTypes(tb testing.TB) []protoreflect.MessageType {
 	var out []protoreflect.MessageType
 	for _, file := range []protoreflect.FileDescriptor{pb.File_leasehold_v1_jobs_proto, pb.File_leasehold_v1_workers_proto,
-		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto, pb.File_leasehold_v1_schedules_proto} {
+		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto, pb.File_leasehold_v1_queues_proto,
+		pb.File_leasehold_v1_schedules_proto} {
 		for i := 0; i < file.Services().Len(); i++ {
 			methods := file.Services().Get(i).Methods()
 			for j := 0; j < methods.Len(); j++ {

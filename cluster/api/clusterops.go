@@ -47,8 +47,18 @@ func (s *Server) status() *pb.StatusResponse {
 	for state, n := range stats.Jobs {
 		out.Jobs = append(out.Jobs, &pb.JobCount{State: stateToProto(state), Count: uint64(n)})
 	}
-	sort.Slice(out.Jobs, func(i, j int) bool { return out.Jobs[i].State < out.Jobs[j].State })
+	sortJobCounts(out.Jobs)
+	now := s.node.Wall()
+	queues, more := s.node.FSM().Queues("", statusQueues, now.UnixNano())
+	for i := range queues {
+		out.Queues = append(out.Queues, s.queueToProto(&queues[i], now, false))
+	}
+	out.QueuesTruncated = more
 	return out
+}
+
+func sortJobCounts(c []*pb.JobCount) {
+	sort.Slice(c, func(i, j int) bool { return c[i].State < c[j].State })
 }
 
 func (c clusterService) Members(ctx context.Context, req *connect.Request[pb.MembersRequest]) (*connect.Response[pb.MembersResponse], error) {

@@ -97,6 +97,18 @@ func cancelSubmitterOf(r *pb.CancelSubmitterJobsRequest) (*fsm.CancelSubmitter, 
 	return &fsm.CancelSubmitter{Submitter: r.GetSubmitter(), Limit: limit, Reason: r.GetReason()}, nil
 }
 
+func pauseOf(r *pb.PauseQueueRequest) (*fsm.SetQueue, error) {
+	return &fsm.SetQueue{Queue: r.GetQueue(), SetPaused: true, Paused: true}, nil
+}
+
+func resumeOf(r *pb.ResumeQueueRequest) (*fsm.SetQueue, error) {
+	return &fsm.SetQueue{Queue: r.GetQueue(), SetPaused: true}, nil
+}
+
+func queueLimitOf(r *pb.SetQueueLimitRequest) (*fsm.SetQueue, error) {
+	return &fsm.SetQueue{Queue: r.GetQueue(), SetMaxRunning: true, MaxRunning: r.GetMaxRunning()}, nil
+}
+
 func registerOf(r *pb.RegisterWorkerRequest) (*fsm.RegisterWorker, error) {
 	return &fsm.RegisterWorker{WorkerID: r.GetWorkerId(), Capacity: r.GetCapacity(), Version: r.GetVersion()}, nil
 }

@@ -221,6 +221,7 @@ func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, s
 		ps := out.Leases[i]
 		ps.JobId, ps.Token, ps.Verdict, ps.Revoke = st.JobID, st.Token, verdictToProto(st.Verdict), pb.Revoke(st.Revoke)
 	}
+	out.NotesTerm = res.Term
 	out.Unnamed = out.Unnamed[:0]
 	for i := range res.Unnamed {
 		out.Unnamed = append(out.Unnamed, leaseToProto(&res.Unnamed[i]))
@@ -259,6 +260,14 @@ func refsFromProto(refs []*pb.LeaseRef) []fsm.LeaseRef {
 		out[i] = fsm.LeaseRef{JobID: r.GetJobId(), Token: r.GetToken()}
 	}
 	return out
+}
+
+// notesFromProto appends a heartbeat's progress notes to dst.
+func notesFromProto(dst []cluster.ProgressNote, notes []*pb.ProgressNote) []cluster.ProgressNote {
+	for _, n := range notes {
+		dst = append(dst, cluster.ProgressNote{Token: n.GetToken(), Note: n.GetNote()})
+	}
+	return dst
 }
 
 func refsToProto(refs []fsm.LeaseRef) []*pb.LeaseRef {

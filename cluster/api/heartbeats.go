@@ -60,6 +60,7 @@ func (w workerService) HeartbeatStream(ctx context.Context, stream *connect.Bidi
 type beat struct {
 	req     pb.HeartbeatStreamRequest
 	refs    []fsm.LeaseRef
+	notes   []cluster.ProgressNote
 	arrival cluster.Arrival
 }
 
@@ -286,7 +287,8 @@ func (s *Server) readBeats(ctx context.Context, conn connect.StreamingHandlerCon
 		for _, r := range h.GetLeases() {
 			b.refs = append(b.refs, fsm.LeaseRef{JobID: r.GetJobId(), Token: r.GetToken()})
 		}
-		a, err := hb.Arrive(h.GetWorkerId(), b.refs)
+		b.notes = notesFromProto(b.notes[:0], h.GetNotes())
+		a, err := hb.Arrive(h.GetWorkerId(), b.refs, b.notes...)
 		if err != nil {
 			q.stop(toWire(err))
 			return

@@ -49,7 +49,15 @@ func (j jobService) GetJob(ctx context.Context, req *connect.Request[pb.GetJobRe
 		if err != nil {
 			return nil, err
 		}
-		return &pb.GetJobResponse{Job: jobToProto(&job, j.s.node.Wall())}, nil
+		out := jobToProto(&job, j.s.node.Wall())
+		// Progress notes live in the leader's memory: a stale read on a
+		// follower answers without one.
+		if l, ok := job.CurrentLease(); ok {
+			if p, ok := j.s.node.Progress(job.ID, l.Token); ok {
+				out.Progress, out.ProgressAt = p.Note, timestamppb.New(p.Heard)
+			}
+		}
+		return &pb.GetJobResponse{Job: out}, nil
 	})
 }
 

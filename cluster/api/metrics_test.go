@@ -70,6 +70,8 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	tok := res.Grants[0].Lease.Token
 	must(n.Heartbeat(ctx, "w", []fsm.LeaseRef{{JobID: "j", Token: tok}}))
 	must(n.Apply(ctx, &fsm.Report{WorkerID: "w", JobID: "j", Token: tok, ReportID: "rep", Outcome: fsm.OutcomeSucceeded}))
+	must(n.Apply(ctx, &fsm.SetQueue{Queue: "q2", SetPaused: true, Paused: true}))
+	must(n.Apply(ctx, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: "held", Queue: "q2", Kind: "k", MaxAttempts: 1, MaxWorkerLosses: 3, OnWorkerLost: fsm.LostRequeue}}))
 	resp, err := http.Post("http://"+n.APIAddr+"/leasehold.v1.JobService/GetJob", "application/json", strings.NewReader(`{"id":"nosuch"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -123,6 +125,10 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		{"leasehold_leader", nil, 1},
 		{"leasehold_raft_state", map[string]string{"state": "Leader"}, 1},
 		{"leasehold_api_refusals_total", map[string]string{"reason": "NOT_FOUND"}, 1},
+		{"leasehold_queue_paused", map[string]string{"queue": "q2"}, 1},
+		{"leasehold_queue_paused", map[string]string{"queue": "q1"}, 0},
+		{"leasehold_queue_ready", map[string]string{"queue": "q2"}, 1},
+		{"leasehold_queue_running", map[string]string{"queue": "q1"}, 0},
 	} {
 		if got := sample(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

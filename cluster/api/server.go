@@ -120,6 +120,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(s.heartbeatStreamHandler(opts)) // the more specific pattern wins
 	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
+	mux.Handle(leaseholdv1connect.NewQueueServiceHandler(queueService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewScheduleServiceHandler(scheduleService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)
 	mux.HandleFunc("PUT /v1/snapshot", s.restoreSnapshot)
@@ -149,6 +150,7 @@ type peerClients struct {
 	workers leaseholdv1connect.WorkerServiceClient
 	events  leaseholdv1connect.EventServiceClient
 	cluster leaseholdv1connect.ClusterServiceClient
+	queues  leaseholdv1connect.QueueServiceClient
 	base    string
 	// schedules is the schedule service's client.
 	schedules leaseholdv1connect.ScheduleServiceClient
@@ -165,6 +167,7 @@ func (s *Server) peer(raftAddr string) *peerClients {
 			workers: leaseholdv1connect.NewWorkerServiceClient(s.client, base),
 			events:  leaseholdv1connect.NewEventServiceClient(s.client, base),
 			cluster: leaseholdv1connect.NewClusterServiceClient(s.client, base),
+			queues:  leaseholdv1connect.NewQueueServiceClient(s.client, base),
 			base:    base,
 		}
 		p.schedules = leaseholdv1connect.NewScheduleServiceClient(s.client, base)

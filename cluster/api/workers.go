@@ -81,7 +81,8 @@ func (w workerService) Heartbeat(ctx context.Context, req *connect.Request[pb.He
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		res, err := w.s.node.Heartbeat(ctx, req.Msg.GetWorkerId(), refsFromProto(req.Msg.GetLeases()))
+		res, err := w.s.node.Heartbeat(ctx, req.Msg.GetWorkerId(), refsFromProto(req.Msg.GetLeases()),
+			notesFromProto(nil, req.Msg.GetNotes())...)
 		if err != nil {
 			return nil, err
 		}

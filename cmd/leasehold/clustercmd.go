@@ -30,6 +30,10 @@ func clusterCommand() *cli.Command {
 					for _, jc := range st.GetJobs() {
 						jobs[enumName(jc.GetState().String(), "JOB_STATE_")] = jc.GetCount()
 					}
+					queues := make([]queueView, len(st.GetQueues()))
+					for i, q := range st.GetQueues() {
+						queues[i] = queueViewOf(q)
+					}
 					v := map[string]any{
 						"node_id": st.GetId(), "state": st.GetState(), "term": st.GetTerm(), "leader_id": st.GetLeaderId(),
 						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": st.GetCommitIndex(),
@@ -39,6 +43,7 @@ func clusterCommand() *cli.Command {
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
 						"insecure":   st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
 						"state_bytes": st.GetStateBytes(), "state_quota_bytes": st.GetStateQuotaBytes(),
+						"queues": queues, "queues_truncated": st.GetQueuesTruncated(),
 					}
 					return output(c, v, func() {
 						w := newTable()
@@ -51,6 +56,13 @@ func clusterCommand() *cli.Command {
 						fmt.Fprintf(w, "security\t%s\n", securityLine(st.GetPeerTls(), st.GetApiAuth(), st.GetInsecure()))
 						fmt.Fprintf(w, "quota\t%s\n", quotaLine(st.GetStateBytes(), st.GetStateQuotaBytes()))
 						w.Flush()
+						if len(queues) > 0 {
+							fmt.Println()
+							printQueues(os.Stdout, queues, false)
+						}
+						if st.GetQueuesTruncated() {
+							fmt.Printf("(the first %d queues; leasehold queue list shows them all)\n", len(queues))
+						}
 					})
 				}),
 			},

@@ -89,7 +89,7 @@ func jobCommand() *cli.Command {
 				}),
 			},
 			{
-				Name: "get", Usage: "show a job", ArgsUsage: "ID", Flags: []cli.Flag{staleFlag},
+				Name: "get", Usage: "show a job (and the latest progress note of its live lease, kept by the leader only)", ArgsUsage: "ID", Flags: []cli.Flag{staleFlag},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					id, err := oneArg(c, "ID")
 					if err != nil {

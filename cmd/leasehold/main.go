@@ -119,7 +119,7 @@ func newAppTree() *cli.App {
 		Commands: []*cli.Command{
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
-			jobCommand(), leaseCommand(), workerCommand(), eventsCommand(), benchCommand(),
+			jobCommand(), leaseCommand(), workerCommand(), queueCommand(), eventsCommand(), benchCommand(),
 			scheduleCommand(),
 			tlsCommand(), superviseCommand(),
 			{

@@ -62,6 +62,11 @@ type jobView struct {
 	NotBefore string      `json:"not_before,omitempty"`
 	Retry     *retryView  `json:"retry,omitempty"`
 	Leases    []leaseView `json:"leases,omitempty"`
+	// Progress is the live lease's latest progress note and ProgressAt
+	// when the leader heard it: from the leader's memory, so absent from a
+	// --stale read of a follower and after a change of leader.
+	Progress   string `json:"progress,omitempty"`
+	ProgressAt string `json:"progress_at,omitempty"`
 }
 
 // retryView is a job's retry policy.
@@ -104,7 +109,8 @@ func jobViewOf(j *pb.Job) jobView {
 	v := jobView{ID: s.GetId(), State: enumName(j.GetState().String(), "JOB_STATE_"), Queue: s.GetQueue(),
 		Kind: s.GetKind(), Priority: s.GetPriority(), Submitter: s.GetSubmitter(), Attempts: j.GetAttempts(),
 		Losses: j.GetLosses(), Reason: j.GetReason(), Payload: string(s.GetPayload()),
-		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt()), NotBefore: timeOf(j.GetNotBefore())}
+		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt()), NotBefore: timeOf(j.GetNotBefore()),
+		Progress: j.GetProgress(), ProgressAt: timeOf(j.GetProgressAt())}
 	if r := s.GetRetry(); r != nil {
 		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
 			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
@@ -144,7 +150,16 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		if single && len(views) == 1 && views[0].Reason != "" {
 			fmt.Printf("reason: %s\n", views[0].Reason)
 		}
+		if single && len(jobs) == 1 && jobs[0].GetProgress() != "" {
+			fmt.Printf("progress: %s (heard %s ago)\n", jobs[0].GetProgress(), ageOf(jobs[0].GetProgressAt()))
+		}
 	})
+}
+
+// ageOf is how long ago t was, to the second, by this machine's clock
+// (never negative: the clocks of the CLI and the leader may differ).
+func ageOf(t *timestamppb.Timestamp) time.Duration {
+	return max(time.Since(t.AsTime()), 0).Round(time.Second)
 }
 
 func tokenStr(t uint64) string {

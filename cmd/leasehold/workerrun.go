@@ -33,7 +33,10 @@ func workerRunCommand() *cli.Command {
 			"  LEASEHOLD_TOKEN (its bearer token), so CMD can run `leasehold lease check \"$LEASEHOLD_JOB_ID\"\n" +
 			"  \"$LEASEHOLD_FENCING_TOKEN\"`.\n" +
 			"Exit 0 reports succeeded, 75 (EX_TEMPFAIL) failed and retryable, anything else failed. A line\n" +
-			"written to $LEASEHOLD_REF_FILE (a commit, an artifact URL) is reported as the output ref.\n" +
+			"written to $LEASEHOLD_REF_FILE (a commit, an artifact URL) is reported as the output ref. The\n" +
+			"last line written to $LEASEHOLD_PROGRESS_FILE (\"step 3 of 5\"; at most 256 bytes are sent) is the\n" +
+			"job's progress note: it goes with the next heartbeat and `job get` shows it (the leader keeps\n" +
+			"it in memory only).\n" +
 			"\n" +
 			"Commands outlive the worker. Each runs under a supervisor process of its own (in its own\n" +
 			"session) that waits for it and writes its exit status, stderr tail and ref into the worker's\n" +

@@ -16,6 +16,7 @@ const (
 	MaxRefLen       = 1024      // a report's output ref
 	MaxMessageLen   = 4096      // messages and reasons
 	MaxVersionLen   = 64        // the version a worker registers with
+	MaxProgressLen  = 256       // a progress note a heartbeat carries
 	MaxAddrLen      = 256       // a host:port
 	MaxSelectors    = 32        // queues or kinds in one acquire
 	MaxAcquireBatch = 256       // leases granted by one acquire

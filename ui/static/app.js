@@ -142,13 +142,13 @@ async function refreshCluster() {
 
 async function refreshQueues() {
   try {
-    const res = await call("QueueService", "ListQueues");
+    const res = await call("QueueService", "ListQueues", { pageSize: 200 });
     showError("queues-error", null);
-    setText("queues-note", res.truncated ? "more queues than shown" : "");
+    setText("queues-note", res.nextPageToken ? "showing the first 200 queues (leasehold queue list --after for the rest)" : "");
     rows("queue-table", res.queues || [], (q) => [
-      q.name + (q.paused ? " (paused)" : "") + (q.maxRunning ? ` (max ${q.maxRunning})` : ""),
-      q.ready || 0, q.scheduled || 0, q.running || 0, q.done || 0,
-      q.oldestReadyAt ? when(q.oldestReadyAt) : "",
+      q.name + (q.paused ? " (paused)" : "") + (q.maxRunning ? ` (max ${q.maxRunning} running)` : ""),
+      q.ready || 0, q.scheduled || 0, q.running || 0, q.dead || 0,
+      q.oldestReadySince ? when(q.oldestReadySince) : "", Number(q.grantRate || 0).toFixed(1),
     ]);
   } catch (err) {
     showError("queues-error", err);
@@ -195,6 +195,7 @@ async function openJob(id) {
     setText("job-detail-spec", JSON.stringify(Object.assign(spec, {
       attempts: j.attempts || 0, losses: j.losses || 0, reason: j.reason, notBefore: j.notBefore,
       submittedAt: j.submittedAt, finishedAt: j.finishedAt,
+      progress: j.progress ? `${j.progress} (heard ${when(j.progressAt)})` : undefined,
     }), null, 2));
     rows("job-leases", j.leases || [], (l) => [l.token, l.workerId, enumName(l.state, "LEASE_STATE_"),
       when(l.grantedAt), when(l.endedAt), enumName(l.outcome, "OUTCOME_"), l.ref, l.message]);

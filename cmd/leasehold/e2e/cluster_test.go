@@ -172,6 +172,10 @@ type jobJSON struct {
 	// NotBefore: RFC 3339 with nanoseconds, empty when the job runs at once.
 	NotBefore string      `json:"not_before"`
 	Leases    []leaseJSON `json:"leases"`
+	// Progress is the live lease's latest note, ProgressAt when the leader
+	// heard it (RFC 3339).
+	Progress   string `json:"progress"`
+	ProgressAt string `json:"progress_at"`
 }
 
 type leaseJSON struct {

@@ -108,6 +108,8 @@ role = "admin"
 
 	// A job submitted through the API, then a worker's report.
 	c.cli(t, "job", "submit", "--id", "ui-job", "--queue", "ui", "--payload", "x")
+	eval(`location.hash = "#queues"`)
+	waitText("the job's queue with one ready job", "#queue-table tbody tr", func(s string) bool { return strings.HasPrefix(s, "ui1") })
 	eval(`location.hash = "#jobs"`)
 	waitText("the job in the jobs table", "#job-table tbody", func(s string) bool { return strings.Contains(s, "ui-job") })
 	w := c.startWorker(t, "ui-w", "--queue", "ui", "--once", "--", "sh", "-c", `echo ref-from-ui > "$LEASEHOLD_REF_FILE"`)

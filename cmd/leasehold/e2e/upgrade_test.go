@@ -184,6 +184,11 @@ func TestMixedClusterLevel6(t *testing.T) {
 	if r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") || !strings.Contains(r.stderr, "node-3 (level 5") {
 		t.Fatalf("job retry in a mixed cluster: exit %d, %s", r.code, r.stderr)
 	}
+	for _, args := range [][]string{{"queue", "pause", "mixed-out"}, {"queue", "limit", "mixed-out", "--max-running", "2"}} {
+		if r := runCLI(t, c.env(), args...); r.code == 0 || !strings.Contains(r.stderr, "UPGRADE_REQUIRED") {
+			t.Fatalf("%v in a mixed cluster: exit %d, %s", args, r.code, r.stderr)
+		}
+	}
 	if oldNode.exited() {
 		t.Fatalf("the level-5 node stopped: %s", oldNode.log())
 	}
@@ -204,6 +209,7 @@ func TestMixedClusterLevel6(t *testing.T) {
 		t.Fatalf("a job out of attempts after the upgrade: %+v, want dead", j)
 	}
 	c.cli(t, "job", "retry", "upgraded-out")
+	c.cli(t, "queue", "pause", "upgraded-out")
 	for _, n := range c.nodes {
 		if n.exited() {
 			t.Fatalf("%s stopped: %s", n.id, n.log())

@@ -365,3 +365,40 @@ func TestScheduledJobAndSnooze(t *testing.T) {
 		t.Fatalf("after the second attempt: %+v, command printed %q", j, w.Stdout())
 	}
 }
+
+// A shell command publishes progress through $LEASEHOLD_PROGRESS_FILE: the
+// file's last line travels with the worker's heartbeats and `job get`
+// shows it while the job runs (as JSON, and as a line of the table); the
+// finished job shows none.
+func TestProgressNoteFromAShellCommand(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	done := filepath.Join(t.TempDir(), "done")
+	c.cli(t, "job", "submit", "--id", "busy", "--queue", "qp", "--payload", done)
+	script := `echo "step 1 of 2" > "$LEASEHOLD_PROGRESS_FILE"; echo "step 2 of 2" >> "$LEASEHOLD_PROGRESS_FILE"; ` +
+		`while [ ! -e "$LEASEHOLD_PAYLOAD" ]; do sleep 0.05; done`
+	w := c.startWorker(t, "wp", "--once", "--queue", "qp", "--kill-after", "500ms", "--drain", "2s", "--", "sh", "-c", script)
+	var j jobJSON
+	waitFor(t, jobBound, "job get to show the progress note", func() error {
+		if j = c.job(t, "busy"); j.Progress != "step 2 of 2" {
+			return fmt.Errorf("state %s, progress %q", j.State, j.Progress)
+		}
+		return nil
+	})
+	if j.State != "running" || j.ProgressAt == "" {
+		t.Fatalf("job %+v: want running, with the time its note was heard", j)
+	}
+	parseTime(t, "progress_at", j.ProgressAt)
+	if out := c.cli(t, "job", "get", "busy"); !regexp.MustCompile(`(?m)^progress: step 2 of 2 \(heard \d+s ago\)$`).MatchString(out) {
+		t.Fatalf("job get:\n%s\nwant a progress line", out)
+	}
+	if err := os.WriteFile(done, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.Wait(t, jobBound); code != 0 {
+		t.Fatalf("worker run --once exited %d", code)
+	}
+	if j = c.job(t, "busy"); j.State != "reported" || j.Progress != "" {
+		t.Fatalf("finished job %+v: want reported, without a note", j)
+	}
+}

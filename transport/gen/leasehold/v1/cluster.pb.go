@@ -67,58 +67,6 @@ func (x *StatusRequest) GetIncludeHash() bool {
 	return false
 }
 
-type JobCount struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	State         JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
-	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *JobCount) Reset() {
-	*x = JobCount{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *JobCount) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*JobCount) ProtoMessage() {}
-
-func (x *JobCount) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use JobCount.ProtoReflect.Descriptor instead.
-func (*JobCount) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *JobCount) GetState() JobState {
-	if x != nil {
-		return x.State
-	}
-	return JobState_JOB_STATE_UNSPECIFIED
-}
-
-func (x *JobCount) GetCount() uint64 {
-	if x != nil {
-		return x.Count
-	}
-	return 0
-}
-
 type StatusResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Id           string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -154,13 +102,17 @@ type StatusResponse struct {
 	// memory) and its quota (0: none); submits are refused over it.
 	StateBytes      int64 `protobuf:"varint,24,opt,name=state_bytes,json=stateBytes,proto3" json:"state_bytes,omitempty"`
 	StateQuotaBytes int64 `protobuf:"varint,25,opt,name=state_quota_bytes,json=stateQuotaBytes,proto3" json:"state_quota_bytes,omitempty"`
+	// The queues (at most 100, by name; queues_truncated says there are
+	// more: ListQueues pages through them all): depths, paused, limit.
+	Queues          []*Queue `protobuf:"bytes,26,rep,name=queues,proto3" json:"queues,omitempty"`
+	QueuesTruncated bool     `protobuf:"varint,27,opt,name=queues_truncated,json=queuesTruncated,proto3" json:"queues_truncated,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[2]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +124,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[2]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +137,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *StatusResponse) GetId() string {
@@ -363,6 +315,20 @@ func (x *StatusResponse) GetStateQuotaBytes() int64 {
 	return 0
 }
 
+func (x *StatusResponse) GetQueues() []*Queue {
+	if x != nil {
+		return x.Queues
+	}
+	return nil
+}
+
+func (x *StatusResponse) GetQueuesTruncated() bool {
+	if x != nil {
+		return x.QueuesTruncated
+	}
+	return false
+}
+
 type Member struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -381,7 +347,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[3]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +359,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[3]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +372,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Member) GetId() string {
@@ -466,7 +432,7 @@ type MembersRequest struct {
 
 func (x *MembersRequest) Reset() {
 	*x = MembersRequest{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[4]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -478,7 +444,7 @@ func (x *MembersRequest) String() string {
 func (*MembersRequest) ProtoMessage() {}
 
 func (x *MembersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[4]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -491,7 +457,7 @@ func (x *MembersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersRequest.ProtoReflect.Descriptor instead.
 func (*MembersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{3}
 }
 
 type MembersResponse struct {
@@ -503,7 +469,7 @@ type MembersResponse struct {
 
 func (x *MembersResponse) Reset() {
 	*x = MembersResponse{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[5]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +481,7 @@ func (x *MembersResponse) String() string {
 func (*MembersResponse) ProtoMessage() {}
 
 func (x *MembersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[5]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +494,7 @@ func (x *MembersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembersResponse.ProtoReflect.Descriptor instead.
 func (*MembersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *MembersResponse) GetMembers() []*Member {
@@ -549,7 +515,7 @@ type AddNodeRequest struct {
 
 func (x *AddNodeRequest) Reset() {
 	*x = AddNodeRequest{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[6]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +527,7 @@ func (x *AddNodeRequest) String() string {
 func (*AddNodeRequest) ProtoMessage() {}
 
 func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[6]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +540,7 @@ func (x *AddNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeRequest.ProtoReflect.Descriptor instead.
 func (*AddNodeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *AddNodeRequest) GetId() string {
@@ -606,7 +572,7 @@ type AddNodeResponse struct {
 
 func (x *AddNodeResponse) Reset() {
 	*x = AddNodeResponse{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[7]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +584,7 @@ func (x *AddNodeResponse) String() string {
 func (*AddNodeResponse) ProtoMessage() {}
 
 func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[7]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +597,7 @@ func (x *AddNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddNodeResponse.ProtoReflect.Descriptor instead.
 func (*AddNodeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{6}
 }
 
 type RemoveNodeRequest struct {
@@ -643,7 +609,7 @@ type RemoveNodeRequest struct {
 
 func (x *RemoveNodeRequest) Reset() {
 	*x = RemoveNodeRequest{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[8]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -655,7 +621,7 @@ func (x *RemoveNodeRequest) String() string {
 func (*RemoveNodeRequest) ProtoMessage() {}
 
 func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[8]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -668,7 +634,7 @@ func (x *RemoveNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeRequest.ProtoReflect.Descriptor instead.
 func (*RemoveNodeRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RemoveNodeRequest) GetId() string {
@@ -686,7 +652,7 @@ type RemoveNodeResponse struct {
 
 func (x *RemoveNodeResponse) Reset() {
 	*x = RemoveNodeResponse{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[9]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +664,7 @@ func (x *RemoveNodeResponse) String() string {
 func (*RemoveNodeResponse) ProtoMessage() {}
 
 func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[9]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +677,7 @@ func (x *RemoveNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveNodeResponse.ProtoReflect.Descriptor instead.
 func (*RemoveNodeResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{8}
 }
 
 type TransferLeadershipRequest struct {
@@ -723,7 +689,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[10]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +701,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[10]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +714,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TransferLeadershipRequest) GetId() string {
@@ -767,7 +733,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[11]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -779,7 +745,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_cluster_proto_msgTypes[11]
+	mi := &file_leasehold_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -792,7 +758,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TransferLeadershipResponse) GetLeaderId() string {
@@ -806,12 +772,9 @@ var File_leasehold_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1aleasehold/v1/cluster.proto\x12\fleasehold.v1\x1a\x18leasehold/v1/types.proto\"2\n" +
+	"\x1aleasehold/v1/cluster.proto\x12\fleasehold.v1\x1a\x19leasehold/v1/queues.proto\x1a\x18leasehold/v1/types.proto\"2\n" +
 	"\rStatusRequest\x12!\n" +
-	"\finclude_hash\x18\x01 \x01(\bR\vincludeHash\"N\n" +
-	"\bJobCount\x12,\n" +
-	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x04R\x05count\"\x9c\x06\n" +
+	"\finclude_hash\x18\x01 \x01(\bR\vincludeHash\"\xf4\x06\n" +
 	"\x0eStatusResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -845,7 +808,9 @@ const file_leasehold_v1_cluster_proto_rawDesc = "" +
 	"\bapi_auth\x18\x17 \x01(\bR\aapiAuth\x12\x1f\n" +
 	"\vstate_bytes\x18\x18 \x01(\x03R\n" +
 	"stateBytes\x12*\n" +
-	"\x11state_quota_bytes\x18\x19 \x01(\x03R\x0fstateQuotaBytes\"\xae\x01\n" +
+	"\x11state_quota_bytes\x18\x19 \x01(\x03R\x0fstateQuotaBytes\x12+\n" +
+	"\x06queues\x18\x1a \x03(\v2\x13.leasehold.v1.QueueR\x06queues\x12)\n" +
+	"\x10queues_truncated\x18\x1b \x01(\bR\x0fqueuesTruncated\"\xae\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1b\n" +
 	"\traft_addr\x18\x02 \x01(\tR\braftAddr\x12\x19\n" +
@@ -889,38 +854,38 @@ func file_leasehold_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_leasehold_v1_cluster_proto_rawDescData
 }
 
-var file_leasehold_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_leasehold_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_leasehold_v1_cluster_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 0: leasehold.v1.StatusRequest
-	(*JobCount)(nil),                   // 1: leasehold.v1.JobCount
-	(*StatusResponse)(nil),             // 2: leasehold.v1.StatusResponse
-	(*Member)(nil),                     // 3: leasehold.v1.Member
-	(*MembersRequest)(nil),             // 4: leasehold.v1.MembersRequest
-	(*MembersResponse)(nil),            // 5: leasehold.v1.MembersResponse
-	(*AddNodeRequest)(nil),             // 6: leasehold.v1.AddNodeRequest
-	(*AddNodeResponse)(nil),            // 7: leasehold.v1.AddNodeResponse
-	(*RemoveNodeRequest)(nil),          // 8: leasehold.v1.RemoveNodeRequest
-	(*RemoveNodeResponse)(nil),         // 9: leasehold.v1.RemoveNodeResponse
-	(*TransferLeadershipRequest)(nil),  // 10: leasehold.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 11: leasehold.v1.TransferLeadershipResponse
-	(JobState)(0),                      // 12: leasehold.v1.JobState
-	(*Timings)(nil),                    // 13: leasehold.v1.Timings
+	(*StatusResponse)(nil),             // 1: leasehold.v1.StatusResponse
+	(*Member)(nil),                     // 2: leasehold.v1.Member
+	(*MembersRequest)(nil),             // 3: leasehold.v1.MembersRequest
+	(*MembersResponse)(nil),            // 4: leasehold.v1.MembersResponse
+	(*AddNodeRequest)(nil),             // 5: leasehold.v1.AddNodeRequest
+	(*AddNodeResponse)(nil),            // 6: leasehold.v1.AddNodeResponse
+	(*RemoveNodeRequest)(nil),          // 7: leasehold.v1.RemoveNodeRequest
+	(*RemoveNodeResponse)(nil),         // 8: leasehold.v1.RemoveNodeResponse
+	(*TransferLeadershipRequest)(nil),  // 9: leasehold.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 10: leasehold.v1.TransferLeadershipResponse
+	(*JobCount)(nil),                   // 11: leasehold.v1.JobCount
+	(*Timings)(nil),                    // 12: leasehold.v1.Timings
+	(*Queue)(nil),                      // 13: leasehold.v1.Queue
 }
 var file_leasehold_v1_cluster_proto_depIdxs = []int32{
-	12, // 0: leasehold.v1.JobCount.state:type_name -> leasehold.v1.JobState
-	1,  // 1: leasehold.v1.StatusResponse.jobs:type_name -> leasehold.v1.JobCount
-	13, // 2: leasehold.v1.StatusResponse.timings:type_name -> leasehold.v1.Timings
-	3,  // 3: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
+	11, // 0: leasehold.v1.StatusResponse.jobs:type_name -> leasehold.v1.JobCount
+	12, // 1: leasehold.v1.StatusResponse.timings:type_name -> leasehold.v1.Timings
+	13, // 2: leasehold.v1.StatusResponse.queues:type_name -> leasehold.v1.Queue
+	2,  // 3: leasehold.v1.MembersResponse.members:type_name -> leasehold.v1.Member
 	0,  // 4: leasehold.v1.ClusterService.Status:input_type -> leasehold.v1.StatusRequest
-	4,  // 5: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
-	6,  // 6: leasehold.v1.ClusterService.AddNode:input_type -> leasehold.v1.AddNodeRequest
-	8,  // 7: leasehold.v1.ClusterService.RemoveNode:input_type -> leasehold.v1.RemoveNodeRequest
-	10, // 8: leasehold.v1.ClusterService.TransferLeadership:input_type -> leasehold.v1.TransferLeadershipRequest
-	2,  // 9: leasehold.v1.ClusterService.Status:output_type -> leasehold.v1.StatusResponse
-	5,  // 10: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
-	7,  // 11: leasehold.v1.ClusterService.AddNode:output_type -> leasehold.v1.AddNodeResponse
-	9,  // 12: leasehold.v1.ClusterService.RemoveNode:output_type -> leasehold.v1.RemoveNodeResponse
-	11, // 13: leasehold.v1.ClusterService.TransferLeadership:output_type -> leasehold.v1.TransferLeadershipResponse
+	3,  // 5: leasehold.v1.ClusterService.Members:input_type -> leasehold.v1.MembersRequest
+	5,  // 6: leasehold.v1.ClusterService.AddNode:input_type -> leasehold.v1.AddNodeRequest
+	7,  // 7: leasehold.v1.ClusterService.RemoveNode:input_type -> leasehold.v1.RemoveNodeRequest
+	9,  // 8: leasehold.v1.ClusterService.TransferLeadership:input_type -> leasehold.v1.TransferLeadershipRequest
+	1,  // 9: leasehold.v1.ClusterService.Status:output_type -> leasehold.v1.StatusResponse
+	4,  // 10: leasehold.v1.ClusterService.Members:output_type -> leasehold.v1.MembersResponse
+	6,  // 11: leasehold.v1.ClusterService.AddNode:output_type -> leasehold.v1.AddNodeResponse
+	8,  // 12: leasehold.v1.ClusterService.RemoveNode:output_type -> leasehold.v1.RemoveNodeResponse
+	10, // 13: leasehold.v1.ClusterService.TransferLeadership:output_type -> leasehold.v1.TransferLeadershipResponse
 	9,  // [9:14] is the sub-list for method output_type
 	4,  // [4:9] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
@@ -933,6 +898,7 @@ func file_leasehold_v1_cluster_proto_init() {
 	if File_leasehold_v1_cluster_proto != nil {
 		return
 	}
+	file_leasehold_v1_queues_proto_init()
 	file_leasehold_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -940,7 +906,7 @@ func file_leasehold_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_cluster_proto_rawDesc), len(file_leasehold_v1_cluster_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

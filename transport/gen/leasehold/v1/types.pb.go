@@ -783,7 +783,14 @@ type Job struct {
 	ModifyIndex uint64                 `protobuf:"varint,12,opt,name=modify_index,json=modifyIndex,proto3" json:"modify_index,omitempty"`
 	// Not granted before this leader time: the run-at time, then the end of
 	// a retry's backoff. Unset: at once.
-	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// The latest progress note the handler of the job's live lease sent with
+	// a heartbeat, and when the leader heard it (its wall clock). Kept in the
+	// leader's memory only, never replicated: lost when leadership moves or
+	// the lease ends, and unset in an answer from any node but the leader (a
+	// stale read).
+	Progress      string                 `protobuf:"bytes,14,opt,name=progress,proto3" json:"progress,omitempty"`
+	ProgressAt    *timestamppb.Timestamp `protobuf:"bytes,15,opt,name=progress_at,json=progressAt,proto3" json:"progress_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -905,6 +912,20 @@ func (x *Job) GetModifyIndex() uint64 {
 func (x *Job) GetNotBefore() *timestamppb.Timestamp {
 	if x != nil {
 		return x.NotBefore
+	}
+	return nil
+}
+
+func (x *Job) GetProgress() string {
+	if x != nil {
+		return x.Progress
+	}
+	return ""
+}
+
+func (x *Job) GetProgressAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProgressAt
 	}
 	return nil
 }
@@ -1365,6 +1386,59 @@ func (x *ErrorDetail) GetNodeId() string {
 	return ""
 }
 
+// How many jobs are in one state (cluster status, queue lists).
+type JobCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	State         JobState               `protobuf:"varint,1,opt,name=state,proto3,enum=leasehold.v1.JobState" json:"state,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *JobCount) Reset() {
+	*x = JobCount{}
+	mi := &file_leasehold_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JobCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JobCount) ProtoMessage() {}
+
+func (x *JobCount) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JobCount.ProtoReflect.Descriptor instead.
+func (*JobCount) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *JobCount) GetState() JobState {
+	if x != nil {
+		return x.State
+	}
+	return JobState_JOB_STATE_UNSPECIFIED
+}
+
+func (x *JobCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 var File_leasehold_v1_types_proto protoreflect.FileDescriptor
 
 const file_leasehold_v1_types_proto_rawDesc = "" +
@@ -1407,7 +1481,7 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\aoutcome\x18\v \x01(\x0e2\x15.leasehold.v1.OutcomeR\aoutcome\x12\x1c\n" +
 	"\tretryable\x18\f \x01(\bR\tretryable\x12\x10\n" +
 	"\x03ref\x18\r \x01(\tR\x03ref\x12\x18\n" +
-	"\amessage\x18\x0e \x01(\tR\amessage\"\xa1\x04\n" +
+	"\amessage\x18\x0e \x01(\tR\amessage\"\xfa\x04\n" +
 	"\x03Job\x12)\n" +
 	"\x04spec\x18\x01 \x01(\v2\x15.leasehold.v1.JobSpecR\x04spec\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12,\n" +
@@ -1425,7 +1499,10 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\fcreate_index\x18\v \x01(\x04R\vcreateIndex\x12!\n" +
 	"\fmodify_index\x18\f \x01(\x04R\vmodifyIndex\x129\n" +
 	"\n" +
-	"not_before\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"7\n" +
+	"not_before\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x1a\n" +
+	"\bprogress\x18\x0e \x01(\tR\bprogress\x12;\n" +
+	"\vprogress_at\x18\x0f \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"progressAt\"7\n" +
 	"\bLeaseRef\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\"\xbc\x03\n" +
@@ -1471,7 +1548,10 @@ const file_leasehold_v1_types_proto_rawDesc = "" +
 	"\x05field\x18\x04 \x01(\tR\x05field\x12:\n" +
 	"\vretry_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"retryAfter\x12\x17\n" +
-	"\anode_id\x18\x06 \x01(\tR\x06nodeId*\xf2\x01\n" +
+	"\anode_id\x18\x06 \x01(\tR\x06nodeId\"N\n" +
+	"\bJobCount\x12,\n" +
+	"\x05state\x18\x01 \x01(\x0e2\x16.leasehold.v1.JobStateR\x05state\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count*\xf2\x01\n" +
 	"\bJobState\x12\x19\n" +
 	"\x15JOB_STATE_UNSPECIFIED\x10\x00\x12\x14\n" +
 	"\x10JOB_STATE_QUEUED\x10\x01\x12\x16\n" +
@@ -1527,7 +1607,7 @@ func file_leasehold_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 7)
-var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_leasehold_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_leasehold_v1_types_proto_goTypes = []any{
 	(JobState)(0),                 // 0: leasehold.v1.JobState
 	(LeaseState)(0),               // 1: leasehold.v1.LeaseState
@@ -1545,43 +1625,46 @@ var file_leasehold_v1_types_proto_goTypes = []any{
 	(*Timings)(nil),               // 13: leasehold.v1.Timings
 	(*Event)(nil),                 // 14: leasehold.v1.Event
 	(*ErrorDetail)(nil),           // 15: leasehold.v1.ErrorDetail
-	(*durationpb.Duration)(nil),   // 16: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 17: google.protobuf.Timestamp
+	(*JobCount)(nil),              // 16: leasehold.v1.JobCount
+	(*durationpb.Duration)(nil),   // 17: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 18: google.protobuf.Timestamp
 }
 var file_leasehold_v1_types_proto_depIdxs = []int32{
 	4,  // 0: leasehold.v1.JobSpec.on_worker_lost:type_name -> leasehold.v1.LostPolicy
 	8,  // 1: leasehold.v1.JobSpec.retry:type_name -> leasehold.v1.RetryPolicy
-	16, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
-	16, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
+	17, // 2: leasehold.v1.RetryPolicy.initial:type_name -> google.protobuf.Duration
+	17, // 3: leasehold.v1.RetryPolicy.max:type_name -> google.protobuf.Duration
 	1,  // 4: leasehold.v1.Lease.state:type_name -> leasehold.v1.LeaseState
 	2,  // 5: leasehold.v1.Lease.revoke:type_name -> leasehold.v1.Revoke
-	17, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
-	17, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
-	17, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
+	18, // 6: leasehold.v1.Lease.granted_at:type_name -> google.protobuf.Timestamp
+	18, // 7: leasehold.v1.Lease.started_at:type_name -> google.protobuf.Timestamp
+	18, // 8: leasehold.v1.Lease.ended_at:type_name -> google.protobuf.Timestamp
 	3,  // 9: leasehold.v1.Lease.outcome:type_name -> leasehold.v1.Outcome
 	7,  // 10: leasehold.v1.Job.spec:type_name -> leasehold.v1.JobSpec
 	0,  // 11: leasehold.v1.Job.state:type_name -> leasehold.v1.JobState
-	17, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
-	17, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
-	17, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
+	18, // 12: leasehold.v1.Job.submitted_at:type_name -> google.protobuf.Timestamp
+	18, // 13: leasehold.v1.Job.updated_at:type_name -> google.protobuf.Timestamp
+	18, // 14: leasehold.v1.Job.finished_at:type_name -> google.protobuf.Timestamp
 	9,  // 15: leasehold.v1.Job.leases:type_name -> leasehold.v1.Lease
-	17, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
-	17, // 17: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
-	17, // 18: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
-	6,  // 19: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
-	16, // 20: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
-	17, // 21: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
-	11, // 22: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
-	16, // 23: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
-	16, // 24: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
-	16, // 25: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
-	17, // 26: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
-	16, // 27: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	18, // 16: leasehold.v1.Job.not_before:type_name -> google.protobuf.Timestamp
+	18, // 17: leasehold.v1.Job.progress_at:type_name -> google.protobuf.Timestamp
+	18, // 18: leasehold.v1.Worker.registered_at:type_name -> google.protobuf.Timestamp
+	18, // 19: leasehold.v1.Worker.updated_at:type_name -> google.protobuf.Timestamp
+	6,  // 20: leasehold.v1.Worker.state:type_name -> leasehold.v1.WorkerState
+	17, // 21: leasehold.v1.Worker.silence:type_name -> google.protobuf.Duration
+	18, // 22: leasehold.v1.Worker.last_heard:type_name -> google.protobuf.Timestamp
+	11, // 23: leasehold.v1.Worker.leases:type_name -> leasehold.v1.LeaseRef
+	17, // 24: leasehold.v1.Timings.renew:type_name -> google.protobuf.Duration
+	17, // 25: leasehold.v1.Timings.grace:type_name -> google.protobuf.Duration
+	17, // 26: leasehold.v1.Timings.toleration:type_name -> google.protobuf.Duration
+	18, // 27: leasehold.v1.Event.time:type_name -> google.protobuf.Timestamp
+	17, // 28: leasehold.v1.ErrorDetail.retry_after:type_name -> google.protobuf.Duration
+	0,  // 29: leasehold.v1.JobCount.state:type_name -> leasehold.v1.JobState
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_types_proto_init() }
@@ -1595,7 +1678,7 @@ func file_leasehold_v1_types_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_types_proto_rawDesc), len(file_leasehold_v1_types_proto_rawDesc)),
 			NumEnums:      7,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -589,9 +589,14 @@ func (x *StartLeaseResponse) GetLease() *Lease {
 }
 
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	WorkerId      string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
-	Leases        []*LeaseRef            `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	WorkerId string                 `protobuf:"bytes,1,opt,name=worker_id,json=workerId,proto3" json:"worker_id,omitempty"`
+	Leases   []*LeaseRef            `protobuf:"bytes,2,rep,name=leases,proto3" json:"leases,omitempty"`
+	// Progress notes, at most one per lease named in leases. The leader keeps
+	// the latest of each live lease in memory and shows it in the job. A
+	// server from before this field refuses a request that sets it (strict
+	// decoding): send notes only to a server whose answer set notes_term.
+	Notes         []*ProgressNote `protobuf:"bytes,3,rep,name=notes,proto3" json:"notes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -640,6 +645,68 @@ func (x *HeartbeatRequest) GetLeases() []*LeaseRef {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetNotes() []*ProgressNote {
+	if x != nil {
+		return x.Notes
+	}
+	return nil
+}
+
+// A handler's short word on how its job goes (say "step 3 of 5").
+type ProgressNote struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token uint64                 `protobuf:"varint,1,opt,name=token,proto3" json:"token,omitempty"` // the lease, named in the same heartbeat's leases
+	// At most 256 bytes of UTF-8 without control characters; empty clears
+	// the note.
+	Note          string `protobuf:"bytes,2,opt,name=note,proto3" json:"note,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProgressNote) Reset() {
+	*x = ProgressNote{}
+	mi := &file_leasehold_v1_workers_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProgressNote) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProgressNote) ProtoMessage() {}
+
+func (x *ProgressNote) ProtoReflect() protoreflect.Message {
+	mi := &file_leasehold_v1_workers_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProgressNote.ProtoReflect.Descriptor instead.
+func (*ProgressNote) Descriptor() ([]byte, []int) {
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ProgressNote) GetToken() uint64 {
+	if x != nil {
+		return x.Token
+	}
+	return 0
+}
+
+func (x *ProgressNote) GetNote() string {
+	if x != nil {
+		return x.Note
+	}
+	return ""
+}
+
 type LeaseStatus struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	JobId         string                 `protobuf:"bytes,1,opt,name=job_id,json=jobId,proto3" json:"job_id,omitempty"`
@@ -652,7 +719,7 @@ type LeaseStatus struct {
 
 func (x *LeaseStatus) Reset() {
 	*x = LeaseStatus{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[10]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +731,7 @@ func (x *LeaseStatus) String() string {
 func (*LeaseStatus) ProtoMessage() {}
 
 func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[10]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +744,7 @@ func (x *LeaseStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseStatus.ProtoReflect.Descriptor instead.
 func (*LeaseStatus) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{10}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LeaseStatus) GetJobId() string {
@@ -709,17 +776,22 @@ func (x *LeaseStatus) GetRevoke() Revoke {
 }
 
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Leases        []*LeaseStatus         `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`   // one per lease named, in order
-	Unnamed       []*Lease               `protobuf:"bytes,2,rep,name=unnamed,proto3" json:"unnamed,omitempty"` // live leases of the worker it did not name
-	Timings       *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Leases  []*LeaseStatus         `protobuf:"bytes,1,rep,name=leases,proto3" json:"leases,omitempty"`   // one per lease named, in order
+	Unnamed []*Lease               `protobuf:"bytes,2,rep,name=unnamed,proto3" json:"unnamed,omitempty"` // live leases of the worker it did not name
+	Timings *Timings               `protobuf:"bytes,3,opt,name=timings,proto3" json:"timings,omitempty"`
+	// Set by a server that takes progress notes (HeartbeatRequest.notes):
+	// the leader's term, whose memory holds them. Zero from a server from
+	// before notes, which refuses a heartbeat carrying any. When it changes,
+	// the notes the old leader held are gone: send each lease's latest again.
+	NotesTerm     uint64 `protobuf:"varint,4,opt,name=notes_term,json=notesTerm,proto3" json:"notes_term,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[11]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -731,7 +803,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[11]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -744,7 +816,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{11}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *HeartbeatResponse) GetLeases() []*LeaseStatus {
@@ -768,6 +840,13 @@ func (x *HeartbeatResponse) GetTimings() *Timings {
 	return nil
 }
 
+func (x *HeartbeatResponse) GetNotesTerm() uint64 {
+	if x != nil {
+		return x.NotesTerm
+	}
+	return 0
+}
+
 type HeartbeatStreamRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"` // chosen by the client; echoed in the answer
@@ -778,7 +857,7 @@ type HeartbeatStreamRequest struct {
 
 func (x *HeartbeatStreamRequest) Reset() {
 	*x = HeartbeatStreamRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +869,7 @@ func (x *HeartbeatStreamRequest) String() string {
 func (*HeartbeatStreamRequest) ProtoMessage() {}
 
 func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[12]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +882,7 @@ func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{12}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *HeartbeatStreamRequest) GetSeq() uint64 {
@@ -830,7 +909,7 @@ type HeartbeatStreamResponse struct {
 
 func (x *HeartbeatStreamResponse) Reset() {
 	*x = HeartbeatStreamResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -842,7 +921,7 @@ func (x *HeartbeatStreamResponse) String() string {
 func (*HeartbeatStreamResponse) ProtoMessage() {}
 
 func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[13]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -855,7 +934,7 @@ func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{13}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *HeartbeatStreamResponse) GetSeq() uint64 {
@@ -892,7 +971,7 @@ type ReportRequest struct {
 
 func (x *ReportRequest) Reset() {
 	*x = ReportRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +983,7 @@ func (x *ReportRequest) String() string {
 func (*ReportRequest) ProtoMessage() {}
 
 func (x *ReportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[14]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +996,7 @@ func (x *ReportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportRequest.ProtoReflect.Descriptor instead.
 func (*ReportRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{14}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReportRequest) GetWorkerId() string {
@@ -996,7 +1075,7 @@ type ReportResponse struct {
 
 func (x *ReportResponse) Reset() {
 	*x = ReportResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1087,7 @@ func (x *ReportResponse) String() string {
 func (*ReportResponse) ProtoMessage() {}
 
 func (x *ReportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[15]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1100,7 @@ func (x *ReportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportResponse.ProtoReflect.Descriptor instead.
 func (*ReportResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{15}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReportResponse) GetJobId() string {
@@ -1077,7 +1156,7 @@ type ReleaseRequest struct {
 
 func (x *ReleaseRequest) Reset() {
 	*x = ReleaseRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1168,7 @@ func (x *ReleaseRequest) String() string {
 func (*ReleaseRequest) ProtoMessage() {}
 
 func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[16]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1181,7 @@ func (x *ReleaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{16}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseRequest) GetWorkerId() string {
@@ -1149,7 +1228,7 @@ type ReleaseResponse struct {
 
 func (x *ReleaseResponse) Reset() {
 	*x = ReleaseResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1161,7 +1240,7 @@ func (x *ReleaseResponse) String() string {
 func (*ReleaseResponse) ProtoMessage() {}
 
 func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[17]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1174,7 +1253,7 @@ func (x *ReleaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{17}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseResponse) GetJob() *Job {
@@ -1194,7 +1273,7 @@ type ListLeasesRequest struct {
 
 func (x *ListLeasesRequest) Reset() {
 	*x = ListLeasesRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1285,7 @@ func (x *ListLeasesRequest) String() string {
 func (*ListLeasesRequest) ProtoMessage() {}
 
 func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[18]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1298,7 @@ func (x *ListLeasesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesRequest.ProtoReflect.Descriptor instead.
 func (*ListLeasesRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{18}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListLeasesRequest) GetWorkerId() string {
@@ -1245,7 +1324,7 @@ type ListLeasesResponse struct {
 
 func (x *ListLeasesResponse) Reset() {
 	*x = ListLeasesResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1336,7 @@ func (x *ListLeasesResponse) String() string {
 func (*ListLeasesResponse) ProtoMessage() {}
 
 func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[19]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1349,7 @@ func (x *ListLeasesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListLeasesResponse.ProtoReflect.Descriptor instead.
 func (*ListLeasesResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{19}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListLeasesResponse) GetLeases() []*Grant {
@@ -1289,7 +1368,7 @@ type ListWorkersRequest struct {
 
 func (x *ListWorkersRequest) Reset() {
 	*x = ListWorkersRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1380,7 @@ func (x *ListWorkersRequest) String() string {
 func (*ListWorkersRequest) ProtoMessage() {}
 
 func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[20]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1393,7 @@ func (x *ListWorkersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersRequest.ProtoReflect.Descriptor instead.
 func (*ListWorkersRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{20}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListWorkersRequest) GetConsistency() Consistency {
@@ -1333,7 +1412,7 @@ type ListWorkersResponse struct {
 
 func (x *ListWorkersResponse) Reset() {
 	*x = ListWorkersResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1424,7 @@ func (x *ListWorkersResponse) String() string {
 func (*ListWorkersResponse) ProtoMessage() {}
 
 func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[21]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1437,7 @@ func (x *ListWorkersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWorkersResponse.ProtoReflect.Descriptor instead.
 func (*ListWorkersResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{21}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListWorkersResponse) GetWorkers() []*Worker {
@@ -1378,7 +1457,7 @@ type GetWorkerRequest struct {
 
 func (x *GetWorkerRequest) Reset() {
 	*x = GetWorkerRequest{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1469,7 @@ func (x *GetWorkerRequest) String() string {
 func (*GetWorkerRequest) ProtoMessage() {}
 
 func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[22]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1482,7 @@ func (x *GetWorkerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkerRequest.ProtoReflect.Descriptor instead.
 func (*GetWorkerRequest) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{22}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetWorkerRequest) GetWorkerId() string {
@@ -1429,7 +1508,7 @@ type GetWorkerResponse struct {
 
 func (x *GetWorkerResponse) Reset() {
 	*x = GetWorkerResponse{}
-	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1520,7 @@ func (x *GetWorkerResponse) String() string {
 func (*GetWorkerResponse) ProtoMessage() {}
 
 func (x *GetWorkerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_leasehold_v1_workers_proto_msgTypes[23]
+	mi := &file_leasehold_v1_workers_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1533,7 @@ func (x *GetWorkerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetWorkerResponse.ProtoReflect.Descriptor instead.
 func (*GetWorkerResponse) Descriptor() ([]byte, []int) {
-	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{23}
+	return file_leasehold_v1_workers_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetWorkerResponse) GetWorker() *Worker {
@@ -1501,19 +1580,25 @@ const file_leasehold_v1_workers_proto_rawDesc = "" +
 	"\x06job_id\x18\x02 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x03 \x01(\x04R\x05token\"?\n" +
 	"\x12StartLeaseResponse\x12)\n" +
-	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"_\n" +
+	"\x05lease\x18\x01 \x01(\v2\x13.leasehold.v1.LeaseR\x05lease\"\x91\x01\n" +
 	"\x10HeartbeatRequest\x12\x1b\n" +
 	"\tworker_id\x18\x01 \x01(\tR\bworkerId\x12.\n" +
-	"\x06leases\x18\x02 \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\"\x99\x01\n" +
+	"\x06leases\x18\x02 \x03(\v2\x16.leasehold.v1.LeaseRefR\x06leases\x120\n" +
+	"\x05notes\x18\x03 \x03(\v2\x1a.leasehold.v1.ProgressNoteR\x05notes\"8\n" +
+	"\fProgressNote\x12\x14\n" +
+	"\x05token\x18\x01 \x01(\x04R\x05token\x12\x12\n" +
+	"\x04note\x18\x02 \x01(\tR\x04note\"\x99\x01\n" +
 	"\vLeaseStatus\x12\x15\n" +
 	"\x06job_id\x18\x01 \x01(\tR\x05jobId\x12\x14\n" +
 	"\x05token\x18\x02 \x01(\x04R\x05token\x12/\n" +
 	"\averdict\x18\x03 \x01(\x0e2\x15.leasehold.v1.VerdictR\averdict\x12,\n" +
-	"\x06revoke\x18\x04 \x01(\x0e2\x14.leasehold.v1.RevokeR\x06revoke\"\xa6\x01\n" +
+	"\x06revoke\x18\x04 \x01(\x0e2\x14.leasehold.v1.RevokeR\x06revoke\"\xc5\x01\n" +
 	"\x11HeartbeatResponse\x121\n" +
 	"\x06leases\x18\x01 \x03(\v2\x19.leasehold.v1.LeaseStatusR\x06leases\x12-\n" +
 	"\aunnamed\x18\x02 \x03(\v2\x13.leasehold.v1.LeaseR\aunnamed\x12/\n" +
-	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\"h\n" +
+	"\atimings\x18\x03 \x01(\v2\x15.leasehold.v1.TimingsR\atimings\x12\x1d\n" +
+	"\n" +
+	"notes_term\x18\x04 \x01(\x04R\tnotesTerm\"h\n" +
 	"\x16HeartbeatStreamRequest\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12<\n" +
 	"\theartbeat\x18\x02 \x01(\v2\x1e.leasehold.v1.HeartbeatRequestR\theartbeat\"j\n" +
@@ -1592,7 +1677,7 @@ func file_leasehold_v1_workers_proto_rawDescGZIP() []byte {
 }
 
 var file_leasehold_v1_workers_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_leasehold_v1_workers_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_leasehold_v1_workers_proto_goTypes = []any{
 	(Verdict)(0),                     // 0: leasehold.v1.Verdict
 	(*RegisterWorkerRequest)(nil),    // 1: leasehold.v1.RegisterWorkerRequest
@@ -1605,86 +1690,88 @@ var file_leasehold_v1_workers_proto_goTypes = []any{
 	(*StartLeaseRequest)(nil),        // 8: leasehold.v1.StartLeaseRequest
 	(*StartLeaseResponse)(nil),       // 9: leasehold.v1.StartLeaseResponse
 	(*HeartbeatRequest)(nil),         // 10: leasehold.v1.HeartbeatRequest
-	(*LeaseStatus)(nil),              // 11: leasehold.v1.LeaseStatus
-	(*HeartbeatResponse)(nil),        // 12: leasehold.v1.HeartbeatResponse
-	(*HeartbeatStreamRequest)(nil),   // 13: leasehold.v1.HeartbeatStreamRequest
-	(*HeartbeatStreamResponse)(nil),  // 14: leasehold.v1.HeartbeatStreamResponse
-	(*ReportRequest)(nil),            // 15: leasehold.v1.ReportRequest
-	(*ReportResponse)(nil),           // 16: leasehold.v1.ReportResponse
-	(*ReleaseRequest)(nil),           // 17: leasehold.v1.ReleaseRequest
-	(*ReleaseResponse)(nil),          // 18: leasehold.v1.ReleaseResponse
-	(*ListLeasesRequest)(nil),        // 19: leasehold.v1.ListLeasesRequest
-	(*ListLeasesResponse)(nil),       // 20: leasehold.v1.ListLeasesResponse
-	(*ListWorkersRequest)(nil),       // 21: leasehold.v1.ListWorkersRequest
-	(*ListWorkersResponse)(nil),      // 22: leasehold.v1.ListWorkersResponse
-	(*GetWorkerRequest)(nil),         // 23: leasehold.v1.GetWorkerRequest
-	(*GetWorkerResponse)(nil),        // 24: leasehold.v1.GetWorkerResponse
-	(*Worker)(nil),                   // 25: leasehold.v1.Worker
-	(*Timings)(nil),                  // 26: leasehold.v1.Timings
-	(*LeaseRef)(nil),                 // 27: leasehold.v1.LeaseRef
-	(*durationpb.Duration)(nil),      // 28: google.protobuf.Duration
-	(*Job)(nil),                      // 29: leasehold.v1.Job
-	(*Lease)(nil),                    // 30: leasehold.v1.Lease
-	(Revoke)(0),                      // 31: leasehold.v1.Revoke
-	(Outcome)(0),                     // 32: leasehold.v1.Outcome
-	(JobState)(0),                    // 33: leasehold.v1.JobState
-	(Consistency)(0),                 // 34: leasehold.v1.Consistency
+	(*ProgressNote)(nil),             // 11: leasehold.v1.ProgressNote
+	(*LeaseStatus)(nil),              // 12: leasehold.v1.LeaseStatus
+	(*HeartbeatResponse)(nil),        // 13: leasehold.v1.HeartbeatResponse
+	(*HeartbeatStreamRequest)(nil),   // 14: leasehold.v1.HeartbeatStreamRequest
+	(*HeartbeatStreamResponse)(nil),  // 15: leasehold.v1.HeartbeatStreamResponse
+	(*ReportRequest)(nil),            // 16: leasehold.v1.ReportRequest
+	(*ReportResponse)(nil),           // 17: leasehold.v1.ReportResponse
+	(*ReleaseRequest)(nil),           // 18: leasehold.v1.ReleaseRequest
+	(*ReleaseResponse)(nil),          // 19: leasehold.v1.ReleaseResponse
+	(*ListLeasesRequest)(nil),        // 20: leasehold.v1.ListLeasesRequest
+	(*ListLeasesResponse)(nil),       // 21: leasehold.v1.ListLeasesResponse
+	(*ListWorkersRequest)(nil),       // 22: leasehold.v1.ListWorkersRequest
+	(*ListWorkersResponse)(nil),      // 23: leasehold.v1.ListWorkersResponse
+	(*GetWorkerRequest)(nil),         // 24: leasehold.v1.GetWorkerRequest
+	(*GetWorkerResponse)(nil),        // 25: leasehold.v1.GetWorkerResponse
+	(*Worker)(nil),                   // 26: leasehold.v1.Worker
+	(*Timings)(nil),                  // 27: leasehold.v1.Timings
+	(*LeaseRef)(nil),                 // 28: leasehold.v1.LeaseRef
+	(*durationpb.Duration)(nil),      // 29: google.protobuf.Duration
+	(*Job)(nil),                      // 30: leasehold.v1.Job
+	(*Lease)(nil),                    // 31: leasehold.v1.Lease
+	(Revoke)(0),                      // 32: leasehold.v1.Revoke
+	(Outcome)(0),                     // 33: leasehold.v1.Outcome
+	(JobState)(0),                    // 34: leasehold.v1.JobState
+	(Consistency)(0),                 // 35: leasehold.v1.Consistency
 }
 var file_leasehold_v1_workers_proto_depIdxs = []int32{
-	25, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
-	26, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
-	27, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
-	28, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
-	29, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
-	30, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
+	26, // 0: leasehold.v1.RegisterWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	27, // 1: leasehold.v1.RegisterWorkerResponse.timings:type_name -> leasehold.v1.Timings
+	28, // 2: leasehold.v1.DeregisterWorkerResponse.released:type_name -> leasehold.v1.LeaseRef
+	29, // 3: leasehold.v1.AcquireRequest.wait:type_name -> google.protobuf.Duration
+	30, // 4: leasehold.v1.Grant.job:type_name -> leasehold.v1.Job
+	31, // 5: leasehold.v1.Grant.lease:type_name -> leasehold.v1.Lease
 	6,  // 6: leasehold.v1.AcquireResponse.grants:type_name -> leasehold.v1.Grant
-	30, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
-	27, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
-	0,  // 9: leasehold.v1.LeaseStatus.verdict:type_name -> leasehold.v1.Verdict
-	31, // 10: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
-	11, // 11: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
-	30, // 12: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
-	26, // 13: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
-	10, // 14: leasehold.v1.HeartbeatStreamRequest.heartbeat:type_name -> leasehold.v1.HeartbeatRequest
-	12, // 15: leasehold.v1.HeartbeatStreamResponse.heartbeat:type_name -> leasehold.v1.HeartbeatResponse
-	32, // 16: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
-	28, // 17: leasehold.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
-	32, // 18: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
-	33, // 19: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
-	29, // 20: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
-	34, // 21: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
-	6,  // 22: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
-	34, // 23: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
-	25, // 24: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
-	34, // 25: leasehold.v1.GetWorkerRequest.consistency:type_name -> leasehold.v1.Consistency
-	25, // 26: leasehold.v1.GetWorkerResponse.worker:type_name -> leasehold.v1.Worker
-	1,  // 27: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
-	3,  // 28: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
-	5,  // 29: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
-	8,  // 30: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
-	10, // 31: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
-	13, // 32: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
-	15, // 33: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
-	17, // 34: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
-	19, // 35: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
-	21, // 36: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
-	23, // 37: leasehold.v1.WorkerService.GetWorker:input_type -> leasehold.v1.GetWorkerRequest
-	2,  // 38: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
-	4,  // 39: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
-	7,  // 40: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
-	9,  // 41: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
-	12, // 42: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
-	14, // 43: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
-	16, // 44: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
-	18, // 45: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
-	20, // 46: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
-	22, // 47: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
-	24, // 48: leasehold.v1.WorkerService.GetWorker:output_type -> leasehold.v1.GetWorkerResponse
-	38, // [38:49] is the sub-list for method output_type
-	27, // [27:38] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	31, // 7: leasehold.v1.StartLeaseResponse.lease:type_name -> leasehold.v1.Lease
+	28, // 8: leasehold.v1.HeartbeatRequest.leases:type_name -> leasehold.v1.LeaseRef
+	11, // 9: leasehold.v1.HeartbeatRequest.notes:type_name -> leasehold.v1.ProgressNote
+	0,  // 10: leasehold.v1.LeaseStatus.verdict:type_name -> leasehold.v1.Verdict
+	32, // 11: leasehold.v1.LeaseStatus.revoke:type_name -> leasehold.v1.Revoke
+	12, // 12: leasehold.v1.HeartbeatResponse.leases:type_name -> leasehold.v1.LeaseStatus
+	31, // 13: leasehold.v1.HeartbeatResponse.unnamed:type_name -> leasehold.v1.Lease
+	27, // 14: leasehold.v1.HeartbeatResponse.timings:type_name -> leasehold.v1.Timings
+	10, // 15: leasehold.v1.HeartbeatStreamRequest.heartbeat:type_name -> leasehold.v1.HeartbeatRequest
+	13, // 16: leasehold.v1.HeartbeatStreamResponse.heartbeat:type_name -> leasehold.v1.HeartbeatResponse
+	33, // 17: leasehold.v1.ReportRequest.outcome:type_name -> leasehold.v1.Outcome
+	29, // 18: leasehold.v1.ReportRequest.retry_after:type_name -> google.protobuf.Duration
+	33, // 19: leasehold.v1.ReportResponse.outcome:type_name -> leasehold.v1.Outcome
+	34, // 20: leasehold.v1.ReportResponse.state:type_name -> leasehold.v1.JobState
+	30, // 21: leasehold.v1.ReleaseResponse.job:type_name -> leasehold.v1.Job
+	35, // 22: leasehold.v1.ListLeasesRequest.consistency:type_name -> leasehold.v1.Consistency
+	6,  // 23: leasehold.v1.ListLeasesResponse.leases:type_name -> leasehold.v1.Grant
+	35, // 24: leasehold.v1.ListWorkersRequest.consistency:type_name -> leasehold.v1.Consistency
+	26, // 25: leasehold.v1.ListWorkersResponse.workers:type_name -> leasehold.v1.Worker
+	35, // 26: leasehold.v1.GetWorkerRequest.consistency:type_name -> leasehold.v1.Consistency
+	26, // 27: leasehold.v1.GetWorkerResponse.worker:type_name -> leasehold.v1.Worker
+	1,  // 28: leasehold.v1.WorkerService.RegisterWorker:input_type -> leasehold.v1.RegisterWorkerRequest
+	3,  // 29: leasehold.v1.WorkerService.DeregisterWorker:input_type -> leasehold.v1.DeregisterWorkerRequest
+	5,  // 30: leasehold.v1.WorkerService.Acquire:input_type -> leasehold.v1.AcquireRequest
+	8,  // 31: leasehold.v1.WorkerService.StartLease:input_type -> leasehold.v1.StartLeaseRequest
+	10, // 32: leasehold.v1.WorkerService.Heartbeat:input_type -> leasehold.v1.HeartbeatRequest
+	14, // 33: leasehold.v1.WorkerService.HeartbeatStream:input_type -> leasehold.v1.HeartbeatStreamRequest
+	16, // 34: leasehold.v1.WorkerService.Report:input_type -> leasehold.v1.ReportRequest
+	18, // 35: leasehold.v1.WorkerService.Release:input_type -> leasehold.v1.ReleaseRequest
+	20, // 36: leasehold.v1.WorkerService.ListLeases:input_type -> leasehold.v1.ListLeasesRequest
+	22, // 37: leasehold.v1.WorkerService.ListWorkers:input_type -> leasehold.v1.ListWorkersRequest
+	24, // 38: leasehold.v1.WorkerService.GetWorker:input_type -> leasehold.v1.GetWorkerRequest
+	2,  // 39: leasehold.v1.WorkerService.RegisterWorker:output_type -> leasehold.v1.RegisterWorkerResponse
+	4,  // 40: leasehold.v1.WorkerService.DeregisterWorker:output_type -> leasehold.v1.DeregisterWorkerResponse
+	7,  // 41: leasehold.v1.WorkerService.Acquire:output_type -> leasehold.v1.AcquireResponse
+	9,  // 42: leasehold.v1.WorkerService.StartLease:output_type -> leasehold.v1.StartLeaseResponse
+	13, // 43: leasehold.v1.WorkerService.Heartbeat:output_type -> leasehold.v1.HeartbeatResponse
+	15, // 44: leasehold.v1.WorkerService.HeartbeatStream:output_type -> leasehold.v1.HeartbeatStreamResponse
+	17, // 45: leasehold.v1.WorkerService.Report:output_type -> leasehold.v1.ReportResponse
+	19, // 46: leasehold.v1.WorkerService.Release:output_type -> leasehold.v1.ReleaseResponse
+	21, // 47: leasehold.v1.WorkerService.ListLeases:output_type -> leasehold.v1.ListLeasesResponse
+	23, // 48: leasehold.v1.WorkerService.ListWorkers:output_type -> leasehold.v1.ListWorkersResponse
+	25, // 49: leasehold.v1.WorkerService.GetWorker:output_type -> leasehold.v1.GetWorkerResponse
+	39, // [39:50] is the sub-list for method output_type
+	28, // [28:39] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_leasehold_v1_workers_proto_init() }
@@ -1699,7 +1786,7 @@ func file_leasehold_v1_workers_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_leasehold_v1_workers_proto_rawDesc), len(file_leasehold_v1_workers_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
