@@ -83,7 +83,7 @@ CHAOS_OUT ?= /tmp/leasehold-chaos
 # The broken builds beside the first three (bin/leasehold-chaos-NAME, tag
 # chaos_NAME); chaos_noselfstop breaks the Go worker, so it is a jepsen-lite
 # build (bin/jepsen-lite-noselfstop), whose worker processes run it.
-BROKEN := earlyack stalereads doublegrant tokenreuse noreportid norelease openpeer nodelay
+BROKEN := earlyack stalereads doublegrant tokenreuse noreportid norelease openpeer nodelay refire
 chaos-bins:
 	$(GO) build -tags chaos -o bin/leasehold-chaos ./cmd/leasehold
 	$(GO) build -tags chaos,chaos_nofence -o bin/leasehold-chaos-nofence ./cmd/leasehold

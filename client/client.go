@@ -54,6 +54,9 @@ type endpoints struct {
 	events  eventsAPI
 	cluster clusterAPI
 	queues  queuesAPI
+
+	// schedules is the schedule service's (schedules.go).
+	schedules schedulesAPI
 }
 
 // New returns a client for the cluster cfg names. It does not connect:
@@ -149,6 +152,7 @@ func (c *Client) stubsLocked(addr string) *endpoints {
 		cluster: leaseholdv1connect.NewClusterServiceClient(c.http, base),
 		queues:  leaseholdv1connect.NewQueueServiceClient(c.http, base),
 	}
+	s.schedules = leaseholdv1connect.NewScheduleServiceClient(c.http, base)
 	c.stubs[addr] = s
 	return s
 }

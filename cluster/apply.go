@@ -22,10 +22,10 @@ import (
 // Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	switch cmd.(type) {
-	case *fsm.Acquire, *fsm.Expire, *fsm.RemoveIdle:
-		// Grants go through Acquire (reachability, long poll), expiries
-		// and idle removals through the leader's own timers, never from
-		// outside.
+	case *fsm.Acquire, *fsm.Expire, *fsm.RemoveIdle, *fsm.FireSchedule:
+		// Grants go through Acquire (reachability, long poll), expiries,
+		// idle removals and schedule slots through the leader's own
+		// timers, never from outside.
 		return nil, fmt.Errorf("%w: %T is not accepted here", fsm.ErrInvalidArgument, cmd)
 	}
 	if err := n.disk.err(); err != nil {
@@ -37,6 +37,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	}
 	if c, ok := cmd.(*fsm.SubmitJob); ok {
 		if err := n.checkSubmit(ls, c); err != nil {
+			return nil, err
+		}
+	}
+	if c, ok := cmd.(*fsm.PutSchedule); ok && !c.PauseOnly {
+		if err := n.checkScheduleRoom(c); err != nil {
 			return nil, err
 		}
 	}
@@ -55,6 +60,10 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	}
 	w, at := workerOf(cmd), n.clock.Now()
 	res, err := n.raftApply(ctx, cmd)
+	switch cmd.(type) {
+	case *fsm.PutSchedule, *fsm.DeleteSchedule:
+		n.wakeSchedules() // its next slot may be the earliest now
+	}
 	if r, ok := res.(fsm.ReportResult); ok && err == nil {
 		n.metrics.reported(r)
 	}

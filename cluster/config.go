@@ -93,6 +93,10 @@ type Config struct {
 	EventRetention  time.Duration
 	DeadRetention   time.Duration
 	CompactInterval time.Duration
+	// ScheduleGrace is how late a schedule's slot may fire under the
+	// missed-slot policy skip: a slot further in the past when the leader
+	// settles it (no leader ran the schedules at its time) was missed.
+	ScheduleGrace time.Duration
 
 	// LogStore is where the Raft log and stable store live: LogStoreWAL
 	// (one fsync per append) or LogStoreBoltDB (two). A data dir keeps the
@@ -150,6 +154,7 @@ func DefaultConfig() Config {
 		EventRetention:     24 * time.Hour,
 		DeadRetention:      7 * 24 * time.Hour,
 		CompactInterval:    time.Minute,
+		ScheduleGrace:      time.Minute,
 		Clock:              SystemClock(),
 		Logger:             hclog.NewNullLogger(),
 	}
@@ -219,6 +224,7 @@ func (c *Config) Validate() error {
 		{"raft_commit_timeout", c.CommitTimeout}, {"snapshot_interval", c.SnapshotInterval},
 		{"apply_timeout", c.ApplyTimeout}, {"retention", c.Retention}, {"event_retention", c.EventRetention},
 		{"compact_interval", c.CompactInterval}, {"worker_gc_seconds", c.WorkerGCThreshold},
+		{"schedule_grace", c.ScheduleGrace},
 	} {
 		if d.v <= 0 {
 			return bad(d.field, d.v, "must be positive")

@@ -94,6 +94,14 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		n.levelLoop(ctx)
 	}()
 	defer func() { <-leveled }()
+	// Schedules fire beside the timers too: a slow proposal never delays
+	// an expiry.
+	scheduled := make(chan struct{})
+	go func() {
+		defer close(scheduled)
+		n.scheduleLoop(ctx)
+	}()
+	defer func() { <-scheduled }()
 
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
 	for {
@@ -109,6 +117,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 				n.expiryTick(ctx, ls)
 				n.quotaTick(ctx, ls)
 				n.timeoutTick(ctx, ls)
+				n.wakeSchedules()
 			}
 		}
 	}

@@ -63,6 +63,8 @@ type Node struct {
 	expiryLooked atomic.Uint64
 
 	notifyCh chan bool
+	// scheduleWake makes the leader's schedule loop look again (schedule.go).
+	scheduleWake chan struct{}
 
 	mu     sync.Mutex
 	leader *leaderState // non-nil while this node is the established leader
@@ -138,6 +140,7 @@ func New(cfg Config) (_ *Node, err error) {
 	processGatherer() // before the stores open: raft-wal takes go-metrics' instance then
 	n.metrics = newNodeMetrics(n)
 	n.audits.queue = make(chan fsm.Audit, auditQueueLen)
+	n.scheduleWake = make(chan struct{}, 1)
 	n.refusals = NewRefusalLimiter()
 	var closers []func() error
 	defer func() {

@@ -46,6 +46,20 @@ func (n *Node) checkSubmit(ls *leaderState, c *fsm.SubmitJob) error {
 	return nil
 }
 
+// checkScheduleRoom refuses a schedule whose template's payload would take
+// the state past the quota: a schedule is kept, like a job, by every
+// replica. Its jobs pass checkSubmit when they fire.
+func (n *Node) checkScheduleRoom(c *fsm.PutSchedule) error {
+	quota := n.cfg.StateQuotaBytes
+	if quota <= 0 {
+		return nil
+	}
+	if size := n.fsm.Bytes(); size+int64(len(c.Template.Payload)) > quota {
+		return fmt.Errorf("%w: the replicated state is %d bytes of a quota of %d (state_quota_bytes)", ErrQuotaExceeded, size, quota)
+	}
+	return nil
+}
+
 // quotaTick raises the alarm (a quota.exceeded event) when the state
 // reaches the quota or a submit was refused, and clears it (quota.cleared)
 // once the state is back under 90 % of it. Each leader keeps its own

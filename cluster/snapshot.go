@@ -69,6 +69,10 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 		// The state's own time is already this cluster's: a backup of it
 		// taken after a leader with a fast clock is not refused.
 		Latest: max(n.clock.Wall().Add(restoreClockSkew).UnixNano(), live.LastTime),
+		// The backup's cluster may have fired schedule slots after the
+		// backup: every slot until now counts as settled, so none fires
+		// twice.
+		Settled: max(n.clock.Wall().UnixNano(), live.LastTime),
 	}
 	restored, err := fsm.PrepareRestore(tmp, r, plan)
 	if err != nil {

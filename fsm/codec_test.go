@@ -37,6 +37,12 @@ func sampleCommands() []Command {
 		&RecordEvents{Events: []RecordEvent{{Event: EventWorkerReachable, WorkerID: "w2"}, {Event: EventAbsenceRule, Detail: "gap"}}},
 		&Audit{Action: "cluster.join", Actor: "leasehold://prod/server/node-4", Source: "10.0.0.4:51234", Detail: "node-4: refused"},
 		&RemoveIdle{WorkerIDs: []string{"w1", "w2"}, Reason: "silent past 1h0m0s, holding nothing"},
+		&PutSchedule{Name: "nightly", Cron: "0 2 * * *", Zone: "Europe/Paris", Missed: MissedRunLatest, Replace: true,
+			Template: JobSpec{Queue: "a", Kind: "run", Payload: []byte("x"), Submitter: "exec", MaxAttempts: 3, OnWorkerLost: LostFail,
+				MaxWorkerLosses: 2, Priority: -2, Retry: &RetryPolicy{Initial: 1e9, Max: 6e10, Multiplier: 2000, Jitter: 10}}},
+		&PutSchedule{Name: "nightly", PauseOnly: true, Paused: true},
+		&DeleteSchedule{Name: "nightly"},
+		&FireSchedule{Name: "nightly", Slot: 1_700_000_000e9, Skip: true, Skipped: 3, Reason: "missed"},
 		&RetryJob{JobID: "job-1", Reason: "fixed the bug"},
 		&PurgeJobs{JobIDs: []string{"job-1", "job-2"}, Limit: 2, Reason: "triaged"},
 		&PurgeJobs{Queue: "mail", OlderThan: 7 * 24 * 3600e9, Limit: MaxPurgeBatch},
@@ -331,6 +337,8 @@ func TestVersion1EntriesStillDecode(t *testing.T) {
 // Validation names the field and refuses before anything is encoded.
 func TestValidation(t *testing.T) {
 	s := spec("j")
+	tmpl := s
+	tmpl.ID = ""
 	bad := func(mod func(*JobSpec)) *SubmitJob {
 		c := &SubmitJob{Spec: s}
 		mod(&c.Spec)
@@ -372,6 +380,15 @@ func TestValidation(t *testing.T) {
 		{&SetNode{NodeID: "n", RaftAddr: "nohost", APIAddr: "h:1"}, "raft_addr", ErrInvalidArgument},
 		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:port"}, "api_addr", ErrInvalidArgument},
 		{&SetNode{NodeID: "n", RaftAddr: "h:1", APIAddr: "h:1" + strings.Repeat("0", MaxAddrLen)}, "api_addr", ErrTooLarge},
+		{&PutSchedule{Name: "a b", PauseOnly: true}, "name", ErrInvalidArgument},
+		{&PutSchedule{Name: "s", Missed: MissedSkip, Template: tmpl}, "cron", ErrInvalidArgument},
+		{&PutSchedule{Name: "s", Cron: strings.Repeat("*", MaxCronLen+1), Missed: MissedSkip, Template: tmpl}, "cron", ErrTooLarge},
+		{&PutSchedule{Name: "s", Cron: "* * * * *", Zone: "Europe/ Paris", Missed: MissedSkip, Template: tmpl}, "zone", ErrInvalidArgument},
+		{&PutSchedule{Name: "s", Cron: "* * * * *", Missed: 9, Template: tmpl}, "missed", ErrInvalidArgument},
+		{&PutSchedule{Name: "s", Cron: "* * * * *", Missed: MissedSkip, Template: s}, "spec.id", ErrInvalidArgument},
+		{&PutSchedule{Name: "s", Cron: "* * * * *", Missed: MissedSkip, Template: JobSpec{Queue: "q", Kind: "k"}}, "spec.max_attempts", ErrInvalidArgument},
+		{&DeleteSchedule{}, "name", ErrInvalidArgument},
+		{&FireSchedule{Name: "s"}, "slot", ErrInvalidArgument},
 		{&RetryJob{JobID: ""}, "job_id", ErrInvalidArgument},
 		{&RetryJob{JobID: "j", Reason: "\xff"}, "reason", ErrInvalidArgument},
 		{&PurgeJobs{Limit: 0}, "limit", ErrInvalidArgument},
@@ -406,6 +423,11 @@ func TestEnumNamesRoundTrip(t *testing.T) {
 	for e := range eventTypeNames {
 		if got, ok := ParseEventType(e.String()); !ok || got != e {
 			t.Errorf("event type %d", e)
+		}
+	}
+	for p := range missedPolicyNames {
+		if got, ok := ParseMissedPolicy(p.String()); !ok || got != p {
+			t.Errorf("missed policy %d", p)
 		}
 	}
 	if _, ok := ParseJobState("nonsense"); ok {

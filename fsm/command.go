@@ -35,6 +35,9 @@ const (
 	CmdPurgeJobs        CommandType = 20
 	CmdSetQueue         CommandType = 22 // queues.go
 	CmdTimeOut          CommandType = 21
+	CmdPutSchedule      CommandType = 23 // schedule.go
+	CmdDeleteSchedule   CommandType = 24
+	CmdFireSchedule     CommandType = 25
 )
 
 // Command is one state change. Commands are plain values: the leader
@@ -986,8 +989,9 @@ func (c *RemoveNode) decode(d *decoder) { c.NodeID = d.str(MaxIDLen) }
 // some commands (RegisterWorker's Version, DeregisterWorker's Lost); version
 // 4 adds SetNode's Level and Version and Release's Lost; 5 adds
 // SubmitJob's RunAt and the spec's Retry, and Report's RetryAfter; 6 adds
-// RetryJob, PurgeJobs (and, by level, the dead state), SetQueue, SubmitJob's TimeoutMs and the
-// TimeOut command. Encode writes each command in
+// RetryJob, PurgeJobs (and, by level, the dead state), SetQueue, SubmitJob's TimeoutMs, the
+// TimeOut command and the schedule commands (PutSchedule, DeleteSchedule, FireSchedule).
+// Encode writes each command in
 // the oldest version that carries it whole (versioned), so a command
 // without a new field is written byte for byte as before, and a binary
 // from before version 3 stops only at an entry that needs it.

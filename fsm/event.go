@@ -41,6 +41,11 @@ const (
 	EventQueueResumed       EventType = 36 // Detail: the queue
 	EventQueueLimited       EventType = 37 // Detail: the queue and its new limit
 	EventLeaseTimedOut      EventType = 34 // a lease past its job's timeout, revoked with a kill: Detail says the timeout
+	EventScheduleFired      EventType = 38 // a schedule's slot submitted its job (JobID); Detail: the slot, slots skipped before it
+	EventScheduleSkipped    EventType = 39 // a schedule's slots settled without a job: Detail says how many and why
+	EventScheduleCreated    EventType = 40 // a schedule created or updated: Detail says which
+	EventScheduleDeleted    EventType = 41
+	EventSchedulePaused     EventType = 42 // a schedule paused or resumed: Detail says which
 )
 
 var eventTypeNames = map[EventType]string{
@@ -81,6 +86,11 @@ var eventTypeNames = map[EventType]string{
 	EventQueueResumed:       "queue.resumed",
 	EventQueueLimited:       "queue.limited",
 	EventLeaseTimedOut:      "lease.timed_out",
+	EventScheduleFired:      "schedule.fired",
+	EventScheduleSkipped:    "schedule.skipped",
+	EventScheduleCreated:    "schedule.created",
+	EventScheduleDeleted:    "schedule.deleted",
+	EventSchedulePaused:     "schedule.paused",
 }
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }

@@ -50,6 +50,9 @@ func New() *FSM {
 	f.register(CmdPurgeJobs, applyPurgeJobs)
 	f.register(CmdSetQueue, applySetQueue)
 	f.register(CmdTimeOut, applyTimeOut)
+	f.register(CmdPutSchedule, applyPutSchedule)
+	f.register(CmdDeleteSchedule, applyDeleteSchedule)
+	f.register(CmdFireSchedule, applyFireSchedule)
 	for t := range commandFactories {
 		if f.handlers[t] == nil {
 			panic(fmt.Sprintf("fsm: command type %d has no handler", t))

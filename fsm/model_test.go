@@ -130,12 +130,15 @@ type refModel struct {
 	// reports counts each kept job's first reports, one per execution
 	// that reached one: what Job.Executions must say.
 	reports map[*Job]uint32
-	nodes   map[string]Node          // the node table: its lowest level is the cluster's
-	queues  map[string]QueueSettings // queues with settings other than the defaults
+	// schedules by name: settled through LastSlot, fired by FireSchedule
+	schedules map[string]*Schedule
+	nodes     map[string]Node          // the node table: its lowest level is the cluster's
+	queues    map[string]QueueSettings // queues with settings other than the defaults
 }
 
 func newRefModel() *refModel {
-	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, queues: map[string]QueueSettings{}}
+	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, queues: map[string]QueueSettings{},
+		schedules: map[string]*Schedule{}}
 }
 
 // isTerminal says whether a job has finished for good and is compacted
@@ -282,12 +285,101 @@ func (m *refModel) apply(index uint64, at int64, cmd Command) (any, error) {
 		return m.retry(c)
 	case *PurgeJobs:
 		return m.purge(c)
+	case *PutSchedule:
+		return m.putSchedule(c)
+	case *DeleteSchedule:
+		if m.schedules[c.Name] == nil {
+			return nil, ErrNotFound
+		}
+		delete(m.schedules, c.Name)
+		m.emit(Event{Type: EventScheduleDeleted})
+		return nil, nil
+	case *FireSchedule:
+		return m.fireSchedule(c)
 	case *SetQueue:
 		return m.setQueue(c)
 	case *TimeOut:
 		return m.timeOut(c)
 	}
 	panic(fmt.Sprintf("model: unknown command %T", cmd))
+}
+
+// putSchedule: a pause or resume changes Paused (a resume settles every
+// slot until now); a create settles every slot until now; the same
+// definition again changes nothing; another one is a conflict unless
+// replaced, and a replace keeps the counts and settles until now.
+func (m *refModel) putSchedule(c *PutSchedule) (any, error) {
+	old := m.schedules[c.Name]
+	if c.PauseOnly {
+		if old == nil {
+			return nil, ErrNotFound
+		}
+		if old.Paused != c.Paused {
+			old.Paused, old.UpdatedAt = c.Paused, m.now
+			if !c.Paused {
+				old.LastSlot = max(old.LastSlot, m.now)
+			}
+			m.emit(Event{Type: EventSchedulePaused})
+			return PutScheduleResult{Schedule: *old, Changed: true}, nil
+		}
+		return PutScheduleResult{Schedule: *old}, nil
+	}
+	sc := &Schedule{Name: c.Name, Cron: c.Cron, Zone: c.Zone, Template: c.Template, Missed: c.Missed, Paused: c.Paused,
+		LastSlot: m.now, CreatedAt: m.now, UpdatedAt: m.now}
+	if old != nil {
+		if old.Cron == sc.Cron && old.Zone == sc.Zone && old.Missed == sc.Missed && old.Paused == sc.Paused &&
+			specKey(old.Template) == specKey(sc.Template) && fmt.Sprint(old.Template.Retry) == fmt.Sprint(sc.Template.Retry) {
+			return PutScheduleResult{Schedule: *old}, nil
+		}
+		if !c.Replace {
+			return nil, ErrConflict
+		}
+		sc.LastSlot = max(old.LastSlot, m.now)
+		sc.CreatedAt, sc.Fired, sc.Skipped, sc.LastJob = old.CreatedAt, old.Fired, old.Skipped, old.LastJob
+	}
+	m.schedules[c.Name] = sc
+	m.emit(Event{Type: EventScheduleCreated})
+	return PutScheduleResult{Schedule: *sc, Created: old == nil, Changed: true}, nil
+}
+
+// fireSchedule: a slot at or before LastSlot, or of a paused schedule,
+// changes nothing; a slot after the leader's time is refused; otherwise
+// LastSlot moves to it and, unless skipped, the slot's job is submitted
+// as any job is (a refused submit still settles the slot).
+func (m *refModel) fireSchedule(c *FireSchedule) (any, error) {
+	sc := m.schedules[c.Name]
+	switch {
+	case sc == nil:
+		return nil, ErrNotFound
+	case c.Slot <= sc.LastSlot:
+		return FireResult{Reason: ReasonAlreadyFired}, nil
+	case sc.Paused:
+		return FireResult{Reason: ReasonPaused}, nil
+	case c.Slot > m.now:
+		return nil, ErrInvalidArgument
+	}
+	sc.LastSlot = c.Slot
+	skipped := uint64(c.Skipped)
+	res := FireResult{Reason: c.Reason}
+	if !c.Skip {
+		spec := sc.Template
+		spec.ID = fmt.Sprintf("%s@%s", c.Name, time.Unix(0, c.Slot).UTC().Format(time.RFC3339))
+		if _, err := m.submit(&SubmitJob{Spec: spec}); err != nil {
+			res.Reason = "the slot's job was refused"
+			skipped++
+		} else {
+			res = FireResult{Fired: true, JobID: spec.ID}
+			sc.Fired++
+			sc.LastJob = spec.ID
+		}
+	}
+	sc.Skipped += skipped
+	if res.Fired {
+		m.emit(Event{Type: EventScheduleFired, JobID: res.JobID})
+	} else {
+		m.emit(Event{Type: EventScheduleSkipped})
+	}
+	return res, nil
 }
 
 func (m *refModel) setNode(c *SetNode) (any, error) {
@@ -1012,6 +1104,17 @@ func norm(v any) any {
 			x.Ignored = nil
 		}
 		v = x
+	case PutScheduleResult:
+		if len(x.Schedule.Template.Payload) == 0 {
+			x.Schedule.Template.Payload = nil
+		}
+		v = x
+	case FireResult:
+		// The model does not word the submit's refusal.
+		if strings.HasPrefix(x.Reason, "the slot's job was refused") {
+			x.Reason = "the slot's job was refused"
+		}
+		v = x
 	case Event:
 		v = normEvent(x)
 	case []Event:
@@ -1084,6 +1187,8 @@ const (
 	actSetNode
 	actRetry
 	actPurge
+	actSchedule // put, pause, resume or delete a schedule
+	actFire
 	actInvalid
 	actSetQueue
 	numActions
@@ -1098,15 +1203,15 @@ type modelProfile struct {
 }
 
 var modelProfiles = []modelProfile{
-	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1, 2, 1, 1, actSetQueue: 2}},
+	{name: "mixed", weights: [numActions]int{4, 1, 18, 16, 6, 16, 5, 4, 2, 8, 3, 1, 1, 2, 1, 2, 1, 2, 3, 1, actSetQueue: 2}},
 	// Few jobs leased over and over: lease history trimming, poison jobs,
 	// retry limits, old tokens of the same job.
-	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 3, 1, 1, actSetQueue: 2}},
+	{name: "hot", maxOpen: 3, sticky: true, weights: [numActions]int{3, 1, 8, 25, 5, 2, 30, 1, 0, 6, 2, 1, 1, 1, 1, 3, 1, 1, 1, 1, actSetQueue: 2}},
 	// Many queued jobs: long ready queues, bulk cancels, stale heap entries,
 	// shard boundaries and compaction of whole shards.
-	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 2, 1, actSetQueue: 2}},
+	{name: "bulk", oneSub: true, weights: [numActions]int{2, 1, 60, 10, 2, 8, 1, 2, 6, 5, 6, 1, 1, 1, 1, 2, 2, 2, 1, 1, actSetQueue: 2}},
 	// Workers coming and going, expiries and revokes.
-	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1, 2, 1, 1, actSetQueue: 2}},
+	{name: "churn", weights: [numActions]int{8, 4, 14, 16, 6, 12, 5, 8, 2, 16, 3, 2, 2, 4, 1, 2, 1, 2, 4, 1, actSetQueue: 2}},
 }
 
 var (
@@ -1678,6 +1783,25 @@ func (g *modelGen) next() (Command, bool) {
 			c.WorkerIDs = append(c.WorkerIDs, g.worker())
 		}
 		return c, false
+	case actSchedule:
+		return g.schedule(), false
+	case actFire:
+		// As a leader proposes it: a slot after LastSlot, or (a retry, a
+		// replay, an old leader) one at or before it; now and then one
+		// after the leader's time, or of no schedule.
+		name := pick(g, modelSchedules)
+		slot := g.m.now - g.rng.Int64N(5e9)
+		if sc := g.m.schedules[name]; sc != nil && g.pct(70) {
+			slot = sc.LastSlot + g.rng.Int64N(3e9) - 5e8
+		}
+		if g.pct(5) {
+			slot = g.m.now + 1 + g.rng.Int64N(1e9)
+		}
+		c := &FireSchedule{Name: name, Slot: max(slot, 1), Skip: g.pct(25), Skipped: uint32(g.rng.IntN(3))}
+		if c.Skip || c.Skipped > 0 {
+			c.Reason = "missed"
+		}
+		return c, false
 	case actSetQueue:
 		// Pauses and resumes, limits of 1 to 3 and none, on the queues
 		// acquires name (and one no job uses).
@@ -1691,6 +1815,28 @@ func (g *modelGen) next() (Command, bool) {
 		return c, false
 	}
 	return g.invalid(), true
+}
+
+var modelSchedules = []string{"sa", "sb", "sc"}
+
+// schedule puts (creates, repeats or replaces), pauses, resumes or deletes
+// a schedule.
+func (g *modelGen) schedule() Command {
+	name := pick(g, modelSchedules)
+	switch r := g.rng.IntN(100); {
+	case r < 20:
+		return &PutSchedule{Name: name, PauseOnly: true, Paused: g.pct(50)}
+	case r < 30:
+		return &DeleteSchedule{Name: name}
+	}
+	tmpl := g.newSpec("")
+	if g.pct(40) {
+		// The same template each time: fired jobs of an old slot and a
+		// repeated create are the same.
+		tmpl = JobSpec{Queue: "q1", Kind: "k1", Payload: []byte(name), MaxAttempts: 2, OnWorkerLost: LostRequeue, MaxWorkerLosses: 2}
+	}
+	return &PutSchedule{Name: name, Cron: pick(g, []string{"* * * * *", "*/5 * * * * *"}), Zone: pick(g, []string{"", "UTC", "Europe/Paris"}),
+		Missed: MissedPolicy(1 + g.rng.IntN(2)), Template: tmpl, Paused: g.pct(10), Replace: g.pct(50)}
 }
 
 // observe remembers what the generator may reuse: ids, grants, requests,
@@ -2179,6 +2325,28 @@ func (r *modelRun) compareState() {
 		fmt.Sprint(st.Jobs) != fmt.Sprint(counts) {
 		r.fail("stats %+v\n  want index %d time %d token %d workers %d live %d events %d/%d jobs %v",
 			st, r.index, m.now, m.lastToken, len(m.workers), live, len(m.events), m.eventSeq, counts)
+	}
+
+	// Schedules.
+	var scs []Schedule
+	for _, name := range modelSchedules {
+		if sc := m.schedules[name]; sc != nil {
+			scs = append(scs, *sc)
+		}
+	}
+	for i := range scs {
+		if len(scs[i].Template.Payload) == 0 {
+			scs[i].Template.Payload = nil
+		}
+	}
+	gotScs := f.Schedules()
+	for i := range gotScs {
+		if len(gotScs[i].Template.Payload) == 0 {
+			gotScs[i].Template.Payload = nil
+		}
+	}
+	if !reflect.DeepEqual(gotScs, scs) && !(len(gotScs) == 0 && len(scs) == 0) {
+		r.fail("schedules\n  got  %+v\n  want %+v", gotScs, scs)
 	}
 
 	// Workers and their leases.

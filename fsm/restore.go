@@ -29,6 +29,11 @@ type RestorePlan struct {
 	// time drives compaction, so a backup from the future would compact
 	// jobs and events before their retention ends.
 	Latest int64
+	// Settled is the time, unix nanoseconds, through which every
+	// schedule's slots count as settled after the restore (the restoring
+	// leader's clock): the backup's cluster may have fired slots after
+	// the backup was taken, and a slot must fire at most once.
+	Settled int64
 }
 
 // PrepareRestore reads a backup in full and writes to dst the snapshot a
@@ -39,7 +44,8 @@ type RestorePlan struct {
 // an ErrInvalidArgument FieldError naming the field. The copy takes
 // plan.Index as its index, carries no index after it, has its token
 // counter raised to at least plan.Floor and GrantAllowance and ends with a
-// tokens.floor_raised event. It is written in the newest snapshot version.
+// tokens.floor_raised event, and its schedules' slots settled through
+// plan.Settled. It is written in the newest snapshot version.
 // PrepareRestore returns the copy's counters; it touches no live state.
 func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, error) {
 	if plan.Floor > MaxTokenFloor {
@@ -61,6 +67,13 @@ func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, erro
 			s.lastToken, uint64(MaxTokenFloor))
 	}
 	s.rebase(plan.Index)
+	for name, sc := range s.schedules {
+		if sc.LastSlot < plan.Settled {
+			c := *sc
+			c.LastSlot = plan.Settled
+			s.schedules[name] = &c
+		}
+	}
 	old := s.lastToken
 	s.lastToken = max(old, plan.Floor, GrantAllowance(old, s.lastTime, plan.Now))
 	s.emit(Event{Type: EventTokenFloorRaised, Detail: fmt.Sprintf("restore: from %d to %d", old, s.lastToken)})

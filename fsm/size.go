@@ -78,6 +78,9 @@ func (s *state) countBytes() int64 {
 	for i := range s.events.len() {
 		n += eventBytes(s.events.at(i))
 	}
+	for _, sc := range s.schedules {
+		n += scheduleBytes(sc)
+	}
 	return n
 }
 

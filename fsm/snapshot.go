@@ -20,18 +20,19 @@ import (
 //	end        tag 0xFF, then the CRC-32C of every byte before it, 4 bytes LE
 //
 // Records come in a fixed order: one header, the workers by id, the jobs by
-// seq, the events by seq, the nodes by id, the queue settings by queue name. The encoding is canonical, so two replicas with
+// seq, the events by seq, the nodes by id, the queue settings by queue name, the schedules by
+// name. The encoding is canonical, so two replicas with
 // the same state write the same bytes, and Hash is a hash of them.
 //
 // Versions: 2 adds the audit fields (actor, source) at the end of each
 // event; 3 adds the worker's version at the end of each worker; 4 adds the
 // node's level and version at the end of each node; 5 adds the job's
 // NotBefore and retry policy at the end of each job; 6 adds the job's
-// timeout (milliseconds) at the end of each job and the queue settings
-// records (written only in 6: a state with none is still written in the
-// version the nodes read), and may hold the dead state (JobDead, as a
-// job's state or a report's answer) and its events (31 to 34), which a
-// reader of 5 refuses. Every version ever
+// timeout (milliseconds) at the end of each job, the queue settings
+// records and the schedule records (written only in 6: a state with
+// neither is still written in the version the nodes read), and may hold
+// the dead state (JobDead, as a job's state or a report's answer) and the
+// events of level 6 (31 to 42), which a reader of 5 refuses. Every version ever
 // written stays readable. The writer writes the lowest level recorded for
 // the nodes (the leader records levels only when every voter is at level 4
 // or more), capped at its own, and version 3 while none is recorded, so a
@@ -46,6 +47,7 @@ const (
 	tagEvent      = 4
 	tagNode       = 5
 	tagQueue      = 6
+	tagSchedule   = 7
 	tagEnd        = 0xFF
 	maxRecordSize = MaxPayloadLen + 1<<20 // a job with its payload and lease history
 )
@@ -67,6 +69,8 @@ type Snapshot struct {
 	workers []*Worker // never mutated: a change replaces the pointer
 	nodes   []*Node   // likewise
 	queues  []QueueSettings
+	// schedules likewise; a snapshot holding one is version 6
+	schedules []*Schedule
 	// minVersion is the lowest version that holds every job: 5 once a job
 	// has a NotBefore or a retry policy, 6 once one is dead or has a
 	// timeout, or a queue has settings, whatever the nodes' levels say.
@@ -110,6 +114,10 @@ func (f *FSM) Snapshot() *Snapshot {
 	}
 	for _, qs := range s.queueSettings {
 		snap.queues = append(snap.queues, qs)
+	}
+	for _, sc := range s.schedules {
+		snap.schedules = append(snap.schedules, sc)
+		snap.minVersion = 6
 	}
 	snap.workers = make([]*Worker, 0, len(s.workers))
 	for _, w := range s.workers {
@@ -236,6 +244,10 @@ func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	slices.SortFunc(s.queues, func(a, b QueueSettings) int { return strings.Compare(a.Queue, b.Queue) })
 	for i := range s.queues {
 		sw.record(tagQueue, func(e *encoder) { encodeQueueSettings(e, &s.queues[i]) })
+	}
+	slices.SortFunc(s.schedules, func(a, b *Schedule) int { return strings.Compare(a.Name, b.Name) })
+	for _, sc := range s.schedules {
+		sw.record(tagSchedule, func(e *encoder) { encodeSchedule(e, sc) })
 	}
 	err := sw.finish()
 	return sw.n, err
@@ -387,7 +399,7 @@ func readState(r io.Reader) (*state, error) {
 		if tag == tagEnd {
 			break
 		}
-		if tag < order || tag > tagQueue || tag == tagQueue && sr.version < 6 {
+		if tag < order || tag > tagSchedule || tag >= tagQueue && sr.version < 6 {
 			return nil, fmt.Errorf("%w: record %d out of order", ErrCorrupt, tag)
 		}
 		order = tag
@@ -447,6 +459,15 @@ func readState(r io.Reader) (*state, error) {
 			}
 			lastQueue = qs.Queue
 			s.queueSettings[qs.Queue] = qs
+		case tagSchedule:
+			sc := new(Schedule)
+			if err := decodeRecord(body, func(d *decoder) { decodeSchedule(d, sc) }); err != nil {
+				return nil, err
+			}
+			if s.schedules[sc.Name] != nil || len(s.schedules) >= MaxSchedules {
+				return nil, fmt.Errorf("%w: schedule %s twice or too many schedules", ErrCorrupt, sc.Name)
+			}
+			s.schedules[sc.Name] = sc
 		}
 	}
 	if workers != hdr.workers || jobs != hdr.jobs || uint64(s.events.len()) != hdr.events ||

@@ -50,6 +50,8 @@ type state struct {
 	// queueSettings holds the queues whose settings are not the defaults
 	// (queues.go); values are replaced, never mutated.
 	queueSettings map[string]QueueSettings
+	// schedules by name (schedule.go); values are replaced, never mutated
+	schedules map[string]*Schedule
 
 	// --- derived indexes ---
 	jobIDs       map[string]uint64              // job id -> seq
@@ -76,6 +78,7 @@ func newState() *state {
 	return &state{
 		workers:       map[string]*Worker{},
 		nodes:         map[string]*Node{},
+		schedules:     map[string]*Schedule{},
 		jobIDs:        map[string]uint64{},
 		tokens:        map[uint64]uint64{},
 		ready:         map[string]map[string]*jobHeap{},

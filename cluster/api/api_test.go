@@ -148,6 +148,8 @@ func writes() []struct {
 		{&pb.PauseQueueRequest{Queue: "q"}, translation(pauseOf)},
 		{&pb.ResumeQueueRequest{Queue: "q"}, translation(resumeOf)},
 		{&pb.SetQueueLimitRequest{Queue: "q", MaxRunning: 3}, translation(queueLimitOf)},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "*/5 * * * *", TimeZone: "Europe/Paris", Template: &pb.JobSpec{Queue: "q"},
+			Missed: pb.MissedSlots_MISSED_SLOTS_RUN_LATEST}, translation(putScheduleOf)},
 	}
 }
 
@@ -343,7 +345,8 @@ func checkTranslation(t *testing.T, msg proto.Message, of func(proto.Message) (f
 func requestTypes(tb testing.TB) []protoreflect.MessageType {
 	var out []protoreflect.MessageType
 	for _, file := range []protoreflect.FileDescriptor{pb.File_leasehold_v1_jobs_proto, pb.File_leasehold_v1_workers_proto,
-		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto, pb.File_leasehold_v1_queues_proto} {
+		pb.File_leasehold_v1_events_proto, pb.File_leasehold_v1_cluster_proto, pb.File_leasehold_v1_queues_proto,
+		pb.File_leasehold_v1_schedules_proto} {
 		for i := 0; i < file.Services().Len(); i++ {
 			methods := file.Services().Get(i).Methods()
 			for j := 0; j < methods.Len(); j++ {

@@ -135,7 +135,7 @@ var (
 // everything, including the plain endpoints.
 var roleAccess = map[Role][]string{
 	RoleSubmitter: {
-		"leasehold.v1.JobService", "leasehold.v1.EventService",
+		"leasehold.v1.JobService", "leasehold.v1.EventService", "leasehold.v1.ScheduleService",
 		"/leasehold.v1.WorkerService/ListWorkers", "/leasehold.v1.WorkerService/GetWorker", "/leasehold.v1.ClusterService/Status", "/leasehold.v1.ClusterService/Members",
 	},
 	RoleWorker: {

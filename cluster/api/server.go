@@ -121,6 +121,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
 	mux.Handle(leaseholdv1connect.NewQueueServiceHandler(queueService{s}, opts))
+	mux.Handle(leaseholdv1connect.NewScheduleServiceHandler(scheduleService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)
 	mux.HandleFunc("PUT /v1/snapshot", s.restoreSnapshot)
 	mux.HandleFunc("GET /livez", s.livez)
@@ -151,6 +152,8 @@ type peerClients struct {
 	cluster leaseholdv1connect.ClusterServiceClient
 	queues  leaseholdv1connect.QueueServiceClient
 	base    string
+	// schedules is the schedule service's client.
+	schedules leaseholdv1connect.ScheduleServiceClient
 }
 
 func (s *Server) peer(raftAddr string) *peerClients {
@@ -167,6 +170,7 @@ func (s *Server) peer(raftAddr string) *peerClients {
 			queues:  leaseholdv1connect.NewQueueServiceClient(s.client, base),
 			base:    base,
 		}
+		p.schedules = leaseholdv1connect.NewScheduleServiceClient(s.client, base)
 		s.peers[raftAddr] = p
 	}
 	return p

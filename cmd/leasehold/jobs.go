@@ -46,7 +46,7 @@ func jobCommand() *cli.Command {
 			{
 				Name:  "submit",
 				Usage: "submit a job (idempotent on --id)",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "queue", Aliases: []string{"q"}, Value: client.DefaultQueue,
 						Usage: "the queue the job waits in (the API requires one)"},
 					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
@@ -59,11 +59,7 @@ func jobCommand() *cli.Command {
 					&cli.DurationFlag{Name: "in", Usage: "run it no earlier than this long from now, by the leader's clock (e.g. 10m)"},
 					&cli.TimestampFlag{Name: "at", Layout: time.RFC3339, Usage: "run it no earlier than this time (RFC 3339, e.g. 2027-01-02T15:04:05Z)"},
 					&cli.DurationFlag{Name: "timeout", Usage: "kill each attempt still running this long after its grant (1s to 168h; 0: none); it counts as an attempt and the retry policy decides. The bound on the command itself goes before it: leasehold --timeout 30s job submit"},
-					&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (default 1s; 0: retry at once)"},
-					&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries (default 10m with the default policy, else 1024 x initial)"},
-					&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10 (default 2)"},
-					&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1 (default 0.2 with the default policy, else 0)"},
-				},
+				}, retryFlags()...),
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					payload, err := payloadOf(c.String("payload"))
 					if err != nil {
@@ -87,14 +83,7 @@ func jobCommand() *cli.Command {
 					spec := &pb.JobSpec{
 						Id: c.String("id"), Queue: c.String("queue"), Kind: c.String("kind"), Payload: payload,
 						Priority: int32(c.Int("priority")), Submitter: c.String("submitter"), MaxAttempts: uint32(c.Uint("max-attempts")),
-					}
-					if c.IsSet("retry-initial") || c.IsSet("retry-max") || c.IsSet("retry-multiplier") || c.IsSet("retry-jitter") {
-						initial := c.Duration("retry-initial")
-						if !c.IsSet("retry-initial") {
-							initial = time.Second
-						}
-						spec.Retry = &pb.RetryPolicy{Initial: durationpb.New(initial), Max: durationpb.New(c.Duration("retry-max")),
-							Multiplier: c.Float64("retry-multiplier"), Jitter: c.Float64("retry-jitter")}
+						Retry: retryOf(c),
 					}
 					job, _, err := cl.Submit(ctx, spec, opts...)
 					if err != nil {

@@ -11,6 +11,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+	// The time zone database, for schedules' zones on a host without one
+	// (a minimal container): the system's is used first.
+	_ "time/tzdata"
 
 	"github.com/urfave/cli/v2"
 
@@ -149,6 +152,7 @@ func newAppTree() *cli.App {
 			serverCommand(), devCommand(),
 			clusterCommand(), snapshotCommand(),
 			jobCommand(), leaseCommand(), workerCommand(), queueCommand(), eventsCommand(), benchCommand(),
+			scheduleCommand(),
 			tlsCommand(), superviseCommand(),
 			{
 				Name: "version", Usage: "print the version",

@@ -173,12 +173,13 @@ var checkers = []struct {
 	{"no-absence-expiry", "I11", checkAbsence},
 	{"recovery", "I12", checkRecovery},
 	{"not-before", "I13", checkNotBefore},
+	{"schedule-once", "I14", checkScheduleOnce},
 	{"outsider", "O1", checkOutsider},
 	{"flood", "F1", checkFlood},
 }
 
 // reportOrder is the order of Report.Results.
-var reportOrder = []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "I13", "O1", "F1"}
+var reportOrder = []string{"I1", "I2", "I3", "I4", "I5", "I6", "I7", "I8", "I9", "I10", "I11", "I12", "I13", "I14", "O1", "F1"}
 
 // Checker names one checker: its invariant ("I1") and its name.
 type Checker struct{ Invariant, Name string }

@@ -420,7 +420,7 @@ func TestReportOutputs(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &decoded); err != nil {
 		t.Fatal(err)
 	}
-	if decoded.OK || len(decoded.Results) != 15 || decoded.Results[3].Invariant != "I4" || len(decoded.Results[3].Violations) != 2 {
+	if decoded.OK || len(decoded.Results) != 16 || decoded.Results[3].Invariant != "I4" || len(decoded.Results[3].Violations) != 2 {
 		t.Fatalf("decoded %+v", decoded)
 	}
 	var sum bytes.Buffer

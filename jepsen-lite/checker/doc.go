@@ -1,6 +1,7 @@
 // Package checker judges a jepsen-lite history (package history) against
 // the invariants of SPEC section 9, I1 to I12; I13: no grant before the
-// job's not_before (issue 15: run-at and retry backoff); O1: nothing outside the
+// job's not_before (issue 15: run-at and retry backoff); I14: each schedule
+// slot fired at most once (issue 15: schedules); O1: nothing outside the
 // cluster changed it; and F1: a flood of bad calls was refused and pushed
 // nothing out of the event log (SPEC section 8). Check runs every checker
 // and returns a Report: per invariant a Result with its violations (each

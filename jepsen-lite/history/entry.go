@@ -455,6 +455,10 @@ const (
 	EventJobFailed       = "job.failed"
 	EventWorkerReachable = "worker.reachable"
 	EventAudit           = "audit"
+	// A schedule's slot fired (JobID NAME@SLOT) or slots skipped (Detail
+	// "NAME: N slots through SLOT skipped...").
+	EventScheduleFired   = "schedule.fired"
+	EventScheduleSkipped = "schedule.skipped"
 )
 
 // Marker is the payload of heal, leader_elected and worker_gone.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasehold/leasehold/client"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
+	"github.com/leasehold/leasehold/jepsen-lite/workload"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -258,8 +259,8 @@ func (c *cluster) membersOf(ctx context.Context, i int) ([]history.Member, error
 	return out, nil
 }
 
-// unfinished counts the jobs of ids not yet terminal, read linearizably
-// (not recorded).
+// unfinished counts the jobs not yet terminal (but the run's schedule's,
+// which no worker takes), read linearizably (not recorded).
 func (c *cluster) unfinished(ctx context.Context) (int, error) {
 	n := 0
 	// Scheduled jobs (a retry waiting out its backoff) are unfinished too:
@@ -274,7 +275,12 @@ func (c *cluster) unfinished(ctx context.Context) (int, error) {
 			if err != nil {
 				return 0, err
 			}
-			n += len(resp.GetJobs())
+			for _, j := range resp.GetJobs() {
+				// The run's schedule's jobs wait for no worker.
+				if j.GetSpec().GetQueue() != workload.QueueSchedule {
+					n++
+				}
+			}
 			if page = resp.GetNextPageToken(); page == 0 {
 				break
 			}

@@ -30,6 +30,7 @@ type Builds struct {
 	NoRelease   string // -tags chaos,chaos_norelease: an expired lease's job never queued again
 	OpenPeer    string // -tags chaos,chaos_openpeer: a join's claim taken without asking the claimed node
 	NoDelay     string // -tags chaos,chaos_nodelay: a job's not_before ignored, granted at once
+	Refire      string // -tags chaos,chaos_refire: a schedule's settled slot fired again
 	NoSelfStop  string // jepsen-lite, -tags chaos_noselfstop: its workers never self-stop
 }
 
@@ -48,6 +49,7 @@ func BuildsIn(dir string) Builds {
 		NoRelease:   filepath.Join(dir, "leasehold-chaos-norelease"),
 		OpenPeer:    filepath.Join(dir, "leasehold-chaos-openpeer"),
 		NoDelay:     filepath.Join(dir, "leasehold-chaos-nodelay"),
+		Refire:      filepath.Join(dir, "leasehold-chaos-refire"),
 		NoSelfStop:  filepath.Join(dir, "jepsen-lite-noselfstop"),
 	}
 }
@@ -174,8 +176,12 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// not_before (I13).
 		nodelay := mk("broken-nodelay", b.NoDelay, 3, "none", 10*time.Second)
 		nodelay.Expect = []string{"I13"}
+		// No fault needed: each leader's look fires the run's schedule's
+		// latest slot again (I14).
+		refire := mk("broken-refire", b.Refire, 3, "none", 10*time.Second)
+		refire.Expect = []string{"I14"}
 		return append(runs, nofence, noabs, noverify, noselfstop, earlyack, stalereads, doublegrant, tokenreuse,
-			noreportid, norelease, openpeer, nodelay), nil
+			noreportid, norelease, openpeer, nodelay, refire), nil
 	case "soak":
 		// Five nodes at production timings, every family mixed, the flood
 		// beside the load, for an hour; an hour's log on each tmpfs.

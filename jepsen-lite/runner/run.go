@@ -23,6 +23,7 @@ import (
 	"github.com/leasehold/leasehold/jepsen-lite/nemesis"
 	"github.com/leasehold/leasehold/jepsen-lite/netem"
 	"github.com/leasehold/leasehold/jepsen-lite/workload"
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 // Outcome is one run's result.
@@ -262,6 +263,7 @@ func runPhases(ctx context.Context, cfg Config, c *cluster, kinds []*nemesis.Kin
 	}
 	events := startEventLog(ctx, rec, c.client)
 	defer events.stop()
+	c.createSchedule(ctx, log)
 
 	seed := uint64(cfg.Seed)
 	jobs := workload.NewJobs()
@@ -405,6 +407,21 @@ func isDiskKind(k *nemesis.Kind) bool { return k.Disk }
 func isShellKind(k *nemesis.Kind) bool { return k.Shell }
 
 // waitBusy waits until workers hold leases, up to bound.
+// createSchedule creates a schedule that fires every two seconds into a
+// queue no worker takes: I14 checks from the event log that each of its
+// slots fires at most once through the run's faults. A cluster that
+// cannot take it (a voter below level 6) runs without it.
+func (c *cluster) createSchedule(ctx context.Context, log hclog.Logger) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, _, err := c.client.CreateSchedule(cctx, &leaseholdv1.CreateScheduleRequest{Name: workload.ScheduleName, Cron: "*/2 * * * * *",
+		Missed:   leaseholdv1.MissedSlots_MISSED_SLOTS_RUN_LATEST,
+		Template: &leaseholdv1.JobSpec{Queue: workload.QueueSchedule, Kind: workload.KindManual, Payload: []byte("tick")}})
+	if err != nil {
+		log.Warn("schedule_not_created", "error", err)
+	}
+}
+
 func (c *cluster) waitBusy(ctx context.Context, bound time.Duration) bool {
 	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()

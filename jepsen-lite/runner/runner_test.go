@@ -76,7 +76,7 @@ func TestProfiles(t *testing.T) {
 		expects[r.Bin] = true
 	}
 	for _, bin := range []string{b.NoFence, b.NoAbsence, b.NoVerify, b.EarlyAck, b.StaleReads, b.DoubleGrant, b.TokenReuse,
-		b.NoReportID, b.NoRelease, b.OpenPeer, b.NoDelay, b.NoSelfStop} {
+		b.NoReportID, b.NoRelease, b.OpenPeer, b.NoDelay, b.Refire, b.NoSelfStop} {
 		if !expects[bin] {
 			t.Errorf("no run of %s", bin)
 		}

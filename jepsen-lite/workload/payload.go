@@ -16,6 +16,10 @@ const (
 	QueueMain  = "default"
 	// QueueManual holds the Reporter's jobs, which no worker takes.
 	QueueManual = "manual"
+	// QueueSchedule holds the jobs of the run's schedule, ScheduleName,
+	// which no worker takes either (checker I14 reads its events).
+	QueueSchedule = "scheduled"
+	ScheduleName  = "jl-tick"
 )
 
 // Payload tells a worker's handler what the job does: run for Run,

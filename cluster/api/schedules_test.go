@@ -1,0 +1,100 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/leasehold/leasehold/transport"
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// TestScheduleService: a submitter creates, reads, pauses, resumes and
+// deletes its schedule through a follower; another submitter may read it
+// but not change it; a bad expression or zone is INVALID_ARGUMENT naming
+// the field.
+func TestScheduleService(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	follower := c.Nodes[(leader.Index+1)%3]
+	ci := leaseholdv1connect.NewScheduleServiceClient(http.DefaultClient, "http://"+follower.APIAddr, bearer(subSecret))
+	ci2 := leaseholdv1connect.NewScheduleServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(ci2Secret))
+
+	req := &pb.CreateScheduleRequest{Name: "nightly", Cron: "0 2 * * *", TimeZone: "Europe/Paris",
+		Template: &pb.JobSpec{Queue: "batch", Kind: "report", Payload: []byte("{}")}}
+	res, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(req))
+	if err != nil || !res.Msg.GetCreated() {
+		t.Fatalf("create: %v %v", res, err)
+	}
+	sc := res.Msg.GetSchedule()
+	if sc.GetTemplate().GetSubmitter() != "ci" || sc.GetMissed() != pb.MissedSlots_MISSED_SLOTS_SKIP || len(sc.GetNextSlots()) != 3 ||
+		sc.GetNextSlots()[0].AsTime().In(mustZone(t, "Europe/Paris")).Hour() != 2 {
+		t.Fatalf("created %v", sc)
+	}
+	// The same again is the same schedule; another definition conflicts.
+	if again, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(req)); err != nil || again.Msg.GetCreated() {
+		t.Fatalf("create again: %v %v", again, err)
+	}
+	req.Cron = "0 3 * * *"
+	if _, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(req)); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Fatalf("another definition: %v", err)
+	}
+
+	got, err := ci2.GetSchedule(callCtx(t), connect.NewRequest(&pb.GetScheduleRequest{Name: "nightly"}))
+	if err != nil || got.Msg.GetSchedule().GetCron() != "0 2 * * *" {
+		t.Fatalf("get: %v %v", got, err)
+	}
+	if _, err := ci2.PauseSchedule(callCtx(t), connect.NewRequest(&pb.PauseScheduleRequest{Name: "nightly"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("pause another's schedule: %v", err)
+	}
+	if _, err := ci2.DeleteSchedule(callCtx(t), connect.NewRequest(&pb.DeleteScheduleRequest{Name: "nightly"})); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("delete another's schedule: %v", err)
+	}
+	paused, err := ci.PauseSchedule(callCtx(t), connect.NewRequest(&pb.PauseScheduleRequest{Name: "nightly"}))
+	if err != nil || !paused.Msg.GetSchedule().GetPaused() || len(paused.Msg.GetSchedule().GetNextSlots()) != 0 {
+		t.Fatalf("pause: %v %v", paused, err)
+	}
+	resumed, err := ci.ResumeSchedule(callCtx(t), connect.NewRequest(&pb.ResumeScheduleRequest{Name: "nightly"}))
+	if err != nil || resumed.Msg.GetSchedule().GetPaused() {
+		t.Fatalf("resume: %v %v", resumed, err)
+	}
+	list, err := ci.ListSchedules(callCtx(t), connect.NewRequest(&pb.ListSchedulesRequest{}))
+	if err != nil || len(list.Msg.GetSchedules()) != 1 {
+		t.Fatalf("list: %v %v", list, err)
+	}
+	if _, err := ci.DeleteSchedule(callCtx(t), connect.NewRequest(&pb.DeleteScheduleRequest{Name: "nightly"})); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := ci.GetSchedule(callCtx(t), connect.NewRequest(&pb.GetScheduleRequest{Name: "nightly"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("get deleted: %v", err)
+	}
+
+	for _, bad := range []struct {
+		req   *pb.CreateScheduleRequest
+		field string
+	}{
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "61 * * * *", Template: &pb.JobSpec{Queue: "q"}}, "cron"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", TimeZone: "Mars/Olympus", Template: &pb.JobSpec{Queue: "q"}}, "cron"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *"}, "template"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Id: "x", Queue: "q"}}, "template.id"},
+		{&pb.CreateScheduleRequest{Name: "a b", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q"}}, "name"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q"}, Missed: 7}, "missed"},
+	} {
+		_, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(bad.req))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || transport.DetailOf(err).GetField() != bad.field {
+			t.Errorf("%v: %v, want INVALID_ARGUMENT on %s", bad.req, err, bad.field)
+		}
+	}
+}
+
+func mustZone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc
+}
