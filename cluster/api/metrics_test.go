@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -48,7 +49,8 @@ func TestMetricsExpiryAndSnapshot(t *testing.T) {
 
 // A job's life shows on /metrics: its grant, its report by outcome, its
 // queue wait and run time, the apply latencies of its commands, the
-// heartbeat's ack; an error answer counts by its reason; the Go runtime's,
+// heartbeat's ack; a silent worker's expiry, its lateness and the worker's
+// stale report after it; an error answer counts by its reason; the Go runtime's,
 // the process's and Raft's own families are there; and every family has a
 // HELP line and a snake-case name.
 func TestMetricsFollowTheWork(t *testing.T) {
@@ -72,6 +74,22 @@ func TestMetricsFollowTheWork(t *testing.T) {
 	must(n.Apply(ctx, &fsm.Report{WorkerID: "w", JobID: "j", Token: tok, ReportID: "rep", Outcome: fsm.OutcomeSucceeded}))
 	must(n.Apply(ctx, &fsm.SetQueue{Queue: "q2", SetPaused: true, Paused: true}))
 	must(n.Apply(ctx, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: "held", Queue: "q2", Kind: "k", MaxAttempts: 1, MaxWorkerLosses: 3, OnWorkerLost: fsm.LostRequeue}}))
+	// A second worker falls silent holding a lease: it expires, and its
+	// late report is a stale one.
+	must(n.Apply(ctx, &fsm.RegisterWorker{WorkerID: "w2", Capacity: 1}))
+	must(n.Apply(ctx, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: "j2", Queue: "q3", Kind: "k", MaxAttempts: 1, MaxWorkerLosses: 3, OnWorkerLost: fsm.LostRequeue}}))
+	res2, err := n.Acquire(ctx, fsm.Acquire{WorkerID: "w2", RequestID: "r2", Queues: []string{"q3"}, Max: 1}, time.Second)
+	if err != nil || len(res2.Grants) != 1 {
+		t.Fatalf("acquire: %+v %v", res2, err)
+	}
+	c.Run(n.Index, clustertest.Toleration+2*c.Tick(n.Index))
+	c.WaitFor(10*time.Second, "the silent worker's lease expired", func() bool {
+		j, err := n.FSM().Job("j2")
+		return err == nil && j.State == fsm.JobQueued && j.Losses == 1
+	})
+	if _, err := n.Apply(ctx, &fsm.Report{WorkerID: "w2", JobID: "j2", Token: res2.Grants[0].Lease.Token, ReportID: "late", Outcome: fsm.OutcomeSucceeded}); !errors.Is(err, fsm.ErrStaleToken) {
+		t.Fatalf("a late report: %v, want a stale token", err)
+	}
 	resp, err := http.Post("http://"+n.APIAddr+"/leasehold.v1.JobService/GetJob", "application/json", strings.NewReader(`{"id":"nosuch"}`))
 	if err != nil {
 		t.Fatal(err)
@@ -112,19 +130,23 @@ func TestMetricsFollowTheWork(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"leasehold_grants_total", nil, 1},
+		{"leasehold_grants_total", nil, 2},
 		{"leasehold_reports_total", map[string]string{"outcome": "succeeded"}, 1},
 		{"leasehold_reports_total", map[string]string{"outcome": "failed"}, 0},
 		{"leasehold_queue_wait_seconds", map[string]string{"queue": "q1"}, 1},
 		{"leasehold_run_seconds", map[string]string{"queue": "q1", "outcome": "succeeded"}, 1},
-		{"leasehold_apply_seconds", map[string]string{"command": "Acquire"}, 1},
-		{"leasehold_apply_seconds", map[string]string{"command": "Report"}, 1},
+		{"leasehold_apply_seconds", map[string]string{"command": "Acquire"}, 2},
+		{"leasehold_apply_seconds", map[string]string{"command": "Report"}, 2}, // the stale one too
 		{"leasehold_heartbeat_ack_seconds", nil, 1},
 		{"leasehold_jobs", map[string]string{"state": "reported"}, 1},
 		{"leasehold_live_leases", nil, 0},
 		{"leasehold_leader", nil, 1},
 		{"leasehold_raft_state", map[string]string{"state": "Leader"}, 1},
 		{"leasehold_api_refusals_total", map[string]string{"reason": "NOT_FOUND"}, 1},
+		{"leasehold_expiries_total", nil, 1},
+		{"leasehold_stale_reports_total", nil, 1},
+		{"leasehold_expiry_lateness_seconds", nil, 1},
+		{"leasehold_jobs", map[string]string{"state": "queued"}, 2}, // held and the expired one
 		{"leasehold_queue_paused", map[string]string{"queue": "q2"}, 1},
 		{"leasehold_queue_paused", map[string]string{"queue": "q1"}, 0},
 		{"leasehold_queue_ready", map[string]string{"queue": "q2"}, 1},
