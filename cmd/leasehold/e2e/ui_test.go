@@ -1,9 +1,11 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -127,6 +129,8 @@ role = "admin"
 	waitText("the report in the live event stream", "#event-table tbody", func(s string) bool {
 		return strings.Contains(s, "lease.reported") && strings.Contains(s, "ui-job")
 	})
+	eval(`location.hash = "#jobs"`)
+	screenshot(t, ctx, "status-page-job.png")
 
 	// The leader dies; the page, on a survivor, follows without a reload.
 	leader.kill(t)
@@ -142,4 +146,26 @@ role = "admin"
 	if reloaded, _ := eval(`performance.getEntriesByType("navigation").length !== 1 || state.afterSeq === null`).(bool); reloaded {
 		t.Error("the page reloaded")
 	}
+}
+
+// screenshot keeps what the page shows as a test artifact (not committed):
+// in $LEASEHOLD_ARTIFACTS, or bin/artifacts of the repository.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := os.Getenv("LEASEHOLD_ARTIFACTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "..", "bin", "artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path, _ := filepath.Abs(filepath.Join(dir, name))
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot: %s", path)
 }
