@@ -120,6 +120,9 @@ func checkLeaseKept(v *view, r *Result, f final, j *history.JobSummary, op *hist
 			bad(fmt.Sprintf("report %s acknowledged, but the lease is %s", in.ReportID, l.State))
 		case l.ReportID != in.ReportID:
 			bad(fmt.Sprintf("report %s acknowledged, but the lease keeps report %s", in.ReportID, l.ReportID))
+		case l.Outcome == history.OutcomeTimedOut && v.timed(j.ID):
+			// Its leader timed the lease out: the attempt is timed_out,
+			// whatever its worker reported.
 		case in.Outcome != "" && l.Outcome != in.Outcome:
 			bad(fmt.Sprintf("report %s acknowledged with outcome %s, but the lease keeps %s", in.ReportID, in.Outcome, l.Outcome))
 		}

@@ -28,7 +28,12 @@ import (
 //     by the first operation that names it;
 //   - a queued job is cancelled by a cancel_submitter whose answer was lost
 //     (only when the history has one);
-//   - a finished job is compacted away (only with AllowCompacted).
+//   - a finished job is compacted away (only with AllowCompacted);
+//   - the live lease of a job with a timeout times out (only for such a
+//     job): the leader revokes it with a kill, and however it then ends
+//     (its worker's report, a release, an expiry) the attempt is timed_out
+//     and the job is queued again, or ends dead (or reported, below level
+//     6) out of attempts.
 //
 // What stays forbidden is what matters: a token that goes back, a lease
 // acting after a newer one was seen, a finished job leased again, two
@@ -43,6 +48,8 @@ type jobModelState struct {
 	Live    uint64           // the live lease; 0 none; unknownToken unseen
 	Last    uint64           // the highest token the job is known to have had
 	Revoked bool
+	// TimedOut: the live lease was revoked past the job's timeout.
+	TimedOut bool
 	// Reports the job's leases took, one line each:
 	// "token report_id outcome answer".
 	Reports string
@@ -72,8 +79,9 @@ type linOutput struct {
 }
 
 // jobModel builds the model of one job. exists: the job was there before
-// its first recorded operation (no submit was recorded).
-func jobModel(exists, envCancel, compaction bool) porcupine.Model {
+// its first recorded operation (no submit was recorded); timed: it has a
+// timeout.
+func jobModel(exists, envCancel, compaction, timed bool) porcupine.Model {
 	init := jobModelState{}
 	if exists {
 		init.Phase = history.JobQueued
@@ -84,7 +92,7 @@ func jobModel(exists, envCancel, compaction bool) porcupine.Model {
 			s := state.(jobModelState)
 			in, out := input.(linInput), output.(linOutput)
 			var next []interface{}
-			for _, p := range environment(s, envCancel, compaction) {
+			for _, p := range environment(s, envCancel, compaction, timed) {
 				for _, n := range apply(p, in, out) {
 					next = append(next, n)
 				}
@@ -95,7 +103,7 @@ func jobModel(exists, envCancel, compaction bool) porcupine.Model {
 		Hash: func(state interface{}) uint64 {
 			s := state.(jobModelState)
 			h := fnv.New64a()
-			fmt.Fprintf(h, "%s|%d|%d|%v|%s", s.Phase, s.Live, s.Last, s.Revoked, s.Reports)
+			fmt.Fprintf(h, "%s|%d|%d|%v|%v|%s", s.Phase, s.Live, s.Last, s.Revoked, s.TimedOut, s.Reports)
 			return h.Sum64()
 		},
 		DescribeOperation: describeLinOp,
@@ -105,14 +113,23 @@ func jobModel(exists, envCancel, compaction bool) porcupine.Model {
 }
 
 // environment returns s and every state the unrecorded steps lead to.
-func environment(s jobModelState, envCancel, compaction bool) []jobModelState {
+func environment(s jobModelState, envCancel, compaction, timed bool) []jobModelState {
 	out := []jobModelState{s}
 	addEnd := func(from jobModelState) {
 		e := from
-		e.Live, e.Revoked = 0, false
-		if from.Revoked {
+		e.Live, e.Revoked, e.TimedOut = 0, false, false
+		switch {
+		case from.Revoked:
 			e.Phase = history.JobCancelled
 			out = append(out, e)
+			return
+		case from.TimedOut:
+			// An expiry after a timeout: an attempt (a run-style job ends
+			// lost all the same).
+			for _, ph := range append(timedOutEnds(), history.JobLost) {
+				e.Phase = ph
+				out = append(out, e)
+			}
 			return
 		}
 		for _, ph := range []history.JobState{history.JobQueued, history.JobLost, history.JobFailed, history.JobDead} {
@@ -123,11 +140,17 @@ func environment(s jobModelState, envCancel, compaction bool) []jobModelState {
 	if s.Live != 0 {
 		addEnd(s)
 	}
+	if timed && s.Live != 0 && !s.Revoked && !s.TimedOut {
+		t := s
+		t.TimedOut = true
+		out = append(out, t)
+		addEnd(t)
+	}
 	// A queued job (now, or after its lease ended) may be granted unseen,
 	// and that lease may end unseen too.
 	queued := s
-	queued.Phase, queued.Live, queued.Revoked = history.JobQueued, 0, false
-	if s.Phase == history.JobQueued || (s.Live != 0 && !s.Revoked) {
+	queued.Phase, queued.Live, queued.Revoked, queued.TimedOut = history.JobQueued, 0, false, false
+	if s.Phase == history.JobQueued || (s.Live != 0 && !s.Revoked && !s.TimedOut) {
 		for _, ph := range []history.JobState{history.JobAcquired, history.JobRunning} {
 			g := queued
 			g.Phase, g.Live = ph, unknownToken
@@ -204,11 +227,13 @@ func apply(s jobModelState, in linInput, out linOutput) []jobModelState {
 		})
 	case history.OpRelease:
 		return applyLeaseWrite(s, in, out, func(h jobModelState) []jobModelState {
-			h = released(h)
-			if out.State != "" && out.State != h.Phase {
-				return nil
+			var next []jobModelState
+			for _, r := range releasedStates(h) {
+				if out.State == "" || out.State == r.Phase {
+					next = append(next, r)
+				}
 			}
-			return []jobModelState{h}
+			return next
 		})
 	case history.OpReport:
 		return applyReport(s, in, out)
@@ -236,16 +261,20 @@ func applied(s jobModelState, in linInput) []jobModelState {
 		}
 	case history.OpRelease:
 		if h, ok := holding(s, in.Token); ok {
-			return []jobModelState{released(h)}
+			return releasedStates(h)
 		}
 	case history.OpReport:
 		if _, ok := findReport(s, in.Token); ok {
 			return nil
 		}
 		if h, ok := holding(s, in.Token); ok {
+			outcome := in.Outcome
+			if h.TimedOut {
+				outcome = history.OutcomeTimedOut
+			}
 			var out []jobModelState
 			for _, ans := range reportAnswers(h, in) {
-				out = append(out, reported(h, in, in.Outcome, ans))
+				out = append(out, reported(h, in, outcome, ans))
 			}
 			return out
 		}
@@ -320,14 +349,31 @@ func applyLeaseWrite(s jobModelState, in linInput, out linOutput, then func(jobM
 	return []jobModelState{s}
 }
 
-func released(h jobModelState) jobModelState {
-	h.Live = 0
-	h.Phase = history.JobQueued
-	if h.Revoked {
-		h.Phase = history.JobCancelled
+// releasedStates are the states a release of h's live lease leaves: the
+// job queued again, cancelled when the lease was revoked, or, after a
+// timeout, as a timed-out attempt ends.
+func releasedStates(h jobModelState) []jobModelState {
+	phases := []history.JobState{history.JobQueued}
+	switch {
+	case h.Revoked:
+		phases = []history.JobState{history.JobCancelled}
+	case h.TimedOut:
+		phases = timedOutEnds()
 	}
-	h.Revoked = false
-	return h
+	h.Live, h.Revoked, h.TimedOut = 0, false, false
+	out := make([]jobModelState, 0, len(phases))
+	for _, ph := range phases {
+		h.Phase = ph
+		out = append(out, h)
+	}
+	return out
+}
+
+// timedOutEnds are the states a timed-out attempt leaves its job in: queued
+// again by its retry policy, or out of attempts dead (reported below level
+// 6).
+func timedOutEnds() []history.JobState {
+	return []history.JobState{history.JobQueued, history.JobDead, history.JobReported}
 }
 
 func applyReport(s jobModelState, in linInput, out linOutput) []jobModelState {
@@ -340,10 +386,19 @@ func applyReport(s jobModelState, in linInput, out linOutput) []jobModelState {
 		return nil
 	case out.Status == history.StatusOK:
 		h, ok := holding(s, in.Token)
-		if !ok || (out.Outcome != "" && in.Outcome != "" && out.Outcome != in.Outcome) {
+		if !ok {
+			return nil
+		}
+		if h.TimedOut != (out.Outcome == history.OutcomeTimedOut) && out.Outcome != "" {
+			return nil // the server says timed_out of a timed-out lease, and only of one
+		}
+		if !h.TimedOut && out.Outcome != "" && in.Outcome != "" && out.Outcome != in.Outcome {
 			return nil
 		}
 		outcome := in.Outcome
+		if h.TimedOut {
+			outcome = history.OutcomeTimedOut
+		}
 		if outcome == "" {
 			outcome = out.Outcome
 		}
@@ -373,6 +428,9 @@ func applyReport(s jobModelState, in linInput, out linOutput) []jobModelState {
 // does not count: then it ends reported, or dead from level 6) or the
 // lease was revoked.
 func reportAnswers(h jobModelState, in linInput) []history.JobState {
+	if h.TimedOut {
+		return timedOutEnds()
+	}
 	if in.Outcome == history.OutcomeFailed && in.Retryable && !h.Revoked {
 		return []history.JobState{history.JobQueued, history.JobReported, history.JobDead}
 	}
@@ -381,7 +439,7 @@ func reportAnswers(h jobModelState, in linInput) []history.JobState {
 
 func reported(h jobModelState, in linInput, outcome history.Outcome, answer history.JobState) jobModelState {
 	h.Reports += fmt.Sprintf("%d %s %s %s\n", in.Token, in.ReportID, outcome, answer)
-	h.Live, h.Revoked, h.Phase = 0, false, answer
+	h.Live, h.Revoked, h.TimedOut, h.Phase = 0, false, false, answer
 	return h
 }
 
@@ -412,7 +470,9 @@ func cancelled(s jobModelState) (jobModelState, bool, bool) {
 		s.Phase = history.JobCancelled
 		return s, false, true
 	case s.Phase.Leased():
-		s.Revoked = true
+		// A cancel turns a timed-out lease's revoke into a plain kill: the
+		// job ends cancelled, not retried.
+		s.Revoked, s.TimedOut = true, false
 		return s, true, true
 	case s.Phase == history.JobCancelled:
 		return s, false, true
@@ -516,6 +576,9 @@ func describeJobState(state interface{}) string {
 	out := fmt.Sprintf("%s live=%s last=%d", s.Phase, live, s.Last)
 	if s.Revoked {
 		out += " revoked"
+	}
+	if s.TimedOut {
+		out += " timed out"
 	}
 	return out
 }

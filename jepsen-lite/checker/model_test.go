@@ -44,7 +44,11 @@ func fenceOp(client int, call, ret int64, tok, current uint64, state history.Job
 
 func checkModel(t *testing.T, want bool, ops ...porcupine.Operation) {
 	t.Helper()
-	model := jobModel(false, false, false)
+	checkModelOf(t, jobModel(false, false, false, false), want, ops...)
+}
+
+func checkModelOf(t *testing.T, model porcupine.Model, want bool, ops ...porcupine.Operation) {
+	t.Helper()
 	res, info := porcupine.CheckOperationsVerbose(model, ops, 0)
 	if got := res == porcupine.Ok; got != want {
 		path := filepath.Join(t.TempDir(), "model.html")
@@ -186,4 +190,42 @@ func TestModelSubmitIsIdempotent(t *testing.T) {
 	// One call whose first attempt created the job and whose retry found it.
 	retried := lop(0, 0, 1, linInput{Op: history.OpSubmit}, linOutput{Status: history.StatusOK, Created: false})
 	checkModel(t, true, retried, grantOp(1, 2, 3, 7))
+}
+
+// A job with a timeout: its lease may time out out of sight, and then its
+// worker's report (killed, say) ends timed_out, the job queued again or
+// dead. Without a timeout the same answer is a violation, and even with
+// one the server may not call a lease timed_out that a repeat answered
+// otherwise.
+func TestModelTimedOutLease(t *testing.T) {
+	killed := func(client int, call, ret int64, tok uint64, rid string, out linOutput) porcupine.Operation {
+		return lop(client, call, ret, linInput{Op: history.OpReport, Token: tok, ReportID: rid, Outcome: history.OutcomeKilled}, out)
+	}
+	timedOut := func(state history.JobState) linOutput {
+		return linOutput{Status: history.StatusOK, Outcome: history.OutcomeTimedOut, State: state}
+	}
+	ops := []porcupine.Operation{
+		submitOp(0, 1),
+		grantOp(1, 2, 3, 7),
+		killed(1, 4, 5, 7, "r1", timedOut(history.JobQueued)),
+		grantOp(1, 6, 7, 9),
+		killed(1, 8, 9, 9, "r2", timedOut(history.JobDead)),
+		fenceOp(2, 10, 11, 9, 0, history.JobDead),
+	}
+	checkModelOf(t, jobModel(false, false, false, true), true, ops...)
+	checkModelOf(t, jobModel(false, false, false, false), false, ops...)
+	// A lease that did not time out is reported as its worker said.
+	checkModelOf(t, jobModel(false, false, false, true), false,
+		submitOp(0, 1),
+		grantOp(1, 2, 3, 7),
+		killed(1, 4, 5, 7, "r1", linOutput{Status: history.StatusOK, Outcome: history.OutcomeKilled, State: history.JobReported}),
+		killed(1, 6, 7, 7, "r1", timedOut(history.JobQueued)),
+	)
+	// A cancel of a timed-out lease ends the job cancelled, not retried.
+	checkModelOf(t, jobModel(false, false, false, true), false,
+		submitOp(0, 1),
+		grantOp(1, 2, 3, 7),
+		lop(2, 4, 5, linInput{Op: history.OpCancel}, linOutput{Status: history.StatusOK, Revoked: true}),
+		lop(1, 6, 7, linInput{Op: history.OpRelease, Token: 7}, linOutput{Status: history.StatusOK, State: history.JobQueued}),
+	)
 }

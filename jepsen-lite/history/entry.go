@@ -194,6 +194,9 @@ type Input struct {
 	Leases    []LeaseRef `json:"leases,omitempty"`
 	// RunInNs (submit): the delay asked for before the job may run.
 	RunInNs int64 `json:"run_in_ns,omitempty"`
+	// TimeoutNs (submit): the job's timeout, from each lease's grant; a
+	// lease past it ends timed_out, whatever its worker reports.
+	TimeoutNs int64 `json:"timeout_ns,omitempty"`
 	// RetryAfterNs (report): the delay a retryable failure asked for (a
 	// snooze), in place of the job's retry policy.
 	RetryAfterNs int64 `json:"retry_after_ns,omitempty"`
@@ -625,6 +628,9 @@ const (
 	OutcomeFailed    Outcome = "failed"
 	OutcomeCancelled Outcome = "cancelled"
 	OutcomeKilled    Outcome = "killed"
+	// OutcomeTimedOut is the server's, never a worker's: a lease its
+	// leader revoked past the job's timeout ends with it.
+	OutcomeTimedOut Outcome = "timed_out"
 )
 
 // VerdictKind is a heartbeat's word on one lease.

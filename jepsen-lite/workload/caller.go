@@ -28,7 +28,8 @@ func (c *Caller) ctx(parent context.Context) (context.Context, context.CancelFun
 // takes it (0: at once).
 func (c *Caller) Submit(ctx context.Context, spec *leaseholdv1.JobSpec, runIn time.Duration) (*leaseholdv1.Job, bool, error) {
 	id := c.Rec.Invoke(c.Process, history.OpSubmit, history.Input{JobID: spec.GetId(), Queue: spec.GetQueue(),
-		Kind: spec.GetKind(), Priority: spec.GetPriority(), Submitter: spec.GetSubmitter(), RunInNs: int64(runIn)})
+		Kind: spec.GetKind(), Priority: spec.GetPriority(), Submitter: spec.GetSubmitter(), RunInNs: int64(runIn),
+		TimeoutNs: int64(spec.GetTimeout().AsDuration())})
 	cctx, cancel := c.ctx(ctx)
 	defer cancel()
 	var opts []client.SubmitOption
