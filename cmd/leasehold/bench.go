@@ -84,13 +84,13 @@ func benchFlags() []cli.Flag {
 
 func runBench(c *cli.Context, workload string) error {
 	if c.NArg() != 0 {
-		return fmt.Errorf("bench %s: unexpected argument %q (flags go after the workload)", workload, c.Args().First())
+		return usageOf(c, "unexpected argument %q (flags go after the workload)", c.Args().First())
 	}
 	// -o is the global flag; bench accepts result besides table and json,
 	// which is why it reads it here rather than through newClient.
 	format := flagString(c, "output")
 	if format != "table" && format != "json" && format != "result" {
-		return fmt.Errorf("--output %q: table, json or result", format)
+		return usageOf(c, "--output %q: table, json or result", format)
 	}
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),

@@ -107,7 +107,7 @@ func clusterCommand() *cli.Command {
 				Name: "join", Usage: "add a node as a voter (run against any member)", ArgsUsage: "ID RAFT_ADDR API_ADDR",
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					if c.NArg() != 3 {
-						return fmt.Errorf("usage: leasehold cluster join ID RAFT_ADDR API_ADDR")
+						return usageOf(c, "expected three arguments: ID RAFT_ADDR API_ADDR")
 					}
 					a := c.Args()
 					if err := cl.AddNode(ctx, a.Get(0), a.Get(1), a.Get(2)); err != nil {
@@ -193,15 +193,15 @@ func snapshotCommand() *cli.Command {
 						return err
 					}
 					defer f.Close()
-					if err := cl.RestoreSnapshot(ctx, f); err != nil {
-						return err
-					}
-					st, err := cl.Status(ctx)
+					// The restore's own answer: a status read now could reach
+					// a follower that has not applied it yet.
+					res, err := cl.Restore(ctx, f)
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"restored": path, "last_token": st.GetLastToken()}, func() {
-						fmt.Printf("restored %s; the next token is above %d\n", path, st.GetLastToken())
+					return output(c, map[string]any{"restored": path, "last_token": res.LastToken, "last_index": res.LastIndex,
+						"workers": res.Workers}, func() {
+						fmt.Printf("restored %s; the next token is above %d\n", path, res.LastToken)
 					})
 				}),
 			},

@@ -68,7 +68,7 @@ func jobCommand() *cli.Command {
 					var opts []client.SubmitOption
 					switch {
 					case c.IsSet("in") && c.IsSet("at"):
-						return fmt.Errorf("--in and --at: give one")
+						return usageOf(c, "--in and --at: give one")
 					case c.IsSet("in"):
 						opts = append(opts, client.RunIn(c.Duration("in")))
 					case c.IsSet("at"):
@@ -78,7 +78,7 @@ func jobCommand() *cli.Command {
 						opts = append(opts, client.Timeout(c.Duration("timeout")))
 					}
 					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
-						return fmt.Errorf("--priority %d out of range", c.Int("priority"))
+						return usageOf(c, "--priority %d out of range", c.Int("priority"))
 					}
 					spec := &pb.JobSpec{
 						Id: c.String("id"), Queue: c.String("queue"), Kind: c.String("kind"), Payload: payload,
@@ -118,7 +118,7 @@ func jobCommand() *cli.Command {
 					if s := c.String("state"); s != "" {
 						v, ok := pb.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
 						if !ok {
-							return fmt.Errorf("--state %q: not a job state", s)
+							return usageOf(c, "--state %q: not a job state", s)
 						}
 						req.State = pb.JobState(v)
 					}
@@ -197,7 +197,7 @@ func purgeCommand() *cli.Command {
 			case len(ids) == 0 && !byFilter:
 				return fmt.Errorf("name --id, --queue or --older-than (--older-than 0s purges every dead job)")
 			case len(ids) > 0 && byFilter:
-				return fmt.Errorf("--id, or --queue and --older-than: not both")
+				return usageOf(c, "--id, or --queue and --older-than: not both")
 			}
 			res := struct {
 				Purged  []string `json:"purged"`
@@ -297,11 +297,11 @@ func leaseCommand() *cli.Command {
 				Name: "check", Usage: "is TOKEN the live lease of JOB? (linearizable; exit 3 when it is not)", ArgsUsage: "JOB TOKEN",
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					if c.NArg() != 2 {
-						return fmt.Errorf("usage: leasehold lease check JOB TOKEN")
+						return usageOf(c, "expected two arguments: JOB TOKEN")
 					}
-					tok, err := strconv.ParseUint(c.Args().Get(1), 10, 64)
+					tok, err := parseToken(c, c.Args().Get(1))
 					if err != nil {
-						return fmt.Errorf("TOKEN %q: %w", c.Args().Get(1), err)
+						return err
 					}
 					res, err := cl.Fence(ctx, c.Args().Get(0), tok)
 					if err != nil {
@@ -386,7 +386,7 @@ func eventsCommand() *cli.Command {
 
 func oneArg(c *cli.Context, name string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("expected one argument: %s", name)
+		return "", usageOf(c, "expected one argument: %s", name)
 	}
 	return c.Args().First(), nil
 }
@@ -396,9 +396,14 @@ func tokenArg(c *cli.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseToken(c, s)
+}
+
+// parseToken reads a fencing token argument: a whole number from 1 up.
+func parseToken(c *cli.Context, s string) (uint64, error) {
 	tok, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("TOKEN %q: %w", s, err)
+	if err != nil || tok == 0 {
+		return 0, usageOf(c, "TOKEN %q is not a token (a whole number from 1 up)", s)
 	}
 	return tok, nil
 }

@@ -96,10 +96,10 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 					case "run-latest", "run_latest":
 						missed = pb.MissedSlots_MISSED_SLOTS_RUN_LATEST
 					default:
-						return fmt.Errorf("--missed %q: skip or run-latest", c.String("missed"))
+						return usageOf(c, "--missed %q: skip or run-latest", c.String("missed"))
 					}
 					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
-						return fmt.Errorf("--priority %d out of range", c.Int("priority"))
+						return usageOf(c, "--priority %d out of range", c.Int("priority"))
 					}
 					req := &pb.CreateScheduleRequest{Name: name, Cron: c.String("cron"), TimeZone: c.String("tz"), Missed: missed,
 						Paused: c.Bool("paused"), Replace: c.Bool("replace"),
