@@ -137,8 +137,40 @@ func TestErrorExit(t *testing.T) {
 	}
 	t.Run("not found", func(t *testing.T) {
 		c := startCluster(t, 1)
-		oneLine(t, runCLI(t, c.env(), "job", "get", "does-not-exist"), "leasehold: NOT_FOUND")
+		r := runCLI(t, c.env(), "job", "get", "does-not-exist")
+		oneLine(t, r, "leasehold: NOT_FOUND")
+		if r.stderr != "leasehold: NOT_FOUND: job does-not-exist\n" {
+			t.Errorf("stderr %q, want the reason once and the job", r.stderr)
+		}
+		// A fence check that is not current is the one exit 3.
+		if r := runCLI(t, c.env(), "lease", "check", "does-not-exist", "7"); r.code != 3 || !strings.Contains(r.stdout, "current=false") {
+			t.Errorf("lease check of no lease: exit %d, stdout %q; want 3 and current=false", r.code, r.stdout)
+		}
 	})
+	// Usage errors: exit 2, one line naming the command, the problem and
+	// where its help is; never the help itself.
+	for _, u := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "get", "--nosuchflag", "x"},
+			"leasehold: job get: flag provided but not defined: -nosuchflag (see leasehold job get --help)\n"},
+		{[]string{"jobs", "list"}, "leasehold: unknown command jobs (did you mean job?) (see leasehold --help)\n"},
+		{[]string{"job", "lsit"}, "leasehold: job: unknown command lsit (did you mean list?) (see leasehold job --help)\n"},
+		{[]string{"lease", "check", "hello", "abc"},
+			"leasehold: lease check: TOKEN \"abc\" is not a token (a whole number from 1 up) (see leasehold lease check --help)\n"},
+		{[]string{"lease", "check", "hello"}, "leasehold: lease check: expected two arguments: JOB TOKEN (see leasehold lease check --help)\n"},
+		{[]string{"queue", "limit", "q"}, "leasehold: queue limit: flag --max-running is required (see leasehold queue limit --help)\n"},
+		{[]string{"job", "list", "-o", "yaml"}, "leasehold: job list: --output \"yaml\": table or json (see leasehold job list --help)\n"},
+		{[]string{"completion", "tcsh"}, "leasehold: completion: shell \"tcsh\": bash, zsh or fish (see leasehold completion --help)\n"},
+	} {
+		t.Run("usage "+strings.Join(u.args, " "), func(t *testing.T) {
+			r := runCLI(t, baseEnv(), u.args...)
+			if r.code != 2 || r.stderr != u.want || r.stdout != "" {
+				t.Errorf("exit %d, stdout %q, stderr %q; want exit 2, nothing on stdout, stderr %q", r.code, r.stdout, r.stderr, u.want)
+			}
+		})
+	}
 	t.Run("unreachable", func(t *testing.T) {
 		// Nothing listens there (port 1 is privileged, and nobody's);
 		// cluster status tries once.
@@ -168,7 +200,8 @@ func TestVersionAndCompletion(t *testing.T) {
 	if out := mustCLI(t, env, "completion", "zsh"); !strings.Contains(out, "compdef _leasehold leasehold") {
 		t.Errorf("completion zsh: %q", out)
 	}
-	if r := runCLI(t, env, "completion", "fish"); r.code != 1 || !strings.HasPrefix(r.stderr, "leasehold: ") {
-		t.Errorf("completion fish: exit %d, stderr %q; want exit 1 and a message", r.code, r.stderr)
+	if out := mustCLI(t, env, "completion", "fish"); !strings.Contains(out, "complete -c leasehold") ||
+		!strings.Contains(out, "-a 'job'") {
+		t.Errorf("completion fish: %q", out)
 	}
 }
