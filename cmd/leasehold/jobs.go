@@ -54,8 +54,8 @@ func jobCommand() *cli.Command {
 						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
 					&cli.StringFlag{Name: "id", Usage: "job id (default: generated)"},
 					&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
-					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}},
-					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
+					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}, Usage: "who submits (recorded with each job; job cancel-submitter cancels by it)"},
+					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably", DefaultText: "3"},
 					&cli.DurationFlag{Name: "in", Usage: "run it no earlier than this long from now, by the leader's clock (e.g. 10m)"},
 					&cli.TimestampFlag{Name: "at", Layout: time.RFC3339, Usage: "run it no earlier than this time (RFC 3339, e.g. 2027-01-02T15:04:05Z)"},
 					&cli.DurationFlag{Name: "timeout", Usage: "kill each attempt still running this long after its grant (1s to 168h; 0: none); it counts as an attempt and the retry policy decides. The bound on the command itself goes before it: leasehold --timeout 30s job submit"},
@@ -109,8 +109,9 @@ func jobCommand() *cli.Command {
 			{
 				Name: "list", Usage: "list jobs",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "queue"}, &cli.StringFlag{Name: "kind"}, &cli.StringFlag{Name: "submitter"},
-					&cli.StringFlag{Name: "worker"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
+					&cli.StringFlag{Name: "queue", Usage: "only jobs of this queue"}, &cli.StringFlag{Name: "kind", Usage: "only jobs of this kind"},
+					&cli.StringFlag{Name: "submitter", Usage: "only jobs of this submitter"},
+					&cli.StringFlag{Name: "worker", Usage: "only jobs whose newest lease is this worker's"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}, staleFlag,
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
@@ -162,7 +163,7 @@ func jobCommand() *cli.Command {
 			purgeCommand(),
 			{
 				Name: "cancel-submitter", Usage: "cancel every queued job of one submitter", ArgsUsage: "SUBMITTER",
-				Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why (recorded in the job and its event)"}},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					sub, err := oneArg(c, "SUBMITTER")
 					if err != nil {
@@ -241,7 +242,7 @@ func cancelCommand(name string, kill bool) *cli.Command {
 		usage = "cancel a queued job, or tell the worker of a leased one to stop at once"
 	}
 	return &cli.Command{
-		Name: name, Usage: usage, ArgsUsage: "ID", Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+		Name: name, Usage: usage, ArgsUsage: "ID", Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why (recorded in the job and its event)"}},
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 			id, err := oneArg(c, "ID")
 			if err != nil {

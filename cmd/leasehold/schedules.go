@@ -16,10 +16,10 @@ import (
 // retryFlags are a job's retry policy flags (job submit, schedule create).
 func retryFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (default 1s; 0: retry at once)"},
-		&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries (default 10m with the default policy, else 1024 x initial)"},
-		&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10 (default 2)"},
-		&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1 (default 0.2 with the default policy, else 0)"},
+		&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (0: retry at once)", DefaultText: "1s"},
+		&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries", DefaultText: "10m with the default policy, else 1024 x initial"},
+		&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10", DefaultText: "2"},
+		&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1", DefaultText: "0.2 with the default policy, else 0"},
 	}
 }
 
@@ -77,8 +77,8 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
 					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
 					&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
-					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}},
-					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
+					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}, Usage: "who submits (recorded with each job; job cancel-submitter cancels by it)"},
+					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably", DefaultText: "3"},
 				}, retryFlags()...),
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					name, err := oneArg(c, "NAME")
