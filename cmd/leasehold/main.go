@@ -212,7 +212,7 @@ func withEnv(env bool) []cli.Flag {
 	}
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "endpoints", Aliases: []string{"e"}, EnvVars: e("LEASEHOLD_ENDPOINTS"),
-			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (leasehold dev's by default)"},
+			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (repeat or comma-separate)"},
 		&cli.StringFlag{Name: "token", EnvVars: e("LEASEHOLD_TOKEN"), Usage: "bearer token"},
 		&cli.StringFlag{Name: "ca-file", EnvVars: e("LEASEHOLD_CA_FILE"), Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
 		&cli.StringFlag{Name: "cert-file", EnvVars: e("LEASEHOLD_CERT_FILE"), Usage: "client certificate, for an API that requires mutual TLS (with --key-file; turns TLS on)"},
