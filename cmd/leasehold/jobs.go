@@ -112,7 +112,9 @@ func jobCommand() *cli.Command {
 					&cli.StringFlag{Name: "queue", Usage: "only jobs of this queue"}, &cli.StringFlag{Name: "kind", Usage: "only jobs of this kind"},
 					&cli.StringFlag{Name: "submitter", Usage: "only jobs of this submitter"},
 					&cli.StringFlag{Name: "worker", Usage: "only jobs whose newest lease is this worker's"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
-					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}, staleFlag,
+					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"},
+					&cli.Uint64Flag{Name: "after", Usage: "continue a list cut short by --limit: the value its note gives"},
+					staleFlag,
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					req := &pb.ListJobsRequest{Queue: c.String("queue"), Kind: c.String("kind"), Submitter: c.String("submitter"), WorkerId: c.String("worker")}
@@ -126,22 +128,37 @@ func jobCommand() *cli.Command {
 					if c.Bool("stale") {
 						req.Consistency = pb.Consistency_CONSISTENCY_STALE
 					}
+					limit := c.Int("limit")
+					if limit < 0 {
+						return usageOf(c, "--limit %d: 0 (all) or more", limit)
+					}
+					req.PageToken = c.Uint64("after")
 					var jobs []*pb.Job
-					for limit := c.Int("limit"); limit == 0 || len(jobs) < limit; {
+					for limit == 0 || len(jobs) < limit {
+						if limit > 0 {
+							// Never more than the limit: the next page starts
+							// right after the last job shown.
+							req.PageSize = uint32(min(limit-len(jobs), 1000))
+						}
 						res, err := cl.Jobs(ctx, req)
 						if err != nil {
 							return err
 						}
 						jobs = append(jobs, res.GetJobs()...)
-						if res.GetNextPageToken() == 0 {
+						req.PageToken = res.GetNextPageToken()
+						if req.PageToken == 0 {
 							break
 						}
-						req.PageToken = res.GetNextPageToken()
 					}
-					if limit := c.Int("limit"); limit > 0 && len(jobs) > limit {
-						jobs = jobs[:limit]
+					if err := printJobs(c, jobs, false); err != nil {
+						return err
 					}
-					return printJobs(c, jobs, false)
+					if req.PageToken != 0 {
+						// stderr: -o json's stdout stays one JSON array.
+						fmt.Fprintf(c.App.ErrWriter, "(%d shown; more may follow: --limit 0 for all, or --after %d for the next page)\n",
+							len(jobs), req.PageToken)
+					}
+					return nil
 				}),
 			},
 			cancelCommand("cancel", false), cancelCommand("kill", true),
@@ -374,6 +391,10 @@ func eventsCommand() *cli.Command {
 				res, err := cl.Events(ctx, after, 1000, 0)
 				if err != nil {
 					return err
+				}
+				if res.GetTruncated() {
+					// stderr: -o json's stdout stays one object per line.
+					fmt.Fprintf(c.App.ErrWriter, "(events after seq %d were compacted away: the oldest kept follow)\n", after)
 				}
 				print(res.GetEvents())
 				if len(res.GetEvents()) == 0 {

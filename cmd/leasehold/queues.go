@@ -43,7 +43,7 @@ func queueCommand() *cli.Command {
 					return output(c, queueList{Queues: views, Next: next}, func() {
 						printQueues(c.App.Writer, views, true)
 						if next != "" {
-							fmt.Fprintf(c.App.Writer, "more queues follow: leasehold queue list --after %s\n", next)
+							fmt.Fprintf(c.App.ErrWriter, "(%d shown; more follow: --after %s for the next page)\n", len(views), next)
 						}
 					})
 				}),

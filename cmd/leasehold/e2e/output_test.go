@@ -41,6 +41,25 @@ func TestListOutputJSON(t *testing.T) {
 			t.Errorf("empty job list: %q, want []", out)
 		}
 	})
+	t.Run("job list --limit", func(t *testing.T) {
+		// Cut short by --limit: stdout stays a JSON array, stderr says
+		// there is more and how to go on.
+		r := runCLI(t, c.env(), "job", "list", "--queue", "ql", "--limit", "1", "-o", "json")
+		var first []jobJSON
+		decodeJSON(t, "job list --limit 1", r.stdout, &first)
+		m := regexp.MustCompile(`^\(1 shown; more may follow: --limit 0 for all, or --after (\d+) for the next page\)\n$`).FindStringSubmatch(r.stderr)
+		if r.code != 0 || len(first) != 1 || first[0].ID != "list-1" || m == nil {
+			t.Fatalf("job list --limit 1: exit %d, %+v, stderr %q; want list-1 and a note of more", r.code, first, r.stderr)
+		}
+		r = runCLI(t, c.env(), "job", "list", "--queue", "ql", "--limit", "1", "--after", m[1])
+		if r.code != 0 || !strings.Contains(r.stdout, "list-2") || strings.Contains(r.stdout, "list-1") {
+			t.Errorf("job list --after %s: exit %d, stdout %q, want list-2 only", m[1], r.code, r.stdout)
+		}
+		// All of it: no note.
+		if r := runCLI(t, c.env(), "job", "list", "--queue", "ql", "--limit", "0"); r.code != 0 || r.stderr != "" {
+			t.Errorf("job list --limit 0: exit %d, stderr %q, want no note", r.code, r.stderr)
+		}
+	})
 	t.Run("cluster members", func(t *testing.T) {
 		var members []struct {
 			ID       string `json:"id"`
