@@ -50,8 +50,9 @@ func clusterCommand() *cli.Command {
 						fmt.Fprintf(w, "node\t%s (%s, term %d, ready %t)\n", st.GetId(), st.GetState(), st.GetTerm(), st.GetReady())
 						fmt.Fprintf(w, "leader\t%s at %s\n", st.GetLeaderId(), st.GetLeaderApi())
 						fmt.Fprintf(w, "log\tcommitted %d, applied %d\n", st.GetCommitIndex(), st.GetAppliedIndex())
-						fmt.Fprintf(w, "state\tjobs %v, workers %d, live leases %d, last token %d, last event %d\n",
-							jobs, st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
+						fmt.Fprintf(w, "jobs\t%s\n", countsLine(jobStateNames(), jobs))
+						fmt.Fprintf(w, "state\tworkers %d, live leases %d, last token %d, last event %d\n",
+							st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
 						fmt.Fprintf(w, "timings\trenew %s, grace %s, toleration %s\n", v["renew"], v["grace"], v["toleration"])
 						fmt.Fprintf(w, "security\t%s\n", securityLine(st.GetPeerTls(), st.GetApiAuth(), st.GetInsecure()))
 						fmt.Fprintf(w, "quota\t%s\n", quotaLine(st.GetStateBytes(), st.GetStateQuotaBytes()))
@@ -237,16 +238,24 @@ func inspect(c *cli.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	jobs := map[string]int{}
+	jobs, counts := map[string]int{}, map[string]uint64{}
 	for s, n := range st.Jobs {
 		jobs[s.String()] = n
+		counts[s.String()] = uint64(n)
 	}
-	info, _ := os.Stat(path)
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
 	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": st.LastIndex, "last_token": st.LastToken,
 		"jobs": jobs, "workers": st.Workers, "live_leases": st.LiveLeases, "events": st.Events}
 	return output(c, v, func() {
-		fmt.Printf("%s: %d bytes, index %d, last token %d, jobs %v, workers %d, live leases %d, events %d\n",
-			path, info.Size(), st.LastIndex, st.LastToken, jobs, st.Workers, st.LiveLeases, st.Events)
+		w := newTable()
+		fmt.Fprintf(w, "file\t%s (%d bytes)\n", path, info.Size())
+		fmt.Fprintf(w, "log\tindex %d\n", st.LastIndex)
+		fmt.Fprintf(w, "jobs\t%s\n", countsLine(jobStateNames(), counts))
+		fmt.Fprintf(w, "state\tworkers %d, live leases %d, last token %d, events %d\n", st.Workers, st.LiveLeases, st.LastToken, st.Events)
+		w.Flush()
 	})
 }
 

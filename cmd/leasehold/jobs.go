@@ -345,7 +345,8 @@ func printLeases(c *cli.Context, views []leaseView) error {
 		w := newTable()
 		fmt.Fprintln(w, "TOKEN\tJOB\tWORKER\tSTATE\tREVOKE\tOUTCOME\tREF\tGRANTED")
 		for _, v := range views {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Token, v.JobID, v.Worker, v.State, v.Revoke, v.Outcome, v.Ref, v.GrantedAt)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Token, v.JobID, v.Worker, v.State, dash(v.Revoke), dash(v.Outcome),
+				dash(v.Ref), tableTime(v.GrantedAt))
 		}
 		w.Flush()
 	})
@@ -366,7 +367,12 @@ func eventsCommand() *cli.Command {
 				return err
 			}
 			defer cl.Close()
+			header := false
 			print := func(evs []*pb.Event) error {
+				// Each batch aligned on its own: --follow prints as
+				// events come.
+				w := newTable()
+				defer w.Flush()
 				for _, e := range evs {
 					if t := c.String("type"); t != "" && e.GetType() != t {
 						continue
@@ -377,7 +383,11 @@ func eventsCommand() *cli.Command {
 						fmt.Println(string(b)) // one object per line, so --follow streams
 						continue
 					}
-					fmt.Println(v.line())
+					if !header {
+						fmt.Fprintln(w, eventHeader)
+						header = true
+					}
+					fmt.Fprintln(w, v.row())
 				}
 				return nil
 			}

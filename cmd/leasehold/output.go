@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -37,6 +38,66 @@ func timeOf(t *timestamppb.Timestamp) string {
 		return ""
 	}
 	return t.AsTime().UTC().Format(time.RFC3339Nano)
+}
+
+// tableTime is a time of timeOf's as a table shows it: to the second, with
+// how far it is from now by this machine's clock ("3s ago", "in 2m05s");
+// "-" when unset. JSON keeps timeOf's full precision.
+func tableTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return dash(s)
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + relative(time.Until(t)) + ")"
+}
+
+// relative is d from now: "3s ago" for the past, "in 2m05s" for the future.
+func relative(d time.Duration) string {
+	if d > 0 {
+		return "in " + strings.TrimSuffix(ago(d), " ago")
+	}
+	return ago(-d)
+}
+
+// dash is s, or "-" for an empty column.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// countsLine is counts in the order of names: "queued 3, running 1", or
+// "none".
+func countsLine(names []string, counts map[string]uint64) string {
+	var parts, others []string
+	for _, n := range names {
+		if counts[n] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", n, counts[n]))
+		}
+	}
+	for n, c := range counts {
+		if c > 0 && !slices.Contains(names, n) {
+			others = append(others, fmt.Sprintf("%s %d", n, c))
+		}
+	}
+	slices.Sort(others)
+	parts = append(parts, others...)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// jobStateNames are the job states in their enum's order.
+func jobStateNames() []string {
+	var names []string
+	for i := range len(pb.JobState_name) {
+		if n, ok := pb.JobState_name[int32(i)]; ok && i > 0 {
+			names = append(names, enumName(n, "JOB_STATE_"))
+		}
+	}
+	return names
 }
 
 // jobView is a job as the CLI prints it.
@@ -148,10 +209,10 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		for _, v := range views {
 			notBefore := "-"
 			if v.State == "scheduled" {
-				notBefore = v.NotBefore
+				notBefore = tableTime(v.NotBefore)
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.State, v.Queue, v.Kind, v.Priority,
-				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref, notBefore)
+				v.Attempts, tokenStr(v.Token), dash(v.Worker), dash(v.Outcome), dash(v.Ref), notBefore)
 		}
 		w.Flush()
 		// One job: why it ended, if it says (a dead job's last error).
@@ -219,19 +280,11 @@ func eventViewOf(e *pb.Event) eventView {
 		Token: e.GetToken(), Worker: e.GetWorkerId(), Ref: e.GetRef(), Detail: e.GetDetail(), Actor: e.GetActor(), Source: e.GetSource()}
 }
 
-// line is the event as one table row: only the fields it has.
-func (v eventView) line() string {
-	parts := []string{strconv.FormatUint(v.Seq, 10), v.Time, v.Type}
-	for _, f := range []struct{ k, v string }{
-		{"job", v.JobID}, {"token", tokenStr(v.Token)}, {"worker", v.Worker}, {"ref", v.Ref},
-		{"actor", v.Actor}, {"source", v.Source},
-	} {
-		if f.v != "" && !(f.k == "token" && v.Token == 0) {
-			parts = append(parts, f.k+"="+f.v)
-		}
-	}
-	if v.Detail != "" {
-		parts = append(parts, v.Detail)
-	}
-	return strings.Join(parts, "\t")
+// eventHeader is the events table's header; row is one event under it,
+// "-" for what it does not have.
+const eventHeader = "SEQ\tTIME\tTYPE\tJOB\tTOKEN\tWORKER\tREF\tACTOR\tSOURCE\tDETAIL"
+
+func (v eventView) row() string {
+	return strings.Join([]string{strconv.FormatUint(v.Seq, 10), tableTime(v.Time), v.Type, dash(v.JobID), tokenStr(v.Token),
+		dash(v.Worker), dash(v.Ref), dash(v.Actor), dash(v.Source), dash(v.Detail)}, "\t")
 }

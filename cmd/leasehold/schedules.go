@@ -216,7 +216,7 @@ func printSchedules(c *cli.Context, scs []*pb.Schedule, single bool) error {
 		for _, v := range views {
 			next := "-"
 			if len(v.NextSlots) > 0 {
-				next = v.NextSlots[0]
+				next = tableTime(v.NextSlots[0])
 			}
 			last := v.LastJob
 			if last == "" {
