@@ -36,9 +36,9 @@ func clusterCommand() *cli.Command {
 					}
 					v := map[string]any{
 						"node_id": st.GetId(), "state": st.GetState(), "term": st.GetTerm(), "leader_id": st.GetLeaderId(),
-						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": st.GetCommitIndex(),
-						"applied_index": st.GetAppliedIndex(), "last_token": st.GetLastToken(), "workers": st.GetWorkers(),
-						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
+						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": u64(st.GetCommitIndex()),
+						"applied_index": u64(st.GetAppliedIndex()), "last_token": u64(st.GetLastToken()), "workers": st.GetWorkers(),
+						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": u64(st.GetLastEventSeq()),
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
 						"insecure":   st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
@@ -200,7 +200,7 @@ func snapshotCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"restored": path, "last_token": res.LastToken, "last_index": res.LastIndex,
+					return output(c, map[string]any{"restored": path, "last_token": u64(res.LastToken), "last_index": u64(res.LastIndex),
 						"workers": res.Workers}, func() {
 						fmt.Printf("restored %s; the next token is above %d\n", path, res.LastToken)
 					})
@@ -247,7 +247,7 @@ func inspect(c *cli.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": st.LastIndex, "last_token": st.LastToken,
+	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": u64(st.LastIndex), "last_token": u64(st.LastToken),
 		"jobs": jobs, "workers": st.Workers, "live_leases": st.LiveLeases, "events": st.Events}
 	return output(c, v, func() {
 		w := newTable()

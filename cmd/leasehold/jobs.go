@@ -325,7 +325,7 @@ func leaseCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					err = output(c, map[string]any{"current": res.GetCurrent(), "current_token": res.GetCurrentToken(),
+					err = output(c, map[string]any{"current": res.GetCurrent(), "current_token": u64(res.GetCurrentToken()),
 						"state": enumName(res.GetState().String(), "JOB_STATE_")}, func() {
 						fmt.Printf("current=%t current_token=%s state=%s\n", res.GetCurrent(), tokenStr(res.GetCurrentToken()),
 							enumName(res.GetState().String(), "JOB_STATE_"))

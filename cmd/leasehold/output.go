@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -100,24 +102,53 @@ func jobStateNames() []string {
 	return names
 }
 
+// payloadView is a payload as JSON shows it: the text when it is UTF-8,
+// else base64 (the second).
+func payloadView(p []byte) (*string, string) {
+	if utf8.Valid(p) {
+		s := string(p)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(p)
+}
+
+// payloadLine is a payload in a table: short one-line text as it is, else
+// what it is and its size (-o json has it all).
+func payloadLine(p []byte) string {
+	switch {
+	case !utf8.Valid(p):
+		return fmt.Sprintf("(binary, %d bytes)", len(p))
+	case len(p) > 80 || strings.ContainsFunc(string(p), func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Sprintf("(text, %d bytes)", len(p))
+	}
+	return string(p)
+}
+
+// u64 is a token, sequence number or index as the API's JSON (protojson)
+// prints a uint64: a string, which a JavaScript reader cannot round.
+func u64(n uint64) string { return strconv.FormatUint(n, 10) }
+
 // jobView is a job as the CLI prints it.
 type jobView struct {
-	ID          string `json:"id"`
-	State       string `json:"state"`
-	Queue       string `json:"queue"`
-	Kind        string `json:"kind"`
-	Priority    int32  `json:"priority"`
-	Submitter   string `json:"submitter,omitempty"`
-	Attempts    uint32 `json:"attempts"`
-	Losses      uint32 `json:"losses"`
-	Token       uint64 `json:"token,omitempty"`  // the newest lease's token
-	Worker      string `json:"worker,omitempty"` // the newest lease's worker
-	Outcome     string `json:"outcome,omitempty"`
-	Ref         string `json:"ref,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Payload     string `json:"payload"`
-	SubmittedAt string `json:"submitted_at"`
-	FinishedAt  string `json:"finished_at,omitempty"`
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	Queue     string `json:"queue"`
+	Kind      string `json:"kind"`
+	Priority  int32  `json:"priority"`
+	Submitter string `json:"submitter,omitempty"`
+	Attempts  uint32 `json:"attempts"`
+	Losses    uint32 `json:"losses"`
+	Token     uint64 `json:"token,omitempty,string"` // the newest lease's token
+	Worker    string `json:"worker,omitempty"`       // the newest lease's worker
+	Outcome   string `json:"outcome,omitempty"`
+	Ref       string `json:"ref,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// Payload is the payload when it is UTF-8 text; PayloadBase64 the
+	// payload in base64 when it is not (one of the two is there).
+	Payload       *string `json:"payload,omitempty"`
+	PayloadBase64 string  `json:"payload_base64,omitempty"`
+	SubmittedAt   string  `json:"submitted_at"`
+	FinishedAt    string  `json:"finished_at,omitempty"`
 	// NotBefore: not granted before this (its run-at time, or the end of a
 	// retry's backoff).
 	NotBefore string      `json:"not_before,omitempty"`
@@ -141,7 +172,7 @@ type retryView struct {
 }
 
 type leaseView struct {
-	Token     uint64 `json:"token"`
+	Token     uint64 `json:"token,string"`
 	JobID     string `json:"job_id"`
 	Worker    string `json:"worker"`
 	State     string `json:"state"`
@@ -174,9 +205,10 @@ func jobViewOf(j *pb.Job) jobView {
 	s := j.GetSpec()
 	v := jobView{ID: s.GetId(), State: enumName(j.GetState().String(), "JOB_STATE_"), Queue: s.GetQueue(),
 		Kind: s.GetKind(), Priority: s.GetPriority(), Submitter: s.GetSubmitter(), Attempts: j.GetAttempts(),
-		Losses: j.GetLosses(), Reason: j.GetReason(), Payload: string(s.GetPayload()),
+		Losses: j.GetLosses(), Reason: j.GetReason(),
 		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt()), NotBefore: timeOf(j.GetNotBefore()),
 		Progress: j.GetProgress(), ProgressAt: timeOf(j.GetProgressAt())}
+	v.Payload, v.PayloadBase64 = payloadView(s.GetPayload())
 	if r := s.GetRetry(); r != nil {
 		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
 			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
@@ -218,6 +250,9 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		// One job: why it ended, if it says (a dead job's last error).
 		if single && len(views) == 1 && views[0].Reason != "" {
 			fmt.Printf("reason: %s\n", views[0].Reason)
+		}
+		if single && len(jobs) == 1 && len(jobs[0].GetSpec().GetPayload()) > 0 {
+			fmt.Printf("payload: %s\n", payloadLine(jobs[0].GetSpec().GetPayload()))
 		}
 		if single && len(jobs) == 1 && jobs[0].GetProgress() != "" {
 			fmt.Printf("progress: %s (heard %s ago)\n", jobs[0].GetProgress(), ageOf(jobs[0].GetProgressAt()))
@@ -263,11 +298,11 @@ func tokenStr(t uint64) string {
 }
 
 type eventView struct {
-	Seq    uint64 `json:"seq"`
+	Seq    uint64 `json:"seq,string"`
 	Time   string `json:"time"`
 	Type   string `json:"type"`
 	JobID  string `json:"job_id,omitempty"`
-	Token  uint64 `json:"token,omitempty"`
+	Token  uint64 `json:"token,omitempty,string"`
 	Worker string `json:"worker,omitempty"`
 	Ref    string `json:"ref,omitempty"`
 	Detail string `json:"detail,omitempty"`

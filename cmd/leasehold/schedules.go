@@ -160,17 +160,18 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 
 // scheduleView is a schedule as the CLI prints it.
 type scheduleView struct {
-	Name      string     `json:"name"`
-	Cron      string     `json:"cron"`
-	TimeZone  string     `json:"time_zone"`
-	Missed    string     `json:"missed"`
-	Paused    bool       `json:"paused"`
-	Queue     string     `json:"queue"`
-	Kind      string     `json:"kind"`
-	Priority  int32      `json:"priority"`
-	Submitter string     `json:"submitter,omitempty"`
-	Payload   string     `json:"payload"`
-	Retry     *retryView `json:"retry,omitempty"`
+	Name          string     `json:"name"`
+	Cron          string     `json:"cron"`
+	TimeZone      string     `json:"time_zone"`
+	Missed        string     `json:"missed"`
+	Paused        bool       `json:"paused"`
+	Queue         string     `json:"queue"`
+	Kind          string     `json:"kind"`
+	Priority      int32      `json:"priority"`
+	Submitter     string     `json:"submitter,omitempty"`
+	Payload       *string    `json:"payload,omitempty"` // UTF-8 text
+	PayloadBase64 string     `json:"payload_base64,omitempty"`
+	Retry         *retryView `json:"retry,omitempty"`
 	// LastSlot: every slot up to it is settled (fired or skipped).
 	LastSlot  string   `json:"last_slot"`
 	Fired     uint64   `json:"fired"`
@@ -185,9 +186,10 @@ func scheduleViewOf(sc *pb.Schedule) scheduleView {
 	t := sc.GetTemplate()
 	v := scheduleView{Name: sc.GetName(), Cron: sc.GetCron(), TimeZone: sc.GetTimeZone(),
 		Missed: strings.ReplaceAll(enumName(sc.GetMissed().String(), "MISSED_SLOTS_"), "_", "-"), Paused: sc.GetPaused(),
-		Queue: t.GetQueue(), Kind: t.GetKind(), Priority: t.GetPriority(), Submitter: t.GetSubmitter(), Payload: string(t.GetPayload()),
+		Queue: t.GetQueue(), Kind: t.GetKind(), Priority: t.GetPriority(), Submitter: t.GetSubmitter(),
 		LastSlot: timeOf(sc.GetLastSlot()), Fired: sc.GetFired(), Skipped: sc.GetSkipped(), LastJob: sc.GetLastJobId(),
 		NextSlots: []string{}, CreatedAt: timeOf(sc.GetCreatedAt()), UpdatedAt: timeOf(sc.GetUpdatedAt())}
+	v.Payload, v.PayloadBase64 = payloadView(t.GetPayload())
 	if v.TimeZone == "" {
 		v.TimeZone = "UTC"
 	}

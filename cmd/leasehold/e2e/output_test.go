@@ -111,7 +111,7 @@ func TestListOutputJSON(t *testing.T) {
 		types := map[string]int{}
 		for i, line := range lines {
 			var ev struct {
-				Seq   uint64 `json:"seq"`
+				Seq   uint64 `json:"seq,string"`
 				Time  string `json:"time"`
 				Type  string `json:"type"`
 				JobID string `json:"job_id"`
@@ -130,6 +130,32 @@ func TestListOutputJSON(t *testing.T) {
 		}
 	})
 
+	t.Run("tokens and payloads", func(t *testing.T) {
+		// Tokens are JSON strings, as the API's protojson prints them.
+		raw := c.cli(t, "job", "get", "list-1", "-o", "json")
+		if !regexp.MustCompile(`"token": "\d+"`).MatchString(raw) {
+			t.Errorf("job get -o json: no token as a string:\n%s", raw)
+		}
+		// A payload that is not UTF-8 is base64, marked as such.
+		bin := filepath.Join(t.TempDir(), "bin")
+		if err := os.WriteFile(bin, []byte{0xff, 0xfe, 0x00, 'a'}, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c.cli(t, "job", "submit", "--id", "bin-1", "--queue", "qbin", "--payload", "@"+bin)
+		var j jobJSON
+		decodeJSON(t, "job get bin-1", c.cli(t, "job", "get", "bin-1", "-o", "json"), &j)
+		if j.PayloadBase64 != "//4AYQ==" || j.Payload != "" {
+			t.Errorf("binary payload: payload %q, payload_base64 %q; want only payload_base64 //4AYQ==", j.Payload, j.PayloadBase64)
+		}
+		if out := c.cli(t, "job", "get", "bin-1"); !strings.Contains(out, "payload: (binary, 4 bytes)") {
+			t.Errorf("job get bin-1:\n%s\nwant payload: (binary, 4 bytes)", out)
+		}
+		var text jobJSON
+		decodeJSON(t, "job get list-2", c.cli(t, "job", "get", "list-2", "-o", "json"), &text)
+		if text.Payload != "p-list-2" || text.PayloadBase64 != "" {
+			t.Errorf("text payload: payload %q, payload_base64 %q", text.Payload, text.PayloadBase64)
+		}
+	})
 	if err := os.WriteFile(release, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}

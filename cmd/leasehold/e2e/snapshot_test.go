@@ -20,11 +20,11 @@ func TestSnapshotAndRemoveCLI(t *testing.T) {
 	}
 	var restored struct {
 		Restored  string `json:"restored"`
-		LastToken uint64 `json:"last_token"`
+		LastToken uint64 `json:"last_token,string"`
 	}
 	decodeJSON(t, "snapshot restore", c.cli(t, "snapshot", "restore", file, "-o", "json"), &restored)
 	var st struct {
-		LastToken uint64 `json:"last_token"`
+		LastToken uint64 `json:"last_token,string"`
 	}
 	decodeJSON(t, "cluster status", c.cli(t, "cluster", "status", "-o", "json"), &st)
 	// One node, nothing granted since: the restore's answer is the state.
