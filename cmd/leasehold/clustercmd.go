@@ -114,7 +114,7 @@ func clusterCommand() *cli.Command {
 					if err := cl.AddNode(ctx, a.Get(0), a.Get(1), a.Get(2)); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"added": a.Get(0)}, func() { fmt.Printf("added %s\n", a.Get(0)) })
+					return outputQuiet(c, a.Get(0), map[string]string{"added": a.Get(0)}, func() { fmt.Printf("added %s\n", a.Get(0)) })
 				}),
 			},
 			{
@@ -127,7 +127,7 @@ func clusterCommand() *cli.Command {
 					if err := cl.RemoveNode(ctx, id); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"removed": id}, func() { fmt.Printf("removed %s\n", id) })
+					return outputQuiet(c, id, map[string]string{"removed": id}, func() { fmt.Printf("removed %s\n", id) })
 				}),
 			},
 			{
@@ -137,7 +137,7 @@ func clusterCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]string{"leader_id": leader}, func() { fmt.Printf("leader is %s\n", leader) })
+					return outputQuiet(c, leader, map[string]string{"leader_id": leader}, func() { fmt.Printf("leader is %s\n", leader) })
 				}),
 			},
 		},
@@ -176,6 +176,9 @@ func snapshotCommand() *cli.Command {
 					if err := os.Rename(tmp.Name(), path); err != nil {
 						return err
 					}
+					if c.Bool("quiet") {
+						return outputQuiet(c, path, nil, nil)
+					}
 					return inspect(c, path)
 				}),
 			},
@@ -200,7 +203,7 @@ func snapshotCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"restored": path, "last_token": u64(res.LastToken), "last_index": u64(res.LastIndex),
+					return outputQuiet(c, u64(res.LastToken), map[string]any{"restored": path, "last_token": u64(res.LastToken), "last_index": u64(res.LastIndex),
 						"workers": res.Workers}, func() {
 						fmt.Printf("restored %s; the next token is above %d\n", path, res.LastToken)
 					})

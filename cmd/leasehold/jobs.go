@@ -190,7 +190,7 @@ func jobCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]int{"cancelled": n}, func() { fmt.Printf("cancelled %d queued jobs of %s\n", n, sub) })
+					return outputQuiet(c, strconv.Itoa(n), map[string]int{"cancelled": n}, func() { fmt.Printf("cancelled %d queued jobs of %s\n", n, sub) })
 				}),
 			},
 		},
@@ -213,7 +213,7 @@ func purgeCommand() *cli.Command {
 			byFilter := c.IsSet("queue") || c.IsSet("older-than")
 			switch {
 			case len(ids) == 0 && !byFilter:
-				return fmt.Errorf("name --id, --queue or --older-than (--older-than 0s purges every dead job)")
+				return usageOf(c, "name --id, --queue or --older-than (--older-than 0s purges every dead job)")
 			case len(ids) > 0 && byFilter:
 				return usageOf(c, "--id, or --queue and --older-than: not both")
 			}
@@ -240,7 +240,7 @@ func purgeCommand() *cli.Command {
 					break
 				}
 			}
-			return output(c, res, func() {
+			return outputQuiet(c, strings.Join(res.Purged, "\n"), res, func() {
 				fmt.Printf("purged %d dead jobs\n", len(res.Purged))
 				if len(res.Skipped) > 0 {
 					fmt.Printf("skipped (unknown, or not dead): %s\n", strings.Join(res.Skipped, " "))

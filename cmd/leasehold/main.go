@@ -290,6 +290,7 @@ func flagString(c *cli.Context, name string) string { return lookup(c, name).Str
 func newApp() *cli.App {
 	app := newAppTree()
 	addGlobalFlags(app.Commands)
+	addQuiet(app)
 	quietUsage(app.Commands)
 	app.OnUsageError = onUsageError
 	// main prints the error and chooses the exit status, never urfave/cli.

@@ -30,6 +30,49 @@ func output(c *cli.Context, v any, table func()) error {
 	return nil
 }
 
+// quietCommands change something and take --quiet: then they print only
+// the essential value (the job's, schedule's, queue's, worker's or node's
+// id, the snapshot's file, the restore's last token), one a line. -q is
+// not its short form: it is --queue on job submit, schedule create and
+// worker run.
+var quietCommands = []string{
+	"job submit", "job cancel", "job kill", "job retry", "job purge", "job cancel-submitter",
+	"schedule create", "schedule pause", "schedule resume", "schedule delete",
+	"queue pause", "queue resume", "queue limit", "worker deregister",
+	"cluster join", "cluster remove", "cluster transfer-leader", "snapshot save", "snapshot restore",
+}
+
+func quietFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "quiet", Usage: "print only the id (or the one value the command yields), not the table or JSON"}
+}
+
+// addQuiet gives the quietCommands --quiet; it fails for a name that is
+// not a command (a renamed one must not silently lose it).
+func addQuiet(app *cli.App) {
+	for _, path := range quietCommands {
+		cmds, names := app.Commands, strings.Fields(path)
+		var cmd *cli.Command
+		for _, n := range names {
+			if cmd = findCommand(cmds, n); cmd == nil {
+				panic("quietCommands: no command " + path)
+			}
+			cmds = cmd.Subcommands
+		}
+		cmd.Flags = append(cmd.Flags, quietFlag())
+	}
+}
+
+// outputQuiet prints quiet alone with --quiet, else as output does.
+func outputQuiet(c *cli.Context, quiet string, v any, table func()) error {
+	if c.Bool("quiet") {
+		if quiet != "" {
+			fmt.Fprintln(c.App.Writer, quiet)
+		}
+		return nil
+	}
+	return output(c, v, table)
+}
+
 func newTable() *tabwriter.Writer { return tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0) }
 
 // enumName turns JOB_STATE_QUEUED into queued.
@@ -234,6 +277,9 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 	var v any = views
 	if single && len(views) == 1 {
 		v = views[0]
+		if c.Bool("quiet") {
+			return outputQuiet(c, views[0].ID, nil, nil)
+		}
 	}
 	return output(c, v, func() {
 		w := newTable()

@@ -161,7 +161,7 @@ func printQueueSettings(c *cli.Context, s *pb.QueueSettings, err error) error {
 		return err
 	}
 	v := map[string]any{"name": s.GetName(), "paused": s.GetPaused(), "max_running": s.GetMaxRunning()}
-	return output(c, v, func() {
+	return outputQuiet(c, s.GetName(), v, func() {
 		limit := "no limit"
 		if s.GetMaxRunning() != 0 {
 			limit = fmt.Sprintf("max running %d", s.GetMaxRunning())

@@ -151,7 +151,7 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 					if err := cl.DeleteSchedule(ctx, name); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"deleted": name}, func() { fmt.Printf("deleted schedule %s\n", name) })
+					return outputQuiet(c, name, map[string]string{"deleted": name}, func() { fmt.Printf("deleted schedule %s\n", name) })
 				}),
 			},
 		},
@@ -211,6 +211,9 @@ func printSchedules(c *cli.Context, scs []*pb.Schedule, single bool) error {
 	var v any = views
 	if single && len(views) == 1 {
 		v = views[0]
+		if c.Bool("quiet") {
+			return outputQuiet(c, views[0].Name, nil, nil)
+		}
 	}
 	return output(c, v, func() {
 		w := newTable()

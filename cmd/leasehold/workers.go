@@ -209,7 +209,7 @@ func workerDeregisterCommand() *cli.Command {
 					return err
 				}
 			}
-			return output(c, map[string]any{"deregistered": id, "ended": views}, func() {
+			return outputQuiet(c, id, map[string]any{"deregistered": id, "ended": views}, func() {
 				writeDeregistered(c.App.Writer, id, views)
 			})
 		}),

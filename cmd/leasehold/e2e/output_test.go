@@ -250,3 +250,36 @@ func TestVersionAndCompletion(t *testing.T) {
 		t.Errorf("completion fish: %q", out)
 	}
 }
+
+// --quiet: the commands that change something print only the id (or their
+// one value), whatever -o says.
+func TestQuiet(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 1)
+	for _, step := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"job", "submit", "--id", "quiet-1", "--quiet"}, "quiet-1\n"},
+		{[]string{"job", "cancel", "quiet-1", "--quiet", "-o", "json"}, "quiet-1\n"},
+		{[]string{"job", "cancel-submitter", "nobody", "--quiet"}, "0\n"},
+		{[]string{"queue", "pause", "qq", "--quiet"}, "qq\n"},
+		{[]string{"queue", "limit", "qq", "--max-running", "2", "--quiet"}, "qq\n"},
+		{[]string{"queue", "resume", "qq", "--quiet"}, "qq\n"},
+		{[]string{"schedule", "create", "sq", "--cron", "@daily", "--quiet"}, "sq\n"},
+		{[]string{"schedule", "pause", "sq", "--quiet"}, "sq\n"},
+		{[]string{"schedule", "resume", "sq", "--quiet"}, "sq\n"},
+		{[]string{"schedule", "delete", "sq", "--quiet"}, "sq\n"},
+	} {
+		if out := c.cli(t, step.args...); out != step.want {
+			t.Errorf("leasehold %s: %q, want %q", strings.Join(step.args, " "), out, step.want)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "q.snap")
+	if out := c.cli(t, "snapshot", "save", file, "--quiet"); out != file+"\n" {
+		t.Errorf("snapshot save --quiet: %q, want %q", out, file+"\n")
+	}
+	if out := c.cli(t, "snapshot", "restore", file, "--quiet"); !regexp.MustCompile(`^[1-9]\d*\n$`).MatchString(out) {
+		t.Errorf("snapshot restore --quiet: %q, want the last token", out)
+	}
+}
