@@ -133,7 +133,7 @@ func unknownCommand(app *cli.App, args []string) error {
 			continue
 		}
 		if a == "help" || a == "h" {
-			return nil
+			continue // help TOPIC: the topic must be a command too
 		}
 		cmd := findCommand(cmds, a)
 		if cmd == nil {

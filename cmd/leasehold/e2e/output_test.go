@@ -201,6 +201,7 @@ func TestErrorExit(t *testing.T) {
 		{[]string{"job", "get", "--nosuchflag", "x"},
 			"leasehold: job get: flag provided but not defined: -nosuchflag (see leasehold job get --help)\n"},
 		{[]string{"jobs", "list"}, "leasehold: unknown command jobs (did you mean job?) (see leasehold --help)\n"},
+		{[]string{"help", "jobs"}, "leasehold: unknown command jobs (did you mean job?) (see leasehold --help)\n"},
 		{[]string{"job", "lsit"}, "leasehold: job: unknown command lsit (did you mean list?) (see leasehold job --help)\n"},
 		{[]string{"lease", "check", "hello", "abc"},
 			"leasehold: lease check: TOKEN \"abc\" is not a token (a whole number from 1 up) (see leasehold lease check --help)\n"},
