@@ -113,7 +113,7 @@ func jobCommand() *cli.Command {
 					&cli.StringFlag{Name: "submitter", Usage: "only jobs of this submitter"},
 					&cli.StringFlag{Name: "worker", Usage: "only jobs whose newest lease is this worker's"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
 					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"},
-					&cli.Uint64Flag{Name: "after", Usage: "continue a list cut short by --limit: the value its note gives"},
+					&cli.Uint64Flag{Name: "after", Usage: "continue a list cut short by --limit: the value its note gives", DefaultText: "from the start"},
 					staleFlag,
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
@@ -205,7 +205,7 @@ func purgeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "id", Usage: "a dead job to remove (repeat the flag for more); a job not dead is skipped"},
 			&cli.StringFlag{Name: "queue", Usage: "the dead jobs of this queue"},
-			&cli.DurationFlag{Name: "older-than", Usage: "the dead jobs dead for longer than this, by the leader's clock (0s: every one)"},
+			&cli.DurationFlag{Name: "older-than", Usage: "the dead jobs dead for longer than this, by the leader's clock (0s: every one)", DefaultText: "not a filter"},
 			&cli.StringFlag{Name: "reason", Usage: "recorded in the jobs.purged event"},
 		},
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
