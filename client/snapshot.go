@@ -55,6 +55,24 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer) error {
 // After r has been read from, a failure is retried only if r is an
 // io.Seeker, which is rewound. Only ctx bounds the transfer.
 func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) error {
+	_, err := c.Restore(ctx, r)
+	return err
+}
+
+// RestoreResult is the leader's answer to a restore: the restored state's
+// last Raft index, its last token (the next token granted is above it)
+// and its workers.
+type RestoreResult struct {
+	LastIndex uint64 `json:"last_index"`
+	LastToken uint64 `json:"last_token"`
+	Workers   int    `json:"workers"`
+}
+
+// Restore is RestoreSnapshot with the leader's answer, read from the
+// restore's own reply (a status read afterwards may reach a follower that
+// has not applied it yet).
+func (c *Client) Restore(ctx context.Context, r io.Reader) (RestoreResult, error) {
+	var res RestoreResult
 	start := int64(-1)
 	seeker, _ := r.(io.Seeker)
 	if seeker != nil {
@@ -63,7 +81,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 		}
 	}
 	dirty := false // an earlier attempt read from r
-	return c.call(ctx, callOpts{noAttemptTimeout: true}, func(ctx context.Context, ep *endpoints) (http.Header, error) {
+	err := c.call(ctx, callOpts{noAttemptTimeout: true}, func(ctx context.Context, ep *endpoints) (http.Header, error) {
 		if dirty {
 			if _, err := seeker.Seek(start, io.SeekStart); err != nil {
 				return nil, &permanentError{fmt.Errorf("leasehold: restore snapshot: rewind: %w", err)}
@@ -71,7 +89,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 			dirty = false
 		}
 		body := &attemptBody{r: r}
-		hdr, err := c.restoreAttempt(ctx, ep, body)
+		hdr, err := c.restoreAttempt(ctx, ep, body, &res)
 		if body.finish() > 0 && err != nil {
 			if start < 0 {
 				return hdr, &permanentError{err}
@@ -80,9 +98,10 @@ func (c *Client) RestoreSnapshot(ctx context.Context, r io.Reader) error {
 		}
 		return hdr, err
 	})
+	return res, err
 }
 
-func (c *Client) restoreAttempt(ctx context.Context, ep *endpoints, body io.Reader) (http.Header, error) {
+func (c *Client) restoreAttempt(ctx context.Context, ep *endpoints, body io.Reader, res *RestoreResult) (http.Header, error) {
 	// NopCloser: the transport must not close r, which the caller owns.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.snapshotURL(ep), io.NopCloser(body))
 	if err != nil {
@@ -99,7 +118,10 @@ func (c *Client) restoreAttempt(ctx context.Context, ep *endpoints, body io.Read
 	if resp.StatusCode/100 != 2 {
 		return resp.Header, snapshotError(resp)
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// An older node's empty or other answer leaves res zero: the restore
+	// itself succeeded.
+	_ = json.Unmarshal(raw, res)
 	return resp.Header, nil
 }
 

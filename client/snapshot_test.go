@@ -150,3 +150,21 @@ func TestSnapshotPlainHTTPError(t *testing.T) {
 		t.Fatalf("SaveSnapshot: %v", err)
 	}
 }
+
+// Restore returns the leader's own answer to the restore.
+func TestRestoreReturnsTheAnswer(t *testing.T) {
+	node := newFakeNode(t)
+	node.setSnapshot(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"last_index":12,"last_token":4503599627370497,"workers":2}`+"\n")
+	})
+	c := newClient(t, node.addr)
+	res, err := c.Restore(testCtx(t), bytes.NewReader([]byte("backup")))
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	if want := (client.RestoreResult{LastIndex: 12, LastToken: 4503599627370497, Workers: 2}); res != want {
+		t.Fatalf("Restore: %+v, want %+v", res, want)
+	}
+}

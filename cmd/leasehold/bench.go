@@ -58,13 +58,13 @@ func benchFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "warmup", Value: time.Second, Usage: "unmeasured load before the window"},
 		&cli.StringFlag{Name: "target", Value: "leader", Usage: "leader (pin to the leader) or any (round-robin over every endpoint)"},
 		&cli.IntFlag{Name: "payload-size", Usage: "bytes of payload per job"},
-		&cli.IntFlag{Name: "conns", Usage: "clients (HTTP/2 connections per node) the callers share (0: 1, scale 8)"},
+		&cli.IntFlag{Name: "conns", Usage: "clients (HTTP/2 connections per node) the callers share", DefaultText: "1; 8 for scale"},
 		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
 		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
 		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
-		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit (0: sized from the warmup's rate)"},
+		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit", DefaultText: "sized from the warmup's rate"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
 		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10"},
@@ -72,25 +72,25 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "expiry: wait this long after the last deadline"},
-		&cli.DurationFlag{Name: "kill-after", Usage: "failover: kill the leader this far into the window (0: half of it)"},
+		&cli.DurationFlag{Name: "kill-after", Usage: "failover: kill the leader this far into the window", DefaultText: "half of it"},
 		&cli.DurationFlag{Name: "call-timeout", Value: 10 * time.Second, Usage: "bound on each call, retries included"},
 		&cli.IntFlag{Name: "start", Usage: "start a local cluster of N nodes (1, 3 or 5) for the run instead of using --endpoints"},
-		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds (scale: the server's default, 10)"},
-		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds (scale: 50)"},
-		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds (scale: 300)"},
+		&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "with --start: renew_seconds", DefaultText: "1; 10 for scale, the server's default"},
+		&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "with --start: grace_seconds", DefaultText: "5; 50 for scale"},
+		&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "with --start: toleration_seconds", DefaultText: "15; 300 for scale"},
 		&cli.StringFlag{Name: "node-log-level", Value: "warn", Usage: "with --start: the nodes' log level (logs in the data directory)"},
 	}
 }
 
 func runBench(c *cli.Context, workload string) error {
 	if c.NArg() != 0 {
-		return fmt.Errorf("bench %s: unexpected argument %q (flags go after the workload)", workload, c.Args().First())
+		return usageOf(c, "unexpected argument %q (flags go after the workload)", c.Args().First())
 	}
 	// -o is the global flag; bench accepts result besides table and json,
 	// which is why it reads it here rather than through newClient.
 	format := flagString(c, "output")
 	if format != "table" && format != "json" && format != "result" {
-		return fmt.Errorf("--output %q: table, json or result", format)
+		return usageOf(c, "--output %q: table, json or result", format)
 	}
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),

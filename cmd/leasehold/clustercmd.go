@@ -36,9 +36,9 @@ func clusterCommand() *cli.Command {
 					}
 					v := map[string]any{
 						"node_id": st.GetId(), "state": st.GetState(), "term": st.GetTerm(), "leader_id": st.GetLeaderId(),
-						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": st.GetCommitIndex(),
-						"applied_index": st.GetAppliedIndex(), "last_token": st.GetLastToken(), "workers": st.GetWorkers(),
-						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": st.GetLastEventSeq(),
+						"leader_api": st.GetLeaderApi(), "ready": st.GetReady(), "commit_index": u64(st.GetCommitIndex()),
+						"applied_index": u64(st.GetAppliedIndex()), "last_token": u64(st.GetLastToken()), "workers": st.GetWorkers(),
+						"live_leases": st.GetLiveLeases(), "jobs": jobs, "last_event_seq": u64(st.GetLastEventSeq()),
 						"renew": st.GetTimings().GetRenew().AsDuration().String(), "grace": st.GetTimings().GetGrace().AsDuration().String(),
 						"toleration": st.GetTimings().GetToleration().AsDuration().String(),
 						"insecure":   st.GetInsecure(), "peer_tls": st.GetPeerTls(), "api_auth": st.GetApiAuth(),
@@ -50,8 +50,9 @@ func clusterCommand() *cli.Command {
 						fmt.Fprintf(w, "node\t%s (%s, term %d, ready %t)\n", st.GetId(), st.GetState(), st.GetTerm(), st.GetReady())
 						fmt.Fprintf(w, "leader\t%s at %s\n", st.GetLeaderId(), st.GetLeaderApi())
 						fmt.Fprintf(w, "log\tcommitted %d, applied %d\n", st.GetCommitIndex(), st.GetAppliedIndex())
-						fmt.Fprintf(w, "state\tjobs %v, workers %d, live leases %d, last token %d, last event %d\n",
-							jobs, st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
+						fmt.Fprintf(w, "jobs\t%s\n", countsLine(jobStateNames(), jobs))
+						fmt.Fprintf(w, "state\tworkers %d, live leases %d, last token %d, last event %d\n",
+							st.GetWorkers(), st.GetLiveLeases(), st.GetLastToken(), st.GetLastEventSeq())
 						fmt.Fprintf(w, "timings\trenew %s, grace %s, toleration %s\n", v["renew"], v["grace"], v["toleration"])
 						fmt.Fprintf(w, "security\t%s\n", securityLine(st.GetPeerTls(), st.GetApiAuth(), st.GetInsecure()))
 						fmt.Fprintf(w, "quota\t%s\n", quotaLine(st.GetStateBytes(), st.GetStateQuotaBytes()))
@@ -107,13 +108,13 @@ func clusterCommand() *cli.Command {
 				Name: "join", Usage: "add a node as a voter (run against any member)", ArgsUsage: "ID RAFT_ADDR API_ADDR",
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					if c.NArg() != 3 {
-						return fmt.Errorf("usage: leasehold cluster join ID RAFT_ADDR API_ADDR")
+						return usageOf(c, "expected three arguments: ID RAFT_ADDR API_ADDR")
 					}
 					a := c.Args()
 					if err := cl.AddNode(ctx, a.Get(0), a.Get(1), a.Get(2)); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"added": a.Get(0)}, func() { fmt.Printf("added %s\n", a.Get(0)) })
+					return outputQuiet(c, a.Get(0), map[string]string{"added": a.Get(0)}, func() { fmt.Printf("added %s\n", a.Get(0)) })
 				}),
 			},
 			{
@@ -126,7 +127,7 @@ func clusterCommand() *cli.Command {
 					if err := cl.RemoveNode(ctx, id); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"removed": id}, func() { fmt.Printf("removed %s\n", id) })
+					return outputQuiet(c, id, map[string]string{"removed": id}, func() { fmt.Printf("removed %s\n", id) })
 				}),
 			},
 			{
@@ -136,7 +137,7 @@ func clusterCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]string{"leader_id": leader}, func() { fmt.Printf("leader is %s\n", leader) })
+					return outputQuiet(c, leader, map[string]string{"leader_id": leader}, func() { fmt.Printf("leader is %s\n", leader) })
 				}),
 			},
 		},
@@ -175,6 +176,9 @@ func snapshotCommand() *cli.Command {
 					if err := os.Rename(tmp.Name(), path); err != nil {
 						return err
 					}
+					if c.Bool("quiet") {
+						return outputQuiet(c, path, nil, nil)
+					}
 					return inspect(c, path)
 				}),
 			},
@@ -193,15 +197,15 @@ func snapshotCommand() *cli.Command {
 						return err
 					}
 					defer f.Close()
-					if err := cl.RestoreSnapshot(ctx, f); err != nil {
-						return err
-					}
-					st, err := cl.Status(ctx)
+					// The restore's own answer: a status read now could reach
+					// a follower that has not applied it yet.
+					res, err := cl.Restore(ctx, f)
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]any{"restored": path, "last_token": st.GetLastToken()}, func() {
-						fmt.Printf("restored %s; the next token is above %d\n", path, st.GetLastToken())
+					return outputQuiet(c, u64(res.LastToken), map[string]any{"restored": path, "last_token": u64(res.LastToken), "last_index": u64(res.LastIndex),
+						"workers": res.Workers}, func() {
+						fmt.Printf("restored %s; the next token is above %d\n", path, res.LastToken)
 					})
 				}),
 			},
@@ -237,16 +241,24 @@ func inspect(c *cli.Context, path string) error {
 	if err != nil {
 		return err
 	}
-	jobs := map[string]int{}
+	jobs, counts := map[string]int{}, map[string]uint64{}
 	for s, n := range st.Jobs {
 		jobs[s.String()] = n
+		counts[s.String()] = uint64(n)
 	}
-	info, _ := os.Stat(path)
-	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": st.LastIndex, "last_token": st.LastToken,
+	info, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	v := map[string]any{"file": path, "bytes": info.Size(), "last_index": u64(st.LastIndex), "last_token": u64(st.LastToken),
 		"jobs": jobs, "workers": st.Workers, "live_leases": st.LiveLeases, "events": st.Events}
 	return output(c, v, func() {
-		fmt.Printf("%s: %d bytes, index %d, last token %d, jobs %v, workers %d, live leases %d, events %d\n",
-			path, info.Size(), st.LastIndex, st.LastToken, jobs, st.Workers, st.LiveLeases, st.Events)
+		w := newTable()
+		fmt.Fprintf(w, "file\t%s (%d bytes)\n", path, info.Size())
+		fmt.Fprintf(w, "log\tindex %d\n", st.LastIndex)
+		fmt.Fprintf(w, "jobs\t%s\n", countsLine(jobStateNames(), counts))
+		fmt.Fprintf(w, "state\tworkers %d, live leases %d, last token %d, events %d\n", st.Workers, st.LiveLeases, st.LastToken, st.Events)
+		w.Flush()
 	})
 }
 

@@ -54,8 +54,8 @@ func jobCommand() *cli.Command {
 						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
 					&cli.StringFlag{Name: "id", Usage: "job id (default: generated)"},
 					&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
-					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}},
-					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
+					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}, Usage: "who submits (recorded with each job; job cancel-submitter cancels by it)"},
+					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably", DefaultText: "3"},
 					&cli.DurationFlag{Name: "in", Usage: "run it no earlier than this long from now, by the leader's clock (e.g. 10m)"},
 					&cli.TimestampFlag{Name: "at", Layout: time.RFC3339, Usage: "run it no earlier than this time (RFC 3339, e.g. 2027-01-02T15:04:05Z)"},
 					&cli.DurationFlag{Name: "timeout", Usage: "kill each attempt still running this long after its grant (1s to 168h; 0: none); it counts as an attempt and the retry policy decides. The bound on the command itself goes before it: leasehold --timeout 30s job submit"},
@@ -68,7 +68,7 @@ func jobCommand() *cli.Command {
 					var opts []client.SubmitOption
 					switch {
 					case c.IsSet("in") && c.IsSet("at"):
-						return fmt.Errorf("--in and --at: give one")
+						return usageOf(c, "--in and --at: give one")
 					case c.IsSet("in"):
 						opts = append(opts, client.RunIn(c.Duration("in")))
 					case c.IsSet("at"):
@@ -78,7 +78,7 @@ func jobCommand() *cli.Command {
 						opts = append(opts, client.Timeout(c.Duration("timeout")))
 					}
 					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
-						return fmt.Errorf("--priority %d out of range", c.Int("priority"))
+						return usageOf(c, "--priority %d out of range", c.Int("priority"))
 					}
 					spec := &pb.JobSpec{
 						Id: c.String("id"), Queue: c.String("queue"), Kind: c.String("kind"), Payload: payload,
@@ -109,38 +109,56 @@ func jobCommand() *cli.Command {
 			{
 				Name: "list", Usage: "list jobs",
 				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "queue"}, &cli.StringFlag{Name: "kind"}, &cli.StringFlag{Name: "submitter"},
-					&cli.StringFlag{Name: "worker"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
-					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"}, staleFlag,
+					&cli.StringFlag{Name: "queue", Usage: "only jobs of this queue"}, &cli.StringFlag{Name: "kind", Usage: "only jobs of this kind"},
+					&cli.StringFlag{Name: "submitter", Usage: "only jobs of this submitter"},
+					&cli.StringFlag{Name: "worker", Usage: "only jobs whose newest lease is this worker's"}, &cli.StringFlag{Name: "state", Usage: "scheduled (to run later), queued (ready now), acquired, running, reported, cancelled, lost, failed, dead"},
+					&cli.IntFlag{Name: "limit", Value: 100, Usage: "at most this many (0: all)"},
+					&cli.Uint64Flag{Name: "after", Usage: "continue a list cut short by --limit: the value its note gives", DefaultText: "from the start"},
+					staleFlag,
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					req := &pb.ListJobsRequest{Queue: c.String("queue"), Kind: c.String("kind"), Submitter: c.String("submitter"), WorkerId: c.String("worker")}
 					if s := c.String("state"); s != "" {
 						v, ok := pb.JobState_value["JOB_STATE_"+strings.ToUpper(s)]
 						if !ok {
-							return fmt.Errorf("--state %q: not a job state", s)
+							return usageOf(c, "--state %q: not a job state", s)
 						}
 						req.State = pb.JobState(v)
 					}
 					if c.Bool("stale") {
 						req.Consistency = pb.Consistency_CONSISTENCY_STALE
 					}
+					limit := c.Int("limit")
+					if limit < 0 {
+						return usageOf(c, "--limit %d: 0 (all) or more", limit)
+					}
+					req.PageToken = c.Uint64("after")
 					var jobs []*pb.Job
-					for limit := c.Int("limit"); limit == 0 || len(jobs) < limit; {
+					for limit == 0 || len(jobs) < limit {
+						if limit > 0 {
+							// Never more than the limit: the next page starts
+							// right after the last job shown.
+							req.PageSize = uint32(min(limit-len(jobs), 1000))
+						}
 						res, err := cl.Jobs(ctx, req)
 						if err != nil {
 							return err
 						}
 						jobs = append(jobs, res.GetJobs()...)
-						if res.GetNextPageToken() == 0 {
+						req.PageToken = res.GetNextPageToken()
+						if req.PageToken == 0 {
 							break
 						}
-						req.PageToken = res.GetNextPageToken()
 					}
-					if limit := c.Int("limit"); limit > 0 && len(jobs) > limit {
-						jobs = jobs[:limit]
+					if err := printJobs(c, jobs, false); err != nil {
+						return err
 					}
-					return printJobs(c, jobs, false)
+					if req.PageToken != 0 {
+						// stderr: -o json's stdout stays one JSON array.
+						fmt.Fprintf(c.App.ErrWriter, "(%d shown; more may follow: --limit 0 for all, or --after %d for the next page)\n",
+							len(jobs), req.PageToken)
+					}
+					return nil
 				}),
 			},
 			cancelCommand("cancel", false), cancelCommand("kill", true),
@@ -162,7 +180,7 @@ func jobCommand() *cli.Command {
 			purgeCommand(),
 			{
 				Name: "cancel-submitter", Usage: "cancel every queued job of one submitter", ArgsUsage: "SUBMITTER",
-				Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+				Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why (recorded in the job and its event)"}},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					sub, err := oneArg(c, "SUBMITTER")
 					if err != nil {
@@ -172,7 +190,7 @@ func jobCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return output(c, map[string]int{"cancelled": n}, func() { fmt.Printf("cancelled %d queued jobs of %s\n", n, sub) })
+					return outputQuiet(c, strconv.Itoa(n), map[string]int{"cancelled": n}, func() { fmt.Printf("cancelled %d queued jobs of %s\n", n, sub) })
 				}),
 			},
 		},
@@ -187,7 +205,7 @@ func purgeCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "id", Usage: "a dead job to remove (repeat the flag for more); a job not dead is skipped"},
 			&cli.StringFlag{Name: "queue", Usage: "the dead jobs of this queue"},
-			&cli.DurationFlag{Name: "older-than", Usage: "the dead jobs dead for longer than this, by the leader's clock (0s: every one)"},
+			&cli.DurationFlag{Name: "older-than", Usage: "the dead jobs dead for longer than this, by the leader's clock (0s: every one)", DefaultText: "not a filter"},
 			&cli.StringFlag{Name: "reason", Usage: "recorded in the jobs.purged event"},
 		},
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
@@ -195,9 +213,9 @@ func purgeCommand() *cli.Command {
 			byFilter := c.IsSet("queue") || c.IsSet("older-than")
 			switch {
 			case len(ids) == 0 && !byFilter:
-				return fmt.Errorf("name --id, --queue or --older-than (--older-than 0s purges every dead job)")
+				return usageOf(c, "name --id, --queue or --older-than (--older-than 0s purges every dead job)")
 			case len(ids) > 0 && byFilter:
-				return fmt.Errorf("--id, or --queue and --older-than: not both")
+				return usageOf(c, "--id, or --queue and --older-than: not both")
 			}
 			res := struct {
 				Purged  []string `json:"purged"`
@@ -222,7 +240,7 @@ func purgeCommand() *cli.Command {
 					break
 				}
 			}
-			return output(c, res, func() {
+			return outputQuiet(c, strings.Join(res.Purged, "\n"), res, func() {
 				fmt.Printf("purged %d dead jobs\n", len(res.Purged))
 				if len(res.Skipped) > 0 {
 					fmt.Printf("skipped (unknown, or not dead): %s\n", strings.Join(res.Skipped, " "))
@@ -241,7 +259,7 @@ func cancelCommand(name string, kill bool) *cli.Command {
 		usage = "cancel a queued job, or tell the worker of a leased one to stop at once"
 	}
 	return &cli.Command{
-		Name: name, Usage: usage, ArgsUsage: "ID", Flags: []cli.Flag{&cli.StringFlag{Name: "reason"}},
+		Name: name, Usage: usage, ArgsUsage: "ID", Flags: []cli.Flag{&cli.StringFlag{Name: "reason", Usage: "why (recorded in the job and its event)"}},
 		Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 			id, err := oneArg(c, "ID")
 			if err != nil {
@@ -297,17 +315,17 @@ func leaseCommand() *cli.Command {
 				Name: "check", Usage: "is TOKEN the live lease of JOB? (linearizable; exit 3 when it is not)", ArgsUsage: "JOB TOKEN",
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					if c.NArg() != 2 {
-						return fmt.Errorf("usage: leasehold lease check JOB TOKEN")
+						return usageOf(c, "expected two arguments: JOB TOKEN")
 					}
-					tok, err := strconv.ParseUint(c.Args().Get(1), 10, 64)
+					tok, err := parseToken(c, c.Args().Get(1))
 					if err != nil {
-						return fmt.Errorf("TOKEN %q: %w", c.Args().Get(1), err)
+						return err
 					}
 					res, err := cl.Fence(ctx, c.Args().Get(0), tok)
 					if err != nil {
 						return err
 					}
-					err = output(c, map[string]any{"current": res.GetCurrent(), "current_token": res.GetCurrentToken(),
+					err = output(c, map[string]any{"current": res.GetCurrent(), "current_token": u64(res.GetCurrentToken()),
 						"state": enumName(res.GetState().String(), "JOB_STATE_")}, func() {
 						fmt.Printf("current=%t current_token=%s state=%s\n", res.GetCurrent(), tokenStr(res.GetCurrentToken()),
 							enumName(res.GetState().String(), "JOB_STATE_"))
@@ -327,7 +345,8 @@ func printLeases(c *cli.Context, views []leaseView) error {
 		w := newTable()
 		fmt.Fprintln(w, "TOKEN\tJOB\tWORKER\tSTATE\tREVOKE\tOUTCOME\tREF\tGRANTED")
 		for _, v := range views {
-			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Token, v.JobID, v.Worker, v.State, v.Revoke, v.Outcome, v.Ref, v.GrantedAt)
+			fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", v.Token, v.JobID, v.Worker, v.State, dash(v.Revoke), dash(v.Outcome),
+				dash(v.Ref), tableTime(v.GrantedAt))
 		}
 		w.Flush()
 	})
@@ -348,7 +367,12 @@ func eventsCommand() *cli.Command {
 				return err
 			}
 			defer cl.Close()
+			header := false
 			print := func(evs []*pb.Event) error {
+				// Each batch aligned on its own: --follow prints as
+				// events come.
+				w := newTable()
+				defer w.Flush()
 				for _, e := range evs {
 					if t := c.String("type"); t != "" && e.GetType() != t {
 						continue
@@ -359,7 +383,11 @@ func eventsCommand() *cli.Command {
 						fmt.Println(string(b)) // one object per line, so --follow streams
 						continue
 					}
-					fmt.Println(v.line())
+					if !header {
+						fmt.Fprintln(w, eventHeader)
+						header = true
+					}
+					fmt.Fprintln(w, v.row())
 				}
 				return nil
 			}
@@ -374,6 +402,10 @@ func eventsCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
+				if res.GetTruncated() {
+					// stderr: -o json's stdout stays one object per line.
+					fmt.Fprintf(c.App.ErrWriter, "(events after seq %d were compacted away: the oldest kept follow)\n", after)
+				}
 				print(res.GetEvents())
 				if len(res.GetEvents()) == 0 {
 					return nil
@@ -386,7 +418,7 @@ func eventsCommand() *cli.Command {
 
 func oneArg(c *cli.Context, name string) (string, error) {
 	if c.NArg() != 1 {
-		return "", fmt.Errorf("expected one argument: %s", name)
+		return "", usageOf(c, "expected one argument: %s", name)
 	}
 	return c.Args().First(), nil
 }
@@ -396,9 +428,14 @@ func tokenArg(c *cli.Context) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return parseToken(c, s)
+}
+
+// parseToken reads a fencing token argument: a whole number from 1 up.
+func parseToken(c *cli.Context, s string) (uint64, error) {
 	tok, err := strconv.ParseUint(s, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("TOKEN %q: %w", s, err)
+	if err != nil || tok == 0 {
+		return 0, usageOf(c, "TOKEN %q is not a token (a whole number from 1 up)", s)
 	}
 	return tok, nil
 }

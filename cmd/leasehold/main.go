@@ -29,19 +29,171 @@ var (
 
 func main() {
 	app := newApp()
-	if err := app.Run(interspersed(app, os.Args)); err != nil {
-		fmt.Fprintln(os.Stderr, "leasehold: "+oneLine(err))
+	err := unknownCommand(app, os.Args)
+	if err == nil {
+		err = app.Run(interspersed(app, os.Args))
+	}
+	if err != nil {
+		if msg := oneLine(err); msg != "" {
+			fmt.Fprintln(os.Stderr, "leasehold: "+msg)
+		}
 		os.Exit(exitCode(err))
 	}
 }
 
-// exitCode is 2 for a command used wrongly (errUsage), 1 for any other
-// failure.
+// exitCode is 2 for a command used wrongly (errUsage), the code a command
+// chose with cli.Exit (3 for `lease check` of a token that is not current;
+// worker run --once's outcome), 1 for any other failure.
 func exitCode(err error) int {
 	if errors.Is(err, errUsage) {
 		return 2
 	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
 	return 1
+}
+
+// cmdUsageError is a command used wrongly: exit status 2, one line naming the
+// command and where its help is.
+type cmdUsageError struct{ msg string }
+
+func (e *cmdUsageError) Error() string        { return e.msg }
+func (e *cmdUsageError) Is(target error) bool { return target == errUsage }
+
+// usageOf is a usage error of the command c runs.
+func usageOf(c *cli.Context, format string, args ...any) error {
+	name := "leasehold"
+	if c != nil && c.Command != nil && c.Command.HelpName != "" {
+		name = c.Command.HelpName
+	}
+	msg := fmt.Sprintf(format, args...)
+	if cmd := strings.TrimPrefix(name, "leasehold"); cmd != "" {
+		msg = strings.TrimSpace(cmd) + ": " + msg
+	}
+	return &cmdUsageError{msg: msg + " (see " + name + " --help)"}
+}
+
+// onUsageError replaces urfave/cli's whole help followed by the error with
+// one line (main prints it) and exit status 2.
+func onUsageError(c *cli.Context, err error, _ bool) error {
+	return usageOf(c, "%s", err.Error())
+}
+
+// quietUsage gives every command onUsageError, and makes a command's
+// missing required flag a usage error too (urfave/cli would print the
+// whole help before it).
+func quietUsage(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		if cmd.OnUsageError == nil {
+			cmd.OnUsageError = onUsageError
+		}
+		var required []string
+		for _, f := range cmd.Flags {
+			switch f := f.(type) {
+			case *cli.StringFlag:
+				if f.Required {
+					f.Required, required = false, append(required, f.Name)
+				}
+			case *cli.UintFlag:
+				if f.Required {
+					f.Required, required = false, append(required, f.Name)
+				}
+			}
+		}
+		if action := cmd.Action; len(required) > 0 && action != nil {
+			cmd.Action = func(c *cli.Context) error {
+				for _, name := range required {
+					if !c.IsSet(name) {
+						return usageOf(c, "flag --%s is required", name)
+					}
+				}
+				return action(c)
+			}
+		}
+		quietUsage(cmd.Subcommands)
+	}
+}
+
+// unknownCommand finds, before the app runs, a command name that is not
+// one: urfave/cli would print a help topic error and exit 3, the status
+// that means a fence check that is not current.
+func unknownCommand(app *cli.App, args []string) error {
+	flags, cmds, path := app.Flags, app.Commands, "leasehold"
+	for i := 1; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "--generate-bash-completion" {
+			return nil
+		}
+		if strings.HasPrefix(a, "-") {
+			if takesValue(flags, a) {
+				i++
+			}
+			continue
+		}
+		if a == "help" || a == "h" {
+			continue // help TOPIC: the topic must be a command too
+		}
+		cmd := findCommand(cmds, a)
+		if cmd == nil {
+			if len(cmds) == 0 {
+				return nil // a positional argument
+			}
+			msg := "unknown command " + a
+			if near := nearestCommand(cmds, a); near != "" {
+				msg += " (did you mean " + near + "?)"
+			}
+			if path != "leasehold" {
+				msg = strings.TrimPrefix(path, "leasehold ") + ": " + msg
+			}
+			return &cmdUsageError{msg: msg + " (see " + path + " --help)"}
+		}
+		flags, cmds, path = cmd.Flags, cmd.Subcommands, path+" "+cmd.Name
+		if len(cmds) == 0 {
+			return nil
+		}
+	}
+	return nil
+}
+
+// nearestCommand is the visible command whose name is closest to name (an
+// edit or two away, or name a prefix of it), or "".
+func nearestCommand(cmds []*cli.Command, name string) string {
+	best, bestD := "", 3
+	for _, c := range cmds {
+		if c.Hidden {
+			continue
+		}
+		d := editDistance(name, c.Name)
+		if strings.HasPrefix(c.Name, name) || strings.HasPrefix(name, c.Name) {
+			d = min(d, 1)
+		}
+		if d < bestD {
+			best, bestD = c.Name, d
+		}
+	}
+	return best
+}
+
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // globalFlags may be given before the command or after it. Only the
@@ -60,7 +212,7 @@ func withEnv(env bool) []cli.Flag {
 	}
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "endpoints", Aliases: []string{"e"}, EnvVars: e("LEASEHOLD_ENDPOINTS"),
-			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (leasehold dev's by default)"},
+			Value: cli.NewStringSlice(client.DefaultEndpoints()...), Usage: "API addresses of the cluster (repeat or comma-separate)"},
 		&cli.StringFlag{Name: "token", EnvVars: e("LEASEHOLD_TOKEN"), Usage: "bearer token"},
 		&cli.StringFlag{Name: "ca-file", EnvVars: e("LEASEHOLD_CA_FILE"), Usage: "CA to verify the API's TLS certificate (turns TLS on)"},
 		&cli.StringFlag{Name: "cert-file", EnvVars: e("LEASEHOLD_CERT_FILE"), Usage: "client certificate, for an API that requires mutual TLS (with --key-file; turns TLS on)"},
@@ -138,6 +290,11 @@ func flagString(c *cli.Context, name string) string { return lookup(c, name).Str
 func newApp() *cli.App {
 	app := newAppTree()
 	addGlobalFlags(app.Commands)
+	addQuiet(app)
+	quietUsage(app.Commands)
+	app.OnUsageError = onUsageError
+	// main prints the error and chooses the exit status, never urfave/cli.
+	app.ExitErrHandler = func(*cli.Context, error) {}
 	return app
 }
 
@@ -170,7 +327,7 @@ func newAppTree() *cli.App {
 // newClient builds the API client from the global flags.
 func newClient(c *cli.Context) (*client.Client, error) {
 	if o := flagString(c, "output"); o != "table" && o != "json" {
-		return nil, fmt.Errorf("--output %q: table or json", o)
+		return nil, usageOf(c, "--output %q: table or json", o)
 	}
 	cfg := client.Config{Endpoints: splitList(lookup(c, "endpoints").StringSlice("endpoints")), Token: flagString(c, "token")}
 	if rules.CheckVersion("version", version) == nil {
@@ -239,7 +396,13 @@ func oneLine(err error) string {
 	var ce *client.Error
 	msg := strings.ReplaceAll(err.Error(), "leasehold: ", "")
 	if errors.As(err, &ce) && ce.Reason != "" {
-		msg = ce.Reason + ": " + ce.Message
+		// The server words its messages after its sentinels ("not found:
+		// job X"): the reason in front says that already.
+		m := ce.Message
+		if said := strings.ToLower(strings.ReplaceAll(ce.Reason, "_", " ")) + ": "; strings.HasPrefix(strings.ToLower(m), said) {
+			m = m[len(said):]
+		}
+		msg = ce.Reason + ": " + m
 		if ce.Field != "" {
 			msg += " (field " + ce.Field + ")"
 		}
@@ -250,18 +413,30 @@ func oneLine(err error) string {
 func completionCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "completion",
-		Usage: "print a shell completion script (bash or zsh)",
+		Usage: "print a shell completion script (bash, zsh or fish)",
 		Description: "  source <(leasehold completion bash)\n" +
-			"leasehold answers --generate-bash-completion with the commands and flags that fit.",
-		ArgsUsage: "bash|zsh",
+			"  leasehold completion zsh > \"${fpath[1]}/_leasehold\"\n" +
+			"  leasehold completion fish > ~/.config/fish/completions/leasehold.fish\n" +
+			"bash and zsh ask leasehold --generate-bash-completion for the commands and flags that fit;\n" +
+			"fish's script lists them.",
+		ArgsUsage: "bash|zsh|fish",
 		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return usageOf(c, "one shell: bash, zsh or fish")
+			}
 			switch c.Args().First() {
 			case "bash":
-				fmt.Print(bashCompletion)
+				fmt.Fprint(c.App.Writer, bashCompletion)
 			case "zsh":
-				fmt.Print(zshCompletion)
+				fmt.Fprint(c.App.Writer, zshCompletion)
+			case "fish":
+				script, err := c.App.ToFishCompletion()
+				if err != nil {
+					return err
+				}
+				fmt.Fprint(c.App.Writer, script)
 			default:
-				return fmt.Errorf("completion: bash or zsh")
+				return usageOf(c, "shell %q: bash, zsh or fish", c.Args().First())
 			}
 			return nil
 		},

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -27,6 +30,49 @@ func output(c *cli.Context, v any, table func()) error {
 	return nil
 }
 
+// quietCommands change something and take --quiet: then they print only
+// the essential value (the job's, schedule's, queue's, worker's or node's
+// id, the snapshot's file, the restore's last token), one a line. -q is
+// not its short form: it is --queue on job submit, schedule create and
+// worker run.
+var quietCommands = []string{
+	"job submit", "job cancel", "job kill", "job retry", "job purge", "job cancel-submitter",
+	"schedule create", "schedule pause", "schedule resume", "schedule delete",
+	"queue pause", "queue resume", "queue limit", "worker deregister",
+	"cluster join", "cluster remove", "cluster transfer-leader", "snapshot save", "snapshot restore",
+}
+
+func quietFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "quiet", Usage: "print only the id (or the one value the command yields), not the table or JSON"}
+}
+
+// addQuiet gives the quietCommands --quiet; it fails for a name that is
+// not a command (a renamed one must not silently lose it).
+func addQuiet(app *cli.App) {
+	for _, path := range quietCommands {
+		cmds, names := app.Commands, strings.Fields(path)
+		var cmd *cli.Command
+		for _, n := range names {
+			if cmd = findCommand(cmds, n); cmd == nil {
+				panic("quietCommands: no command " + path)
+			}
+			cmds = cmd.Subcommands
+		}
+		cmd.Flags = append(cmd.Flags, quietFlag())
+	}
+}
+
+// outputQuiet prints quiet alone with --quiet, else as output does.
+func outputQuiet(c *cli.Context, quiet string, v any, table func()) error {
+	if c.Bool("quiet") {
+		if quiet != "" {
+			fmt.Fprintln(c.App.Writer, quiet)
+		}
+		return nil
+	}
+	return output(c, v, table)
+}
+
 func newTable() *tabwriter.Writer { return tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0) }
 
 // enumName turns JOB_STATE_QUEUED into queued.
@@ -39,24 +85,113 @@ func timeOf(t *timestamppb.Timestamp) string {
 	return t.AsTime().UTC().Format(time.RFC3339Nano)
 }
 
+// tableTime is a time of timeOf's as a table shows it: to the second, with
+// how far it is from now by this machine's clock ("3s ago", "in 2m05s");
+// "-" when unset. JSON keeps timeOf's full precision.
+func tableTime(s string) string {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return dash(s)
+	}
+	return t.UTC().Format(time.RFC3339) + " (" + relative(time.Until(t)) + ")"
+}
+
+// relative is d from now: "3s ago" for the past, "in 2m05s" for the future.
+func relative(d time.Duration) string {
+	if d > 0 {
+		return "in " + strings.TrimSuffix(ago(d), " ago")
+	}
+	return ago(-d)
+}
+
+// dash is s, or "-" for an empty column.
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// countsLine is counts in the order of names: "queued 3, running 1", or
+// "none".
+func countsLine(names []string, counts map[string]uint64) string {
+	var parts, others []string
+	for _, n := range names {
+		if counts[n] > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", n, counts[n]))
+		}
+	}
+	for n, c := range counts {
+		if c > 0 && !slices.Contains(names, n) {
+			others = append(others, fmt.Sprintf("%s %d", n, c))
+		}
+	}
+	slices.Sort(others)
+	parts = append(parts, others...)
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}
+
+// jobStateNames are the job states in their enum's order.
+func jobStateNames() []string {
+	var names []string
+	for i := range len(pb.JobState_name) {
+		if n, ok := pb.JobState_name[int32(i)]; ok && i > 0 {
+			names = append(names, enumName(n, "JOB_STATE_"))
+		}
+	}
+	return names
+}
+
+// payloadView is a payload as JSON shows it: the text when it is UTF-8,
+// else base64 (the second).
+func payloadView(p []byte) (*string, string) {
+	if utf8.Valid(p) {
+		s := string(p)
+		return &s, ""
+	}
+	return nil, base64.StdEncoding.EncodeToString(p)
+}
+
+// payloadLine is a payload in a table: short one-line text as it is, else
+// what it is and its size (-o json has it all).
+func payloadLine(p []byte) string {
+	switch {
+	case !utf8.Valid(p):
+		return fmt.Sprintf("(binary, %d bytes)", len(p))
+	case len(p) > 80 || strings.ContainsFunc(string(p), func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return fmt.Sprintf("(text, %d bytes)", len(p))
+	}
+	return string(p)
+}
+
+// u64 is a token, sequence number or index as the API's JSON (protojson)
+// prints a uint64: a string, which a JavaScript reader cannot round.
+func u64(n uint64) string { return strconv.FormatUint(n, 10) }
+
 // jobView is a job as the CLI prints it.
 type jobView struct {
-	ID          string `json:"id"`
-	State       string `json:"state"`
-	Queue       string `json:"queue"`
-	Kind        string `json:"kind"`
-	Priority    int32  `json:"priority"`
-	Submitter   string `json:"submitter,omitempty"`
-	Attempts    uint32 `json:"attempts"`
-	Losses      uint32 `json:"losses"`
-	Token       uint64 `json:"token,omitempty"`  // the newest lease's token
-	Worker      string `json:"worker,omitempty"` // the newest lease's worker
-	Outcome     string `json:"outcome,omitempty"`
-	Ref         string `json:"ref,omitempty"`
-	Reason      string `json:"reason,omitempty"`
-	Payload     string `json:"payload"`
-	SubmittedAt string `json:"submitted_at"`
-	FinishedAt  string `json:"finished_at,omitempty"`
+	ID        string `json:"id"`
+	State     string `json:"state"`
+	Queue     string `json:"queue"`
+	Kind      string `json:"kind"`
+	Priority  int32  `json:"priority"`
+	Submitter string `json:"submitter,omitempty"`
+	Attempts  uint32 `json:"attempts"`
+	Losses    uint32 `json:"losses"`
+	Token     uint64 `json:"token,omitempty,string"` // the newest lease's token
+	Worker    string `json:"worker,omitempty"`       // the newest lease's worker
+	Outcome   string `json:"outcome,omitempty"`
+	Ref       string `json:"ref,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// Payload is the payload when it is UTF-8 text; PayloadBase64 the
+	// payload in base64 when it is not (one of the two is there).
+	Payload       *string `json:"payload,omitempty"`
+	PayloadBase64 string  `json:"payload_base64,omitempty"`
+	SubmittedAt   string  `json:"submitted_at"`
+	FinishedAt    string  `json:"finished_at,omitempty"`
 	// NotBefore: not granted before this (its run-at time, or the end of a
 	// retry's backoff).
 	NotBefore string      `json:"not_before,omitempty"`
@@ -80,7 +215,7 @@ type retryView struct {
 }
 
 type leaseView struct {
-	Token     uint64 `json:"token"`
+	Token     uint64 `json:"token,string"`
 	JobID     string `json:"job_id"`
 	Worker    string `json:"worker"`
 	State     string `json:"state"`
@@ -113,9 +248,10 @@ func jobViewOf(j *pb.Job) jobView {
 	s := j.GetSpec()
 	v := jobView{ID: s.GetId(), State: enumName(j.GetState().String(), "JOB_STATE_"), Queue: s.GetQueue(),
 		Kind: s.GetKind(), Priority: s.GetPriority(), Submitter: s.GetSubmitter(), Attempts: j.GetAttempts(),
-		Losses: j.GetLosses(), Reason: j.GetReason(), Payload: string(s.GetPayload()),
+		Losses: j.GetLosses(), Reason: j.GetReason(),
 		SubmittedAt: timeOf(j.GetSubmittedAt()), FinishedAt: timeOf(j.GetFinishedAt()), NotBefore: timeOf(j.GetNotBefore()),
 		Progress: j.GetProgress(), ProgressAt: timeOf(j.GetProgressAt())}
+	v.Payload, v.PayloadBase64 = payloadView(s.GetPayload())
 	if r := s.GetRetry(); r != nil {
 		v.Retry = &retryView{Initial: r.GetInitial().AsDuration().String(), Max: r.GetMax().AsDuration().String(),
 			Multiplier: r.GetMultiplier(), Jitter: r.GetJitter()}
@@ -141,6 +277,9 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 	var v any = views
 	if single && len(views) == 1 {
 		v = views[0]
+		if c.Bool("quiet") {
+			return outputQuiet(c, views[0].ID, nil, nil)
+		}
 	}
 	return output(c, v, func() {
 		w := newTable()
@@ -148,15 +287,18 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		for _, v := range views {
 			notBefore := "-"
 			if v.State == "scheduled" {
-				notBefore = v.NotBefore
+				notBefore = tableTime(v.NotBefore)
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", v.ID, v.State, v.Queue, v.Kind, v.Priority,
-				v.Attempts, tokenStr(v.Token), v.Worker, v.Outcome, v.Ref, notBefore)
+				v.Attempts, tokenStr(v.Token), dash(v.Worker), dash(v.Outcome), dash(v.Ref), notBefore)
 		}
 		w.Flush()
 		// One job: why it ended, if it says (a dead job's last error).
 		if single && len(views) == 1 && views[0].Reason != "" {
 			fmt.Printf("reason: %s\n", views[0].Reason)
+		}
+		if single && len(jobs) == 1 && len(jobs[0].GetSpec().GetPayload()) > 0 {
+			fmt.Printf("payload: %s\n", payloadLine(jobs[0].GetSpec().GetPayload()))
 		}
 		if single && len(jobs) == 1 && jobs[0].GetProgress() != "" {
 			fmt.Printf("progress: %s (heard %s ago)\n", jobs[0].GetProgress(), ageOf(jobs[0].GetProgressAt()))
@@ -202,11 +344,11 @@ func tokenStr(t uint64) string {
 }
 
 type eventView struct {
-	Seq    uint64 `json:"seq"`
+	Seq    uint64 `json:"seq,string"`
 	Time   string `json:"time"`
 	Type   string `json:"type"`
 	JobID  string `json:"job_id,omitempty"`
-	Token  uint64 `json:"token,omitempty"`
+	Token  uint64 `json:"token,omitempty,string"`
 	Worker string `json:"worker,omitempty"`
 	Ref    string `json:"ref,omitempty"`
 	Detail string `json:"detail,omitempty"`
@@ -219,19 +361,11 @@ func eventViewOf(e *pb.Event) eventView {
 		Token: e.GetToken(), Worker: e.GetWorkerId(), Ref: e.GetRef(), Detail: e.GetDetail(), Actor: e.GetActor(), Source: e.GetSource()}
 }
 
-// line is the event as one table row: only the fields it has.
-func (v eventView) line() string {
-	parts := []string{strconv.FormatUint(v.Seq, 10), v.Time, v.Type}
-	for _, f := range []struct{ k, v string }{
-		{"job", v.JobID}, {"token", tokenStr(v.Token)}, {"worker", v.Worker}, {"ref", v.Ref},
-		{"actor", v.Actor}, {"source", v.Source},
-	} {
-		if f.v != "" && !(f.k == "token" && v.Token == 0) {
-			parts = append(parts, f.k+"="+f.v)
-		}
-	}
-	if v.Detail != "" {
-		parts = append(parts, v.Detail)
-	}
-	return strings.Join(parts, "\t")
+// eventHeader is the events table's header; row is one event under it,
+// "-" for what it does not have.
+const eventHeader = "SEQ\tTIME\tTYPE\tJOB\tTOKEN\tWORKER\tREF\tACTOR\tSOURCE\tDETAIL"
+
+func (v eventView) row() string {
+	return strings.Join([]string{strconv.FormatUint(v.Seq, 10), tableTime(v.Time), v.Type, dash(v.JobID), tokenStr(v.Token),
+		dash(v.Worker), dash(v.Ref), dash(v.Actor), dash(v.Source), dash(v.Detail)}, "\t")
 }

@@ -27,10 +27,10 @@ func queueCommand() *cli.Command {
 				},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					if c.NArg() != 0 {
-						return fmt.Errorf("usage: leasehold queue list [--after NAME] [--limit N]")
+						return usageOf(c, "unexpected argument %q", c.Args().First())
 					}
 					if n := c.Uint("limit"); n == 0 || n > 1000 {
-						return fmt.Errorf("--limit %d: 1 to 1000", n)
+						return usageOf(c, "--limit %d: 1 to 1000", n)
 					}
 					queues, next, err := cl.ListQueues(ctx, c.String("after"), uint32(c.Uint("limit")), readOpts(c)...)
 					if err != nil {
@@ -43,7 +43,7 @@ func queueCommand() *cli.Command {
 					return output(c, queueList{Queues: views, Next: next}, func() {
 						printQueues(c.App.Writer, views, true)
 						if next != "" {
-							fmt.Fprintf(c.App.Writer, "more queues follow: leasehold queue list --after %s\n", next)
+							fmt.Fprintf(c.App.ErrWriter, "(%d shown; more follow: --after %s for the next page)\n", len(views), next)
 						}
 					})
 				}),
@@ -82,7 +82,7 @@ func queueCommand() *cli.Command {
 					}
 					n := c.Uint("max-running")
 					if n > 1_000_000 {
-						return fmt.Errorf("--max-running %d: at most 1000000", n)
+						return usageOf(c, "--max-running %d: at most 1000000", n)
 					}
 					s, err := cl.SetQueueLimit(ctx, q, uint32(n))
 					return printQueueSettings(c, s, err)
@@ -161,7 +161,7 @@ func printQueueSettings(c *cli.Context, s *pb.QueueSettings, err error) error {
 		return err
 	}
 	v := map[string]any{"name": s.GetName(), "paused": s.GetPaused(), "max_running": s.GetMaxRunning()}
-	return output(c, v, func() {
+	return outputQuiet(c, s.GetName(), v, func() {
 		limit := "no limit"
 		if s.GetMaxRunning() != 0 {
 			limit = fmt.Sprintf("max running %d", s.GetMaxRunning())

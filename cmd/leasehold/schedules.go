@@ -16,10 +16,10 @@ import (
 // retryFlags are a job's retry policy flags (job submit, schedule create).
 func retryFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (default 1s; 0: retry at once)"},
-		&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries (default 10m with the default policy, else 1024 x initial)"},
-		&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10 (default 2)"},
-		&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1 (default 0.2 with the default policy, else 0)"},
+		&cli.DurationFlag{Name: "retry-initial", Usage: "wait after the first retryable failure (0: retry at once)", DefaultText: "1s"},
+		&cli.DurationFlag{Name: "retry-max", Usage: "longest wait between retries", DefaultText: "10m with the default policy, else 1024 x initial"},
+		&cli.Float64Flag{Name: "retry-multiplier", Usage: "each wait is the last one times this, 1 to 10", DefaultText: "2"},
+		&cli.Float64Flag{Name: "retry-jitter", Usage: "shorten each wait by up to this fraction, 0 to 1", DefaultText: "0.2 with the default policy, else 0"},
 	}
 }
 
@@ -77,8 +77,8 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 						Usage: "run: a lost worker fails the job; evaluation (or anything else): it is queued again"},
 					&cli.StringFlag{Name: "payload", Aliases: []string{"p"}, Usage: "DATA, @FILE or @- (stdin)"},
 					&cli.IntFlag{Name: "priority", Usage: "higher runs first"},
-					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}},
-					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably (default 3)"},
+					&cli.StringFlag{Name: "submitter", EnvVars: []string{"LEASEHOLD_SUBMITTER"}, Usage: "who submits (recorded with each job; job cancel-submitter cancels by it)"},
+					&cli.UintFlag{Name: "max-attempts", Usage: "runs of a job that fails retryably", DefaultText: "3"},
 				}, retryFlags()...),
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					name, err := oneArg(c, "NAME")
@@ -96,10 +96,10 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 					case "run-latest", "run_latest":
 						missed = pb.MissedSlots_MISSED_SLOTS_RUN_LATEST
 					default:
-						return fmt.Errorf("--missed %q: skip or run-latest", c.String("missed"))
+						return usageOf(c, "--missed %q: skip or run-latest", c.String("missed"))
 					}
 					if c.Int("priority") < -1<<31 || c.Int("priority") > 1<<31-1 {
-						return fmt.Errorf("--priority %d out of range", c.Int("priority"))
+						return usageOf(c, "--priority %d out of range", c.Int("priority"))
 					}
 					req := &pb.CreateScheduleRequest{Name: name, Cron: c.String("cron"), TimeZone: c.String("tz"), Missed: missed,
 						Paused: c.Bool("paused"), Replace: c.Bool("replace"),
@@ -151,7 +151,7 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 					if err := cl.DeleteSchedule(ctx, name); err != nil {
 						return err
 					}
-					return output(c, map[string]string{"deleted": name}, func() { fmt.Printf("deleted schedule %s\n", name) })
+					return outputQuiet(c, name, map[string]string{"deleted": name}, func() { fmt.Printf("deleted schedule %s\n", name) })
 				}),
 			},
 		},
@@ -160,17 +160,18 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 
 // scheduleView is a schedule as the CLI prints it.
 type scheduleView struct {
-	Name      string     `json:"name"`
-	Cron      string     `json:"cron"`
-	TimeZone  string     `json:"time_zone"`
-	Missed    string     `json:"missed"`
-	Paused    bool       `json:"paused"`
-	Queue     string     `json:"queue"`
-	Kind      string     `json:"kind"`
-	Priority  int32      `json:"priority"`
-	Submitter string     `json:"submitter,omitempty"`
-	Payload   string     `json:"payload"`
-	Retry     *retryView `json:"retry,omitempty"`
+	Name          string     `json:"name"`
+	Cron          string     `json:"cron"`
+	TimeZone      string     `json:"time_zone"`
+	Missed        string     `json:"missed"`
+	Paused        bool       `json:"paused"`
+	Queue         string     `json:"queue"`
+	Kind          string     `json:"kind"`
+	Priority      int32      `json:"priority"`
+	Submitter     string     `json:"submitter,omitempty"`
+	Payload       *string    `json:"payload,omitempty"` // UTF-8 text
+	PayloadBase64 string     `json:"payload_base64,omitempty"`
+	Retry         *retryView `json:"retry,omitempty"`
 	// LastSlot: every slot up to it is settled (fired or skipped).
 	LastSlot  string   `json:"last_slot"`
 	Fired     uint64   `json:"fired"`
@@ -185,9 +186,10 @@ func scheduleViewOf(sc *pb.Schedule) scheduleView {
 	t := sc.GetTemplate()
 	v := scheduleView{Name: sc.GetName(), Cron: sc.GetCron(), TimeZone: sc.GetTimeZone(),
 		Missed: strings.ReplaceAll(enumName(sc.GetMissed().String(), "MISSED_SLOTS_"), "_", "-"), Paused: sc.GetPaused(),
-		Queue: t.GetQueue(), Kind: t.GetKind(), Priority: t.GetPriority(), Submitter: t.GetSubmitter(), Payload: string(t.GetPayload()),
+		Queue: t.GetQueue(), Kind: t.GetKind(), Priority: t.GetPriority(), Submitter: t.GetSubmitter(),
 		LastSlot: timeOf(sc.GetLastSlot()), Fired: sc.GetFired(), Skipped: sc.GetSkipped(), LastJob: sc.GetLastJobId(),
 		NextSlots: []string{}, CreatedAt: timeOf(sc.GetCreatedAt()), UpdatedAt: timeOf(sc.GetUpdatedAt())}
+	v.Payload, v.PayloadBase64 = payloadView(t.GetPayload())
 	if v.TimeZone == "" {
 		v.TimeZone = "UTC"
 	}
@@ -209,6 +211,9 @@ func printSchedules(c *cli.Context, scs []*pb.Schedule, single bool) error {
 	var v any = views
 	if single && len(views) == 1 {
 		v = views[0]
+		if c.Bool("quiet") {
+			return outputQuiet(c, views[0].Name, nil, nil)
+		}
 	}
 	return output(c, v, func() {
 		w := newTable()
@@ -216,7 +221,7 @@ func printSchedules(c *cli.Context, scs []*pb.Schedule, single bool) error {
 		for _, v := range views {
 			next := "-"
 			if len(v.NextSlots) > 0 {
-				next = v.NextSlots[0]
+				next = tableTime(v.NextSlots[0])
 			}
 			last := v.LastJob
 			if last == "" {

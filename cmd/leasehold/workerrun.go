@@ -59,16 +59,16 @@ func workerRunCommand() *cli.Command {
 			"With --once the worker exits after its first job with that job's outcome: 0 succeeded, 75\n" +
 			"failed and retryable, 1 anything else.",
 		Flags: []cli.Flag{
-			&cli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Value: cli.NewStringSlice("default")},
-			&cli.StringSliceFlag{Name: "kind", Aliases: []string{"k"}, Value: cli.NewStringSlice("default", "run", "evaluation")},
+			&cli.StringSliceFlag{Name: "queue", Aliases: []string{"q"}, Value: cli.NewStringSlice("default"), Usage: "queues to take jobs from (repeat or comma-separate)"},
+			&cli.StringSliceFlag{Name: "kind", Aliases: []string{"k"}, Value: cli.NewStringSlice("default", "run", "evaluation"), Usage: "job kinds to take (repeat or comma-separate)"},
 			&cli.StringFlag{Name: "id", EnvVars: []string{"LEASEHOLD_WORKER_ID"}, Usage: "stable worker id (default: host name)"},
-			&cli.IntFlag{Name: "concurrency", Aliases: []string{"n"}, Value: 1},
+			&cli.IntFlag{Name: "concurrency", Aliases: []string{"n"}, Value: 1, Usage: "jobs run at once"},
 			&cli.DurationFlag{Name: "kill-after", Value: 10 * time.Second, Usage: "SIGKILL this long after SIGTERM"},
 			&cli.DurationFlag{Name: "drain", Value: 30 * time.Second, Usage: "on shutdown, wait this long for running commands"},
 			&cli.BoolFlag{Name: "once", Usage: "exit after the first job finishes, with its outcome (0, 75 or 1)"},
 			&cli.StringFlag{Name: "state-dir", EnvVars: []string{"LEASEHOLD_STATE_DIR"},
 				Usage: "the worker's state: each job's files and supervisor, the self-stop deadline (default: $XDG_STATE_HOME/leasehold/ID, or ~/.local/state/leasehold/ID)"},
-			&cli.StringFlag{Name: "log-level", Value: "info"},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "trace, debug, info, warn or error (logs go to stderr)"},
 		},
 		Action: func(c *cli.Context) error {
 			argv := c.Args().Slice()

@@ -32,7 +32,7 @@ type workerView struct {
 
 type leaseID struct {
 	JobID string `json:"job_id"`
-	Token uint64 `json:"token"`
+	Token uint64 `json:"token,string"`
 }
 
 func workerViewOf(w *pb.Worker) workerView {
@@ -155,7 +155,7 @@ func workerGetCommand() *cli.Command {
 // endedView is a lease a deregistration ended and what became of its job.
 type endedView struct {
 	JobID    string `json:"job_id"`
-	Token    uint64 `json:"token"`
+	Token    uint64 `json:"token,string"`
 	JobState string `json:"job_state,omitempty"`
 }
 
@@ -209,7 +209,7 @@ func workerDeregisterCommand() *cli.Command {
 					return err
 				}
 			}
-			return output(c, map[string]any{"deregistered": id, "ended": views}, func() {
+			return outputQuiet(c, id, map[string]any{"deregistered": id, "ended": views}, func() {
 				writeDeregistered(c.App.Writer, id, views)
 			})
 		}),

@@ -163,12 +163,14 @@ type jobJSON struct {
 	Queue    string `json:"queue"`
 	Kind     string `json:"kind"`
 	Attempts uint32 `json:"attempts"`
-	Token    uint64 `json:"token"`
+	Token    uint64 `json:"token,string"`
 	Worker   string `json:"worker"`
 	Outcome  string `json:"outcome"`
 	Ref      string `json:"ref"`
 	Reason   string `json:"reason"`
 	Payload  string `json:"payload"`
+	// PayloadBase64 is there instead for a payload that is not UTF-8.
+	PayloadBase64 string `json:"payload_base64"`
 	// NotBefore: RFC 3339 with nanoseconds, empty when the job runs at once.
 	NotBefore string      `json:"not_before"`
 	Leases    []leaseJSON `json:"leases"`
@@ -180,7 +182,7 @@ type jobJSON struct {
 }
 
 type leaseJSON struct {
-	Token     uint64 `json:"token"`
+	Token     uint64 `json:"token,string"`
 	JobID     string `json:"job_id"`
 	Worker    string `json:"worker"`
 	State     string `json:"state"`

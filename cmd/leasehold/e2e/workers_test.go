@@ -17,7 +17,7 @@ type workerJSON struct {
 	LeaseCount uint32 `json:"lease_count"`
 	Leases     []struct {
 		JobID string `json:"job_id"`
-		Token uint64 `json:"token"`
+		Token uint64 `json:"token,string"`
 	} `json:"leases"`
 	Capacity uint32 `json:"capacity"`
 	Version  string `json:"version"`
