@@ -196,7 +196,7 @@ func defaultServerConfig() ServerConfig {
 		LogStore: d.LogStore, WALSegmentBytes: d.WALSegmentBytes,
 		HeartbeatTimeout: duration{d.HeartbeatTimeout}, ElectionTimeout: duration{d.ElectionTimeout},
 		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, CommitTimeout: duration{d.CommitTimeout},
-		SnapshotInterval: duration{d.SnapshotInterval},
+		SnapshotInterval:  duration{d.SnapshotInterval},
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
 	}
 	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, DeadJobs: duration{d.DeadRetention},
