@@ -58,3 +58,23 @@ func TestBadConfigFails(t *testing.T) {
 		})
 	}
 }
+
+// A cluster started with --timing-scale runs on the scaled timings: it
+// elects a leader, reports renew, grace and toleration times the scale,
+// and elects another leader after the first is killed.
+func TestTimingScaleCluster(t *testing.T) {
+	t.Parallel()
+	// startCluster's 0.2 s / 2 s / 4 s and its Raft 300 ms / 300 ms /
+	// 150 ms, halved.
+	c := startCluster(t, 3, "--timing-scale", "0.5")
+	old := c.waitReady(t)
+	var st struct{ Renew, Grace, Toleration string }
+	decodeJSON(t, "cluster status", c.cli(t, "cluster", "status", "-o", "json"), &st)
+	if st.Renew != "100ms" || st.Grace != "1s" || st.Toleration != "2s" {
+		t.Fatalf("cluster status timings %+v, want renew 100ms, grace 1s, toleration 2s", st)
+	}
+	old.kill(t)
+	if leader := c.waitReady(t); leader == old {
+		t.Fatalf("the killed node %s still leads", old.id)
+	}
+}
