@@ -96,7 +96,9 @@ func serverCommand() *cli.Command {
 		Description: "Runs one node. The same command line works on first boot and on restart:\n" +
 			"  leasehold server --config /etc/leasehold/leasehold.toml --bootstrap-expect 3 --join a:7711,b:7711,c:7711\n" +
 			"A node reachable from other hosts needs [tls.peer] and API authentication, or --insecure.\n" +
-			"SIGHUP reloads certificates, CAs and tokens; SIGINT or SIGTERM stops the node (a leader hands over first).",
+			"SIGHUP reloads certificates, CAs and tokens; SIGINT or SIGTERM stops the node (a leader hands over first).\n" +
+			"Timings left unset fit those set (a lone --grace-seconds 2 lowers renew to 0.4 s), and --timing-scale\n" +
+			"multiplies every liveness timing: docs/operations.md, \"Timings\".",
 		Flags: serverFlags(),
 		Action: func(c *cli.Context) error {
 			cfg, err := resolveServerConfig(c)

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/localcluster"
 	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // A server with a bad configuration exits non-zero at once, and its error
@@ -76,5 +78,25 @@ func TestTimingScaleCluster(t *testing.T) {
 	old.kill(t)
 	if leader := c.waitReady(t); leader == old {
 		t.Fatalf("the killed node %s still leads", old.id)
+	}
+}
+
+// A lone --grace-seconds 2, the example, starts a node that
+// elects itself: renew and the Raft timeouts, left unset, fit below it.
+func TestLoneGraceStarts(t *testing.T) {
+	t.Parallel()
+	lc, err := localcluster.Start(t.Context(), localcluster.Options{Binary: testbin.Leasehold(t), Nodes: 1, Dir: t.TempDir(),
+		Args: []string{"--grace-seconds", "2"}, ReadyTimeout: testwait.Bound(readyBound)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbin.KillAtEnd(t, lc)
+	if _, err := lc.WaitReady(testwait.Context(t, readyBound)); err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Renew, Grace string }
+	decodeJSON(t, "cluster status", mustCLI(t, append(baseEnv(), "LEASEHOLD_ENDPOINTS="+lc.Endpoints()[0]), "cluster", "status", "-o", "json"), &st)
+	if st.Renew != "400ms" || st.Grace != "2s" {
+		t.Fatalf("timings %+v, want renew 400ms, grace 2s", st)
 	}
 }
