@@ -300,6 +300,9 @@ func (c *ServerConfig) clusterConfigOf(logger hclog.Logger) (cluster.Config, *tr
 	scaleTimings(&cfg, c.scale())
 	cfg.Logger = logger
 	cfg.Clock = serverClock()
+	if c.Limits.BodyTimeout.Duration < 0 {
+		return cfg, nil, &cluster.ConfigError{Field: "body_timeout", Value: c.Limits.BodyTimeout.Duration, Reason: "must not be negative (0: no bound)"}
+	}
 	if err := c.apiLimits().Validate(); err != nil {
 		return cfg, nil, err
 	}

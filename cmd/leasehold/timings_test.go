@@ -108,6 +108,7 @@ func TestTimingErrorsNameKeysAndFlags(t *testing.T) {
 			[]string{"[raft] leader_lease_timeout", "[raft] heartbeat_timeout (300ms)", "--raft-leader-lease-timeout and --raft-heartbeat-timeout"}},
 		{[]string{"--raft-commit-timeout", "0s"}, []string{"[raft] commit_timeout", "--raft-commit-timeout"}},
 		{[]string{"--retention-compact-interval", "0s"}, []string{"[retention] compact_interval", "--retention-compact-interval"}},
+		{[]string{"--body-timeout", "-1s"}, []string{"[limits] body_timeout = -1s", "--body-timeout"}},
 		{[]string{"--timing-scale", "0.01"}, []string{"[raft] heartbeat_timeout = 3ms", "Raft's floor", "--timing-scale 0.01"}},
 	} {
 		_, err := nodeConfigOf(t, tc.args...)
