@@ -230,6 +230,21 @@ func (c *Config) Validate() error {
 			return bad(d.field, d.v, "must be positive")
 		}
 	}
+	// hashicorp/raft's own floors, named here rather than by raft.
+	for _, d := range []struct {
+		field      string
+		v, atLeast time.Duration
+	}{
+		{"raft_heartbeat_timeout", c.HeartbeatTimeout, 5 * time.Millisecond},
+		{"raft_election_timeout", c.ElectionTimeout, 5 * time.Millisecond},
+		{"raft_leader_lease_timeout", c.LeaderLeaseTimeout, 5 * time.Millisecond},
+		{"raft_commit_timeout", c.CommitTimeout, time.Millisecond},
+		{"snapshot_interval", c.SnapshotInterval, 5 * time.Millisecond},
+	} {
+		if d.v < d.atLeast {
+			return bad(d.field, d.v, "must be at least %s (Raft's floor)", d.atLeast)
+		}
+	}
 	if c.DeadRetention < 0 {
 		return bad("dead_retention", c.DeadRetention, "must not be negative (0 keeps dead jobs until they are retried or purged)")
 	}

@@ -146,6 +146,12 @@ func TestConfigValidation(t *testing.T) {
 		{"worker_gc_seconds", func(c *cluster.Config) { c.WorkerGCThreshold = 0 }},
 		{"max_workers", func(c *cluster.Config) { c.MaxWorkers = 0 }},
 		{"max_workers", func(c *cluster.Config) { c.MaxWorkers = fsm.MaxWorkers + 1 }},
+		// hashicorp/raft's floors, named before raft refuses them.
+		{"raft_heartbeat_timeout", func(c *cluster.Config) {
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 4*time.Millisecond, 4*time.Millisecond, 4*time.Millisecond
+		}},
+		{"raft_commit_timeout", func(c *cluster.Config) { c.CommitTimeout = time.Millisecond / 2 }},
+		{"snapshot_interval", func(c *cluster.Config) { c.SnapshotInterval = time.Millisecond }},
 	} {
 		c := base()
 		tc.mod(&c)

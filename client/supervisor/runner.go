@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -73,8 +74,19 @@ type Runner struct {
 	finished map[string]uint64
 }
 
-// NewRunner checks o and creates the state directory.
+// errUnsupported: the supervisor needs Linux (sessions, process groups,
+// user signals, and /proc to tell a process from a reused pid).
+var errUnsupported = fmt.Errorf("supervisor: needs Linux (process groups, signals and /proc), not %s: %w", runtime.GOOS, errors.ErrUnsupported)
+
+// supported is whether this platform can run a supervisor.
+func supported() bool { return runtime.GOOS == "linux" }
+
+// NewRunner checks o and creates the state directory. Off Linux it fails
+// with an error matching errors.ErrUnsupported.
 func NewRunner(o Options) (*Runner, error) {
+	if !supported() {
+		return nil, errUnsupported
+	}
 	if o.Dir == "" || len(o.Argv) == 0 || len(o.Supervise) == 0 {
 		return nil, errors.New("supervisor: Dir, Argv and Supervise are required")
 	}
@@ -175,7 +187,7 @@ func (r *Runner) Run(ctx context.Context, j *client.Job) (client.Result, error) 
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	// A session of its own and no parent-death signal: the supervisor,
 	// and so the command, outlives this worker.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = sessionAttr()
 	if err := cmd.Start(); err != nil {
 		return client.Result{Outcome: pb.Outcome_OUTCOME_FAILED, Message: "starting the supervisor: " + err.Error()}, nil
 	}
@@ -287,7 +299,7 @@ func (r *Runner) wait(ctx context.Context, j *client.Job, dir string, sup Proces
 			stop = nil // signalled once; now wait for the result
 		case <-killed:
 			// A kill after a cancel: SIGKILL now, not after the grace.
-			sup.signal(syscall.SIGUSR1)
+			sup.signal(sigKill)
 			killed = nil
 		}
 		if gone {
@@ -340,7 +352,7 @@ func (p *progressOf) poll(j *client.Job) {
 // signal signals the supervisor itself, if it is still itself.
 func (p Process) signal(sig syscall.Signal) {
 	if p.StartTime == 0 || p.Alive() {
-		_ = syscall.Kill(p.PID, sig)
+		kill(p.PID, sig)
 	}
 }
 
@@ -350,9 +362,9 @@ func stopSignal(cause error) syscall.Signal {
 	var rev *client.RevokedError
 	switch {
 	case errors.As(cause, &rev) && rev.Kill:
-		return syscall.SIGUSR1
+		return sigKill
 	case errors.Is(cause, client.ErrLeaseLost):
-		return syscall.SIGUSR2
+		return sigLost
 	default:
 		return syscall.SIGTERM
 	}

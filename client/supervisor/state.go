@@ -80,7 +80,7 @@ func (p Process) Alive() bool {
 // signalGroup signals p's process group (p leads it), if p is still p.
 func (p Process) signalGroup(sig syscall.Signal) {
 	if p.Alive() {
-		_ = syscall.Kill(-p.PID, sig)
+		kill(-p.PID, sig)
 	}
 }
 

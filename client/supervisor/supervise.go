@@ -37,11 +37,14 @@ type SuperviseOptions struct {
 // worker starts it with setsid), so neither the worker's death nor the
 // terminal's hangup reaches it. It returns the process's exit status.
 func Supervise(o SuperviseOptions) int {
+	if !supported() {
+		return finish(o, Result{ExitCode: -1, Error: errUnsupported.Error()})
+	}
 	sigs := make(chan os.Signal, 4)
 	// SIGPIPE is handled so that writing to a stdout nobody reads any more
 	// (the worker that started us is gone) is an error, not our death. A
 	// handled signal is reset to its default in the command.
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(sigs, syscall.SIGTERM, sigKill, sigLost, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
 	defer signal.Stop(sigs)
 
 	self, err := processOf(os.Getpid())
@@ -64,7 +67,7 @@ func Supervise(o SuperviseOptions) int {
 	var tail tailBuffer
 	cmd.Stderr = &teeTail{w: ignoreErrors{os.Stderr}, tail: &tail}
 	// Its own process group, so a stop reaches whatever the command started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = groupAttr()
 	// A process that leaves the group but keeps the output open must not
 	// keep the job "running" forever.
 	cmd.WaitDelay = o.KillAfter
@@ -99,13 +102,13 @@ func Supervise(o SuperviseOptions) int {
 			case syscall.SIGTERM: // cancel, or the worker shutting down
 				if stopped == "" {
 					stopped = "cancel"
-					syscall.Kill(-group, syscall.SIGTERM)
+					kill(-group, syscall.SIGTERM)
 					killAt = time.After(o.KillAfter)
 				}
-			case syscall.SIGUSR1: // kill: nothing graceful
+			case sigKill: // kill: nothing graceful
 				stopped = "kill"
-				syscall.Kill(-group, syscall.SIGKILL)
-			case syscall.SIGUSR2: // lost: the lease is ending now
+				kill(-group, syscall.SIGKILL)
+			case sigLost: // lost: the lease is ending now
 				stopped = "lost"
 				stopNow(group)
 			}
@@ -116,7 +119,7 @@ func Supervise(o SuperviseOptions) int {
 				stopNow(group)
 			}
 		case <-killAt:
-			syscall.Kill(-group, syscall.SIGKILL)
+			kill(-group, syscall.SIGKILL)
 		}
 	}
 }
@@ -124,8 +127,8 @@ func Supervise(o SuperviseOptions) int {
 // stopNow stops a process group as the worker stops a job whose lease is
 // ending: SIGTERM, then SIGKILL without waiting.
 func stopNow(group int) {
-	syscall.Kill(-group, syscall.SIGTERM)
-	syscall.Kill(-group, syscall.SIGKILL)
+	kill(-group, syscall.SIGTERM)
+	kill(-group, syscall.SIGKILL)
 }
 
 // finish writes the result and returns the supervisor's exit status.

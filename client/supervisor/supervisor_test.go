@@ -1,3 +1,7 @@
+//go:build linux
+
+// The supervisor runs on Linux only (NewRunner refuses elsewhere).
+
 package supervisor
 
 import (

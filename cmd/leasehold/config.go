@@ -54,6 +54,11 @@ type ServerConfig struct {
 	// Sockets inherited from the process that started this one (--raft-fd,
 	// --api-fd), used instead of binding RaftBind and APIBind; nil when not.
 	raftListener, apiListener net.Listener
+	// set holds the dotted keys the file or a flag set
+	// ("raft.election_timeout"): fitTimings fits the others around them.
+	set map[string]bool
+	// timingScale multiplies the liveness timings (--timing-scale; 0: 1).
+	timingScale float64
 }
 
 // ExecutorSection is [plugins.executor]: SPEC section 4's timings, in
@@ -74,6 +79,7 @@ type RaftSection struct {
 	HeartbeatTimeout   duration `toml:"heartbeat_timeout"`
 	ElectionTimeout    duration `toml:"election_timeout"`
 	LeaderLeaseTimeout duration `toml:"leader_lease_timeout"`
+	CommitTimeout      duration `toml:"commit_timeout"`
 	SnapshotInterval   duration `toml:"snapshot_interval"`
 	SnapshotThreshold  uint64   `toml:"snapshot_threshold"`
 	TrailingLogs       uint64   `toml:"trailing_logs"`
@@ -189,7 +195,8 @@ func defaultServerConfig() ServerConfig {
 	c.Raft = RaftSection{
 		LogStore: d.LogStore, WALSegmentBytes: d.WALSegmentBytes,
 		HeartbeatTimeout: duration{d.HeartbeatTimeout}, ElectionTimeout: duration{d.ElectionTimeout},
-		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, SnapshotInterval: duration{d.SnapshotInterval},
+		LeaderLeaseTimeout: duration{d.LeaderLeaseTimeout}, CommitTimeout: duration{d.CommitTimeout},
+		SnapshotInterval:  duration{d.SnapshotInterval},
 		SnapshotThreshold: d.SnapshotThreshold, TrailingLogs: d.TrailingLogs,
 	}
 	c.Retention = RetentionSection{Jobs: duration{d.Retention}, Events: duration{d.EventRetention}, DeadJobs: duration{d.DeadRetention},
@@ -211,9 +218,16 @@ func defaultServerConfig() ServerConfig {
 // loadConfigFile decodes a TOML file strictly: an unknown key is an error
 // that names it.
 func loadConfigFile(path string, into *ServerConfig) error {
+	_, err := decodeConfigFile(path, into)
+	return err
+}
+
+// decodeConfigFile is loadConfigFile, and returns the dotted keys the file
+// sets.
+func decodeConfigFile(path string, into *ServerConfig) ([]string, error) {
 	md, err := toml.DecodeFile(path, into)
 	if err != nil {
-		return fmt.Errorf("config %s: %w", path, err)
+		return nil, fmt.Errorf("config %s: %w", path, err)
 	}
 	if undecoded := md.Undecoded(); len(undecoded) > 0 {
 		keys := make([]string, len(undecoded))
@@ -226,18 +240,42 @@ func loadConfigFile(path string, into *ServerConfig) error {
 				hint = " ([tls] has one section per port: [tls.peer] and [tls.api])"
 			}
 		}
-		return fmt.Errorf("config %s: unknown key %s%s", path, strings.Join(keys, ", "), hint)
+		return nil, fmt.Errorf("config %s: unknown key %s%s", path, strings.Join(keys, ", "), hint)
 	}
-	return nil
+	var set []string
+	for _, k := range md.Keys() {
+		set = append(set, k.String())
+	}
+	return set, nil
 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
 // clusterConfig turns the operator's configuration into the node's, and
-// validates it (cluster.Config.Validate names the field). The peer TLS
-// material it loads is returned for reloading.
+// validates it; an error names the TOML key and the flag. The timings the
+// operator did not set are fitted to those set (fitTimings), then the
+// liveness timings are scaled by --timing-scale. The peer TLS material it
+// loads is returned for reloading.
 func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *transport.TLSMaterial, error) {
+	cfg, peer, err := c.clusterConfigOf(logger)
+	return cfg, peer, nameKeys(err, c.scale())
+}
+
+// scale is the timing scale (1 when unset).
+func (c *ServerConfig) scale() float64 {
+	if c.timingScale == 0 {
+		return 1
+	}
+	return c.timingScale
+}
+
+func (c *ServerConfig) clusterConfigOf(logger hclog.Logger) (cluster.Config, *transport.TLSMaterial, error) {
 	cfg := cluster.DefaultConfig()
+	if err := checkTimingScale(c.scale()); err != nil {
+		return cfg, nil, err
+	}
+	fitted := *c
+	fitted.fitTimings()
 	cfg.NodeID, cfg.DataDir = c.NodeID, c.DataDir
 	cfg.RaftBind, cfg.RaftAdvertise, cfg.Listener = c.RaftBind, c.RaftAdvertise, c.raftListener
 	cfg.APIAddr = c.APIAdvertise
@@ -248,18 +286,23 @@ func (c *ServerConfig) clusterConfig(logger hclog.Logger) (cluster.Config, *tran
 	if rules.CheckVersion("version", version) == nil {
 		cfg.Version = version // shown with the node's level in the node table
 	}
-	e := c.Plugins.Executor
+	e := fitted.Plugins.Executor
 	cfg.Renew, cfg.Grace, cfg.Toleration = seconds(e.RenewSeconds), seconds(e.GraceSeconds), seconds(e.TolerationSeconds)
 	cfg.WorkerGCThreshold, cfg.MaxWorkers = seconds(e.WorkerGCSeconds), e.MaxWorkers
-	cfg.HeartbeatTimeout, cfg.ElectionTimeout = c.Raft.HeartbeatTimeout.Duration, c.Raft.ElectionTimeout.Duration
-	cfg.LeaderLeaseTimeout = c.Raft.LeaderLeaseTimeout.Duration
+	r := fitted.Raft
+	cfg.HeartbeatTimeout, cfg.ElectionTimeout = r.HeartbeatTimeout.Duration, r.ElectionTimeout.Duration
+	cfg.LeaderLeaseTimeout, cfg.CommitTimeout = r.LeaderLeaseTimeout.Duration, r.CommitTimeout.Duration
 	cfg.LogStore, cfg.WALSegmentBytes = c.Raft.LogStore, c.Raft.WALSegmentBytes
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration
 	cfg.DeadRetention = c.Retention.DeadJobs.Duration
 	cfg.StateQuotaBytes, cfg.MaxQueuedPerSubmitter = c.Limits.StateQuotaBytes, c.Limits.MaxQueuedPerSubmitter
+	scaleTimings(&cfg, c.scale())
 	cfg.Logger = logger
 	cfg.Clock = serverClock()
+	if c.Limits.BodyTimeout.Duration < 0 {
+		return cfg, nil, &cluster.ConfigError{Field: "body_timeout", Value: c.Limits.BodyTimeout.Duration, Reason: "must not be negative (0: no bound)"}
+	}
 	if err := c.apiLimits().Validate(); err != nil {
 		return cfg, nil, err
 	}

@@ -136,7 +136,7 @@ func runDemo(ctx context.Context, d *devCluster) error {
 	}
 	say("node-%d is back as a follower", killed+1)
 
-	say("waiting for ghost's lease to expire (toleration %gs without a heartbeat)...", d.toleration)
+	say("waiting for ghost's lease to expire (toleration %gs without a heartbeat)...", d.toleration*d.scale)
 	for ctx.Err() == nil {
 		j, err := cl.Job(ctx, "demo-ghost")
 		if err == nil && j.GetState() == pb.JobState_JOB_STATE_REPORTED {

@@ -29,16 +29,21 @@ func devCommand() *cli.Command {
 			"elect a leader and serve until Ctrl-C. With --demo, it also submits jobs, runs\n" +
 			"workers, kills and restarts the leader, and tells what happened.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "data-dir", Usage: "keep data here (default: a temporary directory, removed on exit)"},
-			&cli.BoolFlag{Name: "demo", Usage: "run the failover demo"},
-			&cli.Float64Flag{Name: "renew-seconds", Value: 1},
-			&cli.Float64Flag{Name: "grace-seconds", Value: 5},
-			&cli.Float64Flag{Name: "toleration-seconds", Value: 15},
+			&cli.StringFlag{Name: "data-dir", Usage: "keep data here", DefaultText: "a temporary directory, removed on exit"},
+			&cli.BoolFlag{Name: "demo", Usage: "run the failover demo (timings 0.5 s / 2 s / 5 s unless the timing flags are given)"},
+			&cli.Float64Flag{Name: "renew-seconds", Value: 1, Usage: "workers heartbeat this often, in seconds; times --timing-scale"},
+			&cli.Float64Flag{Name: "grace-seconds", Value: 5, Usage: "a worker silent this long is unreachable, in seconds; times --timing-scale"},
+			&cli.Float64Flag{Name: "toleration-seconds", Value: 15, Usage: "a worker silent this long loses its leases, in seconds; times --timing-scale"},
+			timingScaleFlag(nil),
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "node logs: off, error, warn, info, debug"},
-			&cli.StringFlag{Name: "log-file", Usage: "append the nodes' logs here (default: leasehold-dev.log in --data-dir, or in the system's temporary directory)"},
+			&cli.StringFlag{Name: "log-file", Usage: "append the nodes' logs here", DefaultText: "leasehold-dev.log in --data-dir, or in the system's temporary directory"},
 			&cli.BoolFlag{Name: "log-json", Usage: "log one JSON object per line"},
 		},
 		Action: func(c *cli.Context) error {
+			scale := c.Float64("timing-scale")
+			if err := checkTimingScale(scale); err != nil {
+				return err
+			}
 			dir, logDir := c.String("data-dir"), c.String("data-dir")
 			if dir == "" {
 				// The log outlives a temporary data dir: it may explain
@@ -71,9 +76,9 @@ func devCommand() *cli.Command {
 				defer f.Close()
 				logger = newLogger(level, c.Bool("log-json"), f)
 			}
-			d := &devCluster{dir: dir, logger: logger,
+			d := &devCluster{dir: dir, logger: logger, scale: scale,
 				renew: c.Float64("renew-seconds"), grace: c.Float64("grace-seconds"), toleration: c.Float64("toleration-seconds")}
-			if c.Bool("demo") {
+			if c.Bool("demo") && !c.IsSet("renew-seconds") && !c.IsSet("grace-seconds") && !c.IsSet("toleration-seconds") {
 				d.renew, d.grace, d.toleration = 0.5, 2, 5
 			}
 			if err := d.start(); err != nil {
@@ -85,7 +90,11 @@ func devCommand() *cli.Command {
 			for i := range devAPI {
 				fmt.Printf("  node-%d  api %s  raft %s\n", i+1, devAPI[i], devRaft[i])
 			}
-			fmt.Printf("  timings: renew %gs, grace %gs, toleration %gs\n", d.renew, d.grace, d.toleration)
+			fmt.Printf("  timings: renew %gs, grace %gs, toleration %gs", d.renew*scale, d.grace*scale, d.toleration*scale)
+			if scale != 1 {
+				fmt.Printf(" (--timing-scale %g)", scale)
+			}
+			fmt.Println()
 			if logPath != "" {
 				fmt.Printf("  logs: %s (at %s)\n", logPath, c.String("log-level"))
 			}
@@ -104,7 +113,8 @@ func devCommand() *cli.Command {
 type devCluster struct {
 	dir                      string
 	logger                   hclog.Logger
-	renew, grace, toleration float64
+	renew, grace, toleration float64 // before scale
+	scale                    float64 // --timing-scale
 	nodes                    [3]*runningNode
 }
 
@@ -116,9 +126,12 @@ func (d *devCluster) config(i int) ServerConfig {
 	cfg.BootstrapExpect, cfg.Join = 3, devRaft[:]
 	cfg.Plugins.Executor.RenewSeconds, cfg.Plugins.Executor.GraceSeconds = d.renew, d.grace
 	cfg.Plugins.Executor.TolerationSeconds = d.toleration
-	// Raft fast enough for a snappy failover, well under grace.
-	cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = duration{300 * time.Millisecond}, duration{300 * time.Millisecond}
-	cfg.Raft.LeaderLeaseTimeout = duration{300 * time.Millisecond}
+	for _, k := range []string{"renew_seconds", "grace_seconds", "toleration_seconds"} {
+		cfg.markSet("plugins.executor." + k)
+	}
+	// The Raft timeouts are the defaults (300 ms, a snappy failover),
+	// fitted within a quarter of grace; all of it times the scale.
+	cfg.timingScale = d.scale
 	return cfg
 }
 

@@ -22,26 +22,26 @@ import (
 // serverFlags override the config file; each has a LEASEHOLD_* variable.
 func serverFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"LEASEHOLD_" + name} }
-	return []cli.Flag{
-		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: env("CONFIG"), Usage: "TOML configuration file (see leasehold.example.toml)"},
-		&cli.StringFlag{Name: "node-id", EnvVars: env("NODE_ID"), Usage: "stable node id (default: generated and kept in the data dir)"},
-		&cli.StringFlag{Name: "data-dir", EnvVars: env("DATA_DIR"), Usage: "Raft log, snapshots and node id"},
-		&cli.StringFlag{Name: "raft-bind", EnvVars: env("RAFT_BIND"), Usage: "Raft port (host:port)"},
-		&cli.StringFlag{Name: "raft-advertise", EnvVars: env("RAFT_ADVERTISE"), Usage: "Raft address peers dial"},
-		&cli.StringFlag{Name: "api-bind", EnvVars: env("API_BIND"), Usage: "API port (host:port)"},
-		&cli.StringFlag{Name: "api-advertise", EnvVars: env("API_ADVERTISE"), Usage: "API address clients are pointed to"},
-		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster (1, 3 or 5)"},
-		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses (comma separated)"},
-		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Usage: "trace, debug, info, warn or error (default: info)"},
+	d := defaultServerConfig()
+	flags := []cli.Flag{
+		&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: env("CONFIG"), Usage: "TOML configuration file (see leasehold.example.toml); flags override it", DefaultText: "none"},
+		&cli.StringFlag{Name: "node-id", EnvVars: env("NODE_ID"), Usage: "stable node id (TOML: node_id)", DefaultText: "generated and kept in the data dir"},
+		&cli.StringFlag{Name: "data-dir", EnvVars: env("DATA_DIR"), Value: d.DataDir, Usage: "Raft log, snapshots and node id (TOML: data_dir)"},
+		&cli.StringFlag{Name: "raft-bind", EnvVars: env("RAFT_BIND"), Value: d.RaftBind, Usage: "Raft port, host:port (TOML: raft_bind)"},
+		&cli.StringFlag{Name: "raft-advertise", EnvVars: env("RAFT_ADVERTISE"), Usage: "Raft address peers dial (TOML: raft_advertise)", DefaultText: "the bound address"},
+		&cli.StringFlag{Name: "api-bind", EnvVars: env("API_BIND"), Value: d.APIBind, Usage: "API port, host:port (TOML: api_bind)"},
+		&cli.StringFlag{Name: "api-advertise", EnvVars: env("API_ADVERTISE"), Usage: "API address clients are pointed to (TOML: api_advertise)", DefaultText: "the bound address"},
+		&cli.IntFlag{Name: "bootstrap-expect", EnvVars: env("BOOTSTRAP_EXPECT"), Usage: "voters to wait for before forming a cluster: 1, 3 or 5 (TOML: bootstrap_expect)", DefaultText: "0, never bootstrap, only join"},
+		&cli.StringSliceFlag{Name: "join", EnvVars: env("JOIN"), Usage: "peers' Raft addresses, comma separated (TOML: join)", DefaultText: "none"},
+		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Value: d.LogLevel, Usage: "trace, debug, info, warn or error (TOML: log_level)"},
 		&cli.BoolFlag{Name: "log-json", EnvVars: env("LOG_JSON"), Usage: "log one JSON object per line, for log shippers (TOML: log_json)"},
-		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials ([debug] pprof)"},
-		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md)"},
-		&cli.IntFlag{Name: "raft-fd", Usage: "serve Raft on the listening TCP socket inherited as this file descriptor (bound by whoever started the process, as test launchers do); its address stands in for --raft-bind"},
-		&cli.IntFlag{Name: "api-fd", Usage: "serve the API on the listening TCP socket inherited as this file descriptor; its address stands in for --api-bind"},
-		&cli.Float64Flag{Name: "renew-seconds", EnvVars: env("RENEW_SECONDS"), Usage: "[plugins.executor] renew_seconds"},
-		&cli.Float64Flag{Name: "grace-seconds", EnvVars: env("GRACE_SECONDS"), Usage: "[plugins.executor] grace_seconds"},
-		&cli.Float64Flag{Name: "toleration-seconds", EnvVars: env("TOLERATION_SECONDS"), Usage: "[plugins.executor] toleration_seconds"},
+		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials (TOML: [debug] pprof)"},
+		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md) (TOML: insecure)"},
+		&cli.IntFlag{Name: "raft-fd", Usage: "serve Raft on the listening TCP socket inherited as this file descriptor (bound by whoever started the process, as test launchers do); its address stands in for --raft-bind", DefaultText: "none"},
+		&cli.IntFlag{Name: "api-fd", Usage: "serve the API on the listening TCP socket inherited as this file descriptor; its address stands in for --api-bind", DefaultText: "none"},
+		timingScaleFlag(env("TIMING_SCALE")),
 	}
+	return append(flags, timingFlags(env)...)
 }
 
 // resolveServerConfig builds the configuration: defaults, then the file,
@@ -49,8 +49,12 @@ func serverFlags() []cli.Flag {
 func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	cfg := defaultServerConfig()
 	if path := c.String("config"); path != "" {
-		if err := loadConfigFile(path, &cfg); err != nil {
+		keys, err := decodeConfigFile(path, &cfg)
+		if err != nil {
 			return cfg, err
+		}
+		for _, k := range keys {
+			cfg.markSet(k)
 		}
 	}
 	str := func(flag string, into *string) {
@@ -80,15 +84,9 @@ func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	if c.IsSet("join") {
 		cfg.Join = splitList(c.StringSlice("join"))
 	}
-	for flag, into := range map[string]*float64{
-		"renew-seconds": &cfg.Plugins.Executor.RenewSeconds, "grace-seconds": &cfg.Plugins.Executor.GraceSeconds,
-		"toleration-seconds": &cfg.Plugins.Executor.TolerationSeconds,
-	} {
-		if c.IsSet(flag) {
-			*into = c.Float64(flag)
-		}
-	}
-	return cfg, nil
+	setTimings(c, &cfg)
+	cfg.timingScale = c.Float64("timing-scale")
+	return cfg, checkTimingScale(cfg.timingScale)
 }
 
 func serverCommand() *cli.Command {
@@ -98,7 +96,9 @@ func serverCommand() *cli.Command {
 		Description: "Runs one node. The same command line works on first boot and on restart:\n" +
 			"  leasehold server --config /etc/leasehold/leasehold.toml --bootstrap-expect 3 --join a:7711,b:7711,c:7711\n" +
 			"A node reachable from other hosts needs [tls.peer] and API authentication, or --insecure.\n" +
-			"SIGHUP reloads certificates, CAs and tokens; SIGINT or SIGTERM stops the node (a leader hands over first).",
+			"SIGHUP reloads certificates, CAs and tokens; SIGINT or SIGTERM stops the node (a leader hands over first).\n" +
+			"Timings left unset fit those set (a lone --grace-seconds 2 lowers renew to 0.4 s), and --timing-scale\n" +
+			"multiplies every liveness timing: docs/operations.md, \"Timings\".",
 		Flags: serverFlags(),
 		Action: func(c *cli.Context) error {
 			cfg, err := resolveServerConfig(c)

@@ -102,7 +102,7 @@ func (p *Process) Kill() {
 // waited for; grace 0 is SIGKILL at once.
 func (p *Process) Stop(grace time.Duration) {
 	if grace > 0 && !p.Exited() {
-		p.cmd.Process.Signal(syscall.SIGCONT)
+		resume(p.cmd.Process)
 		p.cmd.Process.Signal(syscall.SIGTERM)
 		t := time.NewTimer(grace)
 		defer t.Stop()

@@ -14,3 +14,7 @@ func mountTmpfs(source, dir string, size int64) error {
 func usage(dir string) (free, total int64, err error) { return 0, 0, ErrUnsupported }
 
 func unmount(dir string) error { return nil }
+
+// alive: no mount is ever made here, so none is left by a dead run; every
+// owner counts as alive and nothing is reclaimed.
+func alive(pid int) bool { return true }

@@ -230,11 +230,6 @@ func unescapeOctal(s string) string {
 	return b.String()
 }
 
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
-}
-
 // copyTree copies the regular files and directories under src to dst.
 func copyTree(src, dst string) error {
 	return filepath.WalkDir(src, func(path string, de os.DirEntry, err error) error {

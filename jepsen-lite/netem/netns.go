@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -291,11 +290,6 @@ func ownerOf(name string) (prefix string, pid int, ok bool) {
 		return "", 0, false
 	}
 	return m[1], int(p), true
-}
-
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // ownedNames lists namespaces and links whose names start with Prefix.

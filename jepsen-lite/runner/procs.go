@@ -81,9 +81,9 @@ func (p *proc) signal(sig syscall.Signal) error {
 		return fmt.Errorf("runner: %s is not running", p.name)
 	}
 	switch sig {
-	case syscall.SIGSTOP:
+	case sigstop:
 		p.paused = true
-	case syscall.SIGCONT:
+	case sigcont:
 		p.paused = false
 	}
 	return p.cur.Signal(sig)

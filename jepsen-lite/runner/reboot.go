@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"syscall"
 	"time"
 )
 
@@ -44,7 +43,7 @@ func (c *cluster) RebootShellWorker(name string) error {
 			return fmt.Errorf("runner: reboot of %s: processes %v still alive after 10s", name, pids)
 		}
 		for _, pid := range pids {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			killPID(pid)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -47,6 +48,10 @@ type Outcome struct {
 	Notes []string
 }
 
+// errUnsupported: a run needs Linux (network namespaces, tmpfs mounts,
+// /proc, CLOCK_MONOTONIC shared by its processes).
+var errUnsupported = fmt.Errorf("runner: jepsen-lite needs Linux, not %s: %w", runtime.GOOS, errors.ErrUnsupported)
+
 // Run carries out one run: it starts the cluster and the workers, runs
 // the workload through the fault phase, heals, waits for recovery, drains,
 // reads the final states, tears everything down, and checks the merged
@@ -56,6 +61,9 @@ type Outcome struct {
 // The returned error is for a run that could not be carried out at all;
 // everything else is in the Outcome.
 func Run(ctx context.Context, cfg Config) (*Outcome, error) {
+	if runtime.GOOS != "linux" {
+		return nil, errUnsupported
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err

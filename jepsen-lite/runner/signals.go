@@ -1,3 +1,5 @@
+//go:build unix
+
 package runner
 
 import "syscall"
@@ -6,3 +8,6 @@ const (
 	sigstop = syscall.SIGSTOP
 	sigcont = syscall.SIGCONT
 )
+
+// killPID sends SIGKILL to pid.
+func killPID(pid int) { _ = syscall.Kill(pid, syscall.SIGKILL) }

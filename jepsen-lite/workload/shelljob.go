@@ -132,7 +132,7 @@ func RunShellJob(cfg ShellJobConfig) int {
 	// Its own process group: the supervisor's stop signals the command's
 	// group only. No stdout or stderr of the command's: the supervisor
 	// waits until nothing holds those open.
-	watch.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	watch.SysProcAttr = groupAttr()
 	if err := watch.Start(); err != nil {
 		log.Error("starting the watcher", "error", err)
 		return 1

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/leasehold/leasehold/internal/localcluster"
 	"github.com/leasehold/leasehold/internal/testbin"
+	"github.com/leasehold/leasehold/internal/testwait"
 )
 
 // A server with a bad configuration exits non-zero at once, and its error
@@ -56,5 +58,45 @@ func TestBadConfigFails(t *testing.T) {
 				t.Errorf("stderr %q, want a \"leasehold: \" error naming %s", stderr, tc.want)
 			}
 		})
+	}
+}
+
+// A cluster started with --timing-scale runs on the scaled timings: it
+// elects a leader, reports renew, grace and toleration times the scale,
+// and elects another leader after the first is killed.
+func TestTimingScaleCluster(t *testing.T) {
+	t.Parallel()
+	// startCluster's 0.2 s / 2 s / 4 s and its Raft 300 ms / 300 ms /
+	// 150 ms, halved.
+	c := startCluster(t, 3, "--timing-scale", "0.5")
+	old := c.waitReady(t)
+	var st struct{ Renew, Grace, Toleration string }
+	decodeJSON(t, "cluster status", c.cli(t, "cluster", "status", "-o", "json"), &st)
+	if st.Renew != "100ms" || st.Grace != "1s" || st.Toleration != "2s" {
+		t.Fatalf("cluster status timings %+v, want renew 100ms, grace 1s, toleration 2s", st)
+	}
+	old.kill(t)
+	if leader := c.waitReady(t); leader == old {
+		t.Fatalf("the killed node %s still leads", old.id)
+	}
+}
+
+// A lone --grace-seconds 2, the example, starts a node that
+// elects itself: renew and the Raft timeouts, left unset, fit below it.
+func TestLoneGraceStarts(t *testing.T) {
+	t.Parallel()
+	lc, err := localcluster.Start(t.Context(), localcluster.Options{Binary: testbin.Leasehold(t), Nodes: 1, Dir: t.TempDir(),
+		Args: []string{"--grace-seconds", "2"}, ReadyTimeout: testwait.Bound(readyBound)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testbin.KillAtEnd(t, lc)
+	if _, err := lc.WaitReady(testwait.Context(t, readyBound)); err != nil {
+		t.Fatal(err)
+	}
+	var st struct{ Renew, Grace string }
+	decodeJSON(t, "cluster status", mustCLI(t, append(baseEnv(), "LEASEHOLD_ENDPOINTS="+lc.Endpoints()[0]), "cluster", "status", "-o", "json"), &st)
+	if st.Renew != "400ms" || st.Grace != "2s" {
+		t.Fatalf("timings %+v, want renew 400ms, grace 2s", st)
 	}
 }

@@ -47,8 +47,8 @@ func (c *cluster) supervisorOf(t *testing.T, worker string, token uint64) superv
 	})
 	// Whatever the test leaves behind dies with it.
 	t.Cleanup(func() {
-		syscall.Kill(-rec.Command.PID, syscall.SIGKILL)
-		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
+		signalPID(-rec.Command.PID, syscall.SIGKILL)
+		signalPID(rec.Supervisor.PID, syscall.SIGKILL)
 	})
 	return rec
 }
@@ -254,14 +254,14 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		crash(t, w)
 		// The reboot: the supervisor dies first, so it never sees its
 		// command end and writes no result.
-		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL)
+		signalPID(rec.Supervisor.PID, syscall.SIGKILL)
 		waitFor(t, exitBound, "the supervisor to die", func() error {
 			if !processGone(rec.Supervisor.PID) {
 				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)
 			}
 			return nil
 		})
-		syscall.Kill(-rec.Command.PID, syscall.SIGKILL)
+		signalPID(-rec.Command.PID, syscall.SIGKILL)
 		// Another queue: the restart must not take the job again.
 		c.startWorker(t, "gw-eval", "--queue", "elsewhere", "--", "false")
 		j := c.waitJob(t, "gone-eval", "queued")
@@ -274,7 +274,7 @@ func TestSupervisorGoneSettlesByKind(t *testing.T) {
 		dir := t.TempDir()
 		w, first, rec := runningJob(t, c, "gw-run", "gone-run", "run", dir)
 		crash(t, w)
-		syscall.Kill(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
+		signalPID(rec.Supervisor.PID, syscall.SIGKILL) // the command runs on, unwatched
 		waitFor(t, exitBound, "the supervisor to die", func() error {
 			if !processGone(rec.Supervisor.PID) {
 				return fmt.Errorf("pid %d still exists", rec.Supervisor.PID)

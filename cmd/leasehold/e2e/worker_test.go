@@ -151,7 +151,7 @@ func commandPID(t *testing.T, w *proc) int {
 // processGone says whether pid no longer runs: it was reaped, or it is a
 // zombie (an orphan waits for an init that may not reap it soon).
 func processGone(pid int) bool {
-	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+	if errors.Is(signalPID(pid, 0), syscall.ESRCH) {
 		return true
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
