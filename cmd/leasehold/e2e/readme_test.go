@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,13 +45,7 @@ func TestReadmeTour(t *testing.T) {
 	cmds = cmds[1:]
 
 	bin := testbin.Leasehold(t)
-	for _, port := range []int{7701, 7702, 7703, 7711, 7712, 7713} {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			t.Skipf("port %d is taken (a leasehold dev running?): %v", port, err)
-		}
-		l.Close()
-	}
+	skipUnlessDevPortsFree(t)
 	// The workers' state directories, not under t.TempDir: a command's
 	// supervisor may still write there for a moment after its worker
 	// stopped, which would fail the test's own cleanup.
@@ -64,22 +57,7 @@ func TestReadmeTour(t *testing.T) {
 	work := t.TempDir() // the tour's files (build.json)
 	env := append(baseEnv(), "XDG_STATE_HOME="+state)
 
-	dev := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", filepath.Join(t.TempDir(), "dev"))
-	waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
-		if dev.Exited() {
-			t.Fatalf("leasehold dev exited: %s", dev.Stderr())
-		}
-		r := runCLI(t, env, "--timeout", "2s", "cluster", "status", "-o", "json")
-		if r.code != 0 {
-			return fmt.Errorf("exit %d: %s", r.code, strings.TrimSpace(r.stderr))
-		}
-		var st statusJSON
-		decodeJSON(t, "cluster status", r.stdout, &st)
-		if !st.Ready || st.LeaderID == "" {
-			return fmt.Errorf("%+v", st)
-		}
-		return nil
-	})
+	startDev(t, env, filepath.Join(t.TempDir(), "dev"))
 
 	prelude := "cd " + shellQuote(work) + " && leasehold=" + shellQuote(bin) + " && "
 	var background []*proc
