@@ -63,15 +63,17 @@ func TestReadmeTour(t *testing.T) {
 	var background []*proc
 	for _, c := range cmds {
 		t.Logf("README.md line %d (background %v, exit %d): %s", c.line, c.background, c.exit, c.text)
+		script := c.text
+		if strings.HasPrefix(script, "$leasehold ") {
+			// The signal that stops it, or kills it past its bound,
+			// reaches leasehold, not a shell that would leave it running.
+			script = "exec " + script
+		}
 		if c.background {
-			script := c.text
-			if strings.HasPrefix(script, "$leasehold ") {
-				script = "exec " + script // its signal reaches leasehold, not sh
-			}
 			background = append(background, testbin.Start(t, fmt.Sprintf("README line %d", c.line), workerGrace, env, "sh", "-c", prelude+script))
 			continue
 		}
-		r := testbin.Run(t, cliBound, env, "sh", "-c", prelude+c.text)
+		r := testbin.Run(t, cliBound, env, "sh", "-c", prelude+script)
 		if r.Code != c.exit {
 			t.Fatalf("README.md line %d: exit %d, want %d:\n%s\n--- stdout:\n%s--- stderr:\n%s", c.line, r.Code, c.exit, c.text, tail(r.Stdout), tail(r.Stderr))
 		}
