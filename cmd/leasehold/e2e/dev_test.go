@@ -21,38 +21,11 @@ import (
 // skipped if anything (a developer's own `leasehold dev`) holds one.
 func TestDevCluster(t *testing.T) {
 	testbin.Leasehold(t)
-	// dev's ports; the launcher never hands them to a test's node.
-	for _, port := range []int{7701, 7702, 7703, 7711, 7712, 7713} {
-		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-		if err != nil {
-			t.Skipf("port %d is taken (a leasehold dev running?): %v", port, err)
-		}
-		l.Close()
-	}
+	skipUnlessDevPortsFree(t)
 	dir := filepath.Join(t.TempDir(), "dev") // made by dev, with its log file
 	// No --endpoints and no LEASEHOLD_ENDPOINTS: the defaults must reach dev.
 	env := baseEnv()
 
-	startDev := func() *proc {
-		t.Helper()
-		p := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", dir)
-		waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
-			if p.Exited() {
-				t.Fatalf("leasehold dev exited: %s", p.Stderr())
-			}
-			r := runCLI(t, env, "--timeout", "2s", "cluster", "status", "-o", "json")
-			if r.code != 0 {
-				return fmt.Errorf("exit %d: %s", r.code, strings.TrimSpace(r.stderr))
-			}
-			var st statusJSON
-			decodeJSON(t, "cluster status", r.stdout, &st)
-			if !st.Ready || st.LeaderID == "" {
-				return fmt.Errorf("%+v", st)
-			}
-			return nil
-		})
-		return p
-	}
 	interrupt := func(p *proc) {
 		t.Helper()
 		p.Signal(syscall.SIGINT)
@@ -64,7 +37,7 @@ func TestDevCluster(t *testing.T) {
 		}
 	}
 
-	dev := startDev()
+	dev := startDev(t, env, dir)
 	if !strings.Contains(dev.Stdout(), "data in "+dir) {
 		t.Errorf("dev's banner %q does not name the data dir %s", dev.Stdout(), dir)
 	}
@@ -98,11 +71,49 @@ func TestDevCluster(t *testing.T) {
 	}
 
 	// The same data dir again: the job is still there.
-	dev = startDev()
+	dev = startDev(t, env, dir)
 	var j jobJSON
 	decodeJSON(t, "job get", mustCLI(t, env, "job", "get", "-o", "json", "dev-job"), &j)
 	if j.ID != "dev-job" || j.Payload != "from the e2e test" || j.State != "queued" {
 		t.Errorf("after a restart on the same data dir: %+v", j)
 	}
 	interrupt(dev)
+}
+
+// skipUnlessDevPortsFree skips the test if anything holds one of `leasehold
+// dev`'s fixed ports (the launcher never hands them to a test's node).
+// Tests that call it must not be parallel: top-level tests without
+// t.Parallel never overlap.
+func skipUnlessDevPortsFree(t *testing.T) {
+	t.Helper()
+	for _, port := range []int{7701, 7702, 7703, 7711, 7712, 7713} {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Skipf("port %d is taken (a leasehold dev running?): %v", port, err)
+		}
+		l.Close()
+	}
+}
+
+// startDev starts `leasehold dev --data-dir dir` and waits until the CLI's
+// default endpoints reach its leader.
+func startDev(t *testing.T, env []string, dir string) *proc {
+	t.Helper()
+	p := startProc(t, "dev", devStopGrace, env, "dev", "--data-dir", dir)
+	waitFor(t, readyBound, "leasehold dev to be ready at the default endpoints", func() error {
+		if p.Exited() {
+			t.Fatalf("leasehold dev exited: %s", p.Stderr())
+		}
+		r := runCLI(t, env, "--timeout", "2s", "cluster", "status", "-o", "json")
+		if r.code != 0 {
+			return fmt.Errorf("exit %d: %s", r.code, strings.TrimSpace(r.stderr))
+		}
+		var st statusJSON
+		decodeJSON(t, "cluster status", r.stdout, &st)
+		if !st.Ready || st.LeaderID == "" {
+			return fmt.Errorf("%+v", st)
+		}
+		return nil
+	})
+	return p
 }
