@@ -228,3 +228,27 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, by Actor) (err
 		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
 	}
 }
+
+// NewLeader names the leader after a transfer this node made: the voter
+// asked for, or, for "any voter", the one this node hears from first (a
+// deposed leader knows its successor only from its first message, within
+// an election timeout). Empty when none is heard before ctx ends.
+func (n *Node) NewLeader(ctx context.Context, asked string) string {
+	if asked != "" {
+		return asked
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*n.cfg.ElectionTimeout)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if _, id := n.raft.LeaderWithID(); id != "" && string(id) != n.id {
+			return string(id)
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-tick.C:
+		}
+	}
+}

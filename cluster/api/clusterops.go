@@ -103,8 +103,7 @@ func (c clusterService) TransferLeadership(ctx context.Context, req *connect.Req
 		if err := c.s.node.TransferLeadership(ctx, req.Msg.GetId(), identityOf(ctx).actor()); err != nil {
 			return nil, err
 		}
-		id, _ := c.s.node.Leader()
-		return &pb.TransferLeadershipResponse{LeaderId: id}, nil
+		return &pb.TransferLeadershipResponse{LeaderId: c.s.node.NewLeader(ctx, req.Msg.GetId())}, nil
 	})
 }
 

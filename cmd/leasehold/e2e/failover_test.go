@@ -85,3 +85,18 @@ func TestLeaderKilled(t *testing.T) {
 		t.Fatalf("the killed node %s still leads", old.id)
 	}
 }
+
+// `cluster transfer-leader` with no id names the voter that took over, as
+// the deposed leader heard it, not an empty name.
+func TestTransferLeaderNamesTheNewLeader(t *testing.T) {
+	t.Parallel()
+	c := startCluster(t, 3)
+	old := c.waitReady(t)
+	var got struct {
+		LeaderID string `json:"leader_id"`
+	}
+	decodeJSON(t, "cluster transfer-leader", c.cli(t, "cluster", "transfer-leader", "-o", "json"), &got)
+	if got.LeaderID == "" || got.LeaderID == old.id || c.node(got.LeaderID) == nil {
+		t.Fatalf("transfer-leader from %s answered leader %q", old.id, got.LeaderID)
+	}
+}
