@@ -24,18 +24,7 @@ const oldBinEnv = "LEASEHOLD_E2E_OLD_BIN"
 // not know which build it is, so it takes the lowest). Once it runs this build too, the
 // levels are recorded and the same request goes through.
 func TestMixedClusterUpgrade(t *testing.T) {
-	old := os.Getenv(oldBinEnv)
-	if old == "" {
-		t.Skipf("%s is not set (make upgrade-test sets it)", oldBinEnv)
-	}
-	t.Parallel()
-	c := startClusterOf(t, &cluster{stateHome: t.TempDir(), binOf: func(id string) string {
-		if id == "node-3" {
-			return old
-		}
-		return ""
-	}}, 3, "")
-	oldNode := c.node("node-3")
+	c, oldNode := startMixed(t, oldBinEnv)
 
 	// Work goes on: a run-style job submitted, leased and reported by a
 	// worker of the new build; every node applies it.
@@ -49,15 +38,7 @@ func TestMixedClusterUpgrade(t *testing.T) {
 	// A leader of the old build writes only what it knows, which every
 	// newer build applies; the gate is a new leader's. Hand leadership to
 	// a node of this build.
-	if leader := c.waitReady(t); leader == oldNode {
-		c.cli(t, "cluster", "transfer-leader", "node-1")
-		waitFor(t, readyBound, "node-1 to lead", func() error {
-			if leader := c.waitReady(t); leader.id != "node-1" {
-				return fmt.Errorf("%s leads", leader.id)
-			}
-			return nil
-		})
-	}
+	leadFromNewBuild(t, c, oldNode)
 	// A deregistration as lost needs codec 3, more than level 2: refused,
 	// naming node-3.
 	r := runCLI(t, c.env(), "worker", "deregister", "mw")
@@ -140,27 +121,8 @@ const oldBin5Env = "LEASEHOLD_E2E_OLD5_BIN"
 // UPGRADE_REQUIRED naming it. Once it runs this build, the same job ends
 // dead and retries.
 func TestMixedClusterLevel6(t *testing.T) {
-	old := os.Getenv(oldBin5Env)
-	if old == "" {
-		t.Skipf("%s is not set (make upgrade-test sets it)", oldBin5Env)
-	}
-	t.Parallel()
-	c := startClusterOf(t, &cluster{stateHome: t.TempDir(), binOf: func(id string) string {
-		if id == "node-3" {
-			return old
-		}
-		return ""
-	}}, 3, "")
-	oldNode := c.node("node-3")
-	if leader := c.waitReady(t); leader == oldNode {
-		c.cli(t, "cluster", "transfer-leader", "node-1")
-		waitFor(t, readyBound, "node-1 to lead", func() error {
-			if leader := c.waitReady(t); leader.id != "node-1" {
-				return fmt.Errorf("%s leads", leader.id)
-			}
-			return nil
-		})
-	}
+	c, oldNode := startMixed(t, oldBin5Env)
+	leadFromNewBuild(t, c, oldNode)
 	waitFor(t, readyBound, "the levels recorded", func() error {
 		if levels := memberLevels(t, c); levels["node-1"] < 6 || levels["node-3"] != 5 {
 			return fmt.Errorf("levels %v", levels)
@@ -215,5 +177,39 @@ func TestMixedClusterLevel6(t *testing.T) {
 		if n.exited() {
 			t.Fatalf("%s stopped: %s", n.id, n.log())
 		}
+	}
+}
+
+// startMixed starts 3 nodes, node-3 of the older build the environment
+// variable names (skipped without it), and returns node-3.
+func startMixed(t *testing.T, env string) (*cluster, *node) {
+	t.Helper()
+	old := os.Getenv(env)
+	if old == "" {
+		t.Skipf("%s is not set (make upgrade-test sets it)", env)
+	}
+	t.Parallel()
+	c := startClusterOf(t, &cluster{stateHome: t.TempDir(), binOf: func(id string) string {
+		if id == "node-3" {
+			return old
+		}
+		return ""
+	}}, 3, "")
+	return c, c.node("node-3")
+}
+
+// leadFromNewBuild hands leadership to node-1 if the old node leads: a
+// leader of the old build writes only what it knows, and the level gate is
+// a new leader's.
+func leadFromNewBuild(t *testing.T, c *cluster, oldNode *node) {
+	t.Helper()
+	if leader := c.waitReady(t); leader == oldNode {
+		c.cli(t, "cluster", "transfer-leader", "node-1")
+		waitFor(t, readyBound, "node-1 to lead", func() error {
+			if leader := c.waitReady(t); leader.id != "node-1" {
+				return fmt.Errorf("%s leads", leader.id)
+			}
+			return nil
+		})
 	}
 }
