@@ -2,6 +2,7 @@ package main
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,5 +53,46 @@ func TestJobTimeoutIsNotTheCommandsBound(t *testing.T) {
 		if bound != tc.bound || job != tc.job {
 			t.Errorf("%q: command bound %s, job timeout %s; want %s and %s", tc.args, bound, job, tc.bound, tc.job)
 		}
+	}
+}
+
+// TestStrayArgumentIsAUsageError: a command that names no arguments
+// refuses one with exit status 2 before it does anything; `job purge
+// --queue q deadA` purged every dead job of q and ignored deadA.
+func TestStrayArgumentIsAUsageError(t *testing.T) {
+	t.Chdir(t.TempDir()) // tls ca create, had it run, writes here
+	var leaves [][]string
+	calls := map[string]bool{} // commands that call a server: given one that is not there
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			p := append(slices.Clone(path), c.Name)
+			walk(p, c.Subcommands)
+			if c.Action != nil && c.ArgsUsage == "" {
+				leaves = append(leaves, p)
+				calls[strings.Join(p, " ")] = slices.ContainsFunc(c.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), "endpoints") })
+			}
+		}
+	}
+	walk(nil, newApp().Commands)
+	if len(leaves) < 10 {
+		t.Fatalf("only %d commands without arguments: %q", len(leaves), leaves)
+	}
+	for _, p := range leaves {
+		// No server listens on port 1: a command that got past the check
+		// would fail with exit status 1 (unavailable), not 2.
+		args := append(slices.Clone(p), "stray-arg")
+		if calls[strings.Join(p, " ")] {
+			args = append(args, "--endpoints", "127.0.0.1:1", "--timeout", "1s")
+		}
+		r := runCLI(t, args...)
+		if r.code != 2 || !strings.Contains(r.stderr, `unexpected argument "stray-arg"`) && !strings.Contains(r.stderr, "Required flag") {
+			t.Errorf("leasehold %s: exit %d, %q; want exit 2, unexpected argument", strings.Join(args, " "), r.code, r.stderr)
+		}
+	}
+	// The case that did harm: the stray id is refused, nothing is purged.
+	r := runCLI(t, "job", "purge", "--queue", "qd", "deadA", "--endpoints", "127.0.0.1:1")
+	if r.code != 2 || !strings.Contains(r.stderr, `unexpected argument "deadA"`) {
+		t.Errorf("job purge --queue qd deadA: exit %d, %q", r.code, r.stderr)
 	}
 }

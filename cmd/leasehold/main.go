@@ -291,11 +291,31 @@ func newApp() *cli.App {
 	app := newAppTree()
 	addGlobalFlags(app.Commands)
 	addQuiet(app)
+	noStrayArgs(app.Commands)
 	quietUsage(app.Commands)
 	app.OnUsageError = onUsageError
 	// main prints the error and chooses the exit status, never urfave/cli.
 	app.ExitErrHandler = func(*cli.Context, error) {}
 	return app
+}
+
+// noStrayArgs makes every command that names no arguments (no ArgsUsage)
+// refuse one as a usage error, before it does anything: `job purge --queue
+// q deadA` must not purge all of q's dead jobs while ignoring deadA.
+func noStrayArgs(cmds []*cli.Command) {
+	for _, cmd := range cmds {
+		noStrayArgs(cmd.Subcommands)
+		if cmd.ArgsUsage != "" || cmd.Action == nil {
+			continue
+		}
+		action := cmd.Action
+		cmd.Action = func(c *cli.Context) error {
+			if c.NArg() != 0 {
+				return usageOf(c, "unexpected argument %q (this command takes only flags)", c.Args().First())
+			}
+			return action(c)
+		}
+	}
 }
 
 func newAppTree() *cli.App {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/urfave/cli/v2"
@@ -104,12 +105,38 @@ func relative(d time.Duration) string {
 	return ago(-d)
 }
 
-// dash is s, or "-" for an empty column.
+// dash is s made safe for a terminal (clean), or "-" for an empty column.
 func dash(s string) string {
 	if s == "" {
 		return "-"
 	}
-	return s
+	return clean(s)
+}
+
+// clean is attacker-chosen text (a reason, a progress note, an event's
+// detail, a payload) made safe to print in a table or a line: every
+// control character, C0 (tab and newline too, which would forge columns
+// and rows), DEL and C1 (CSI, OSC: escape sequences to a terminal), and
+// every bidirectional override is written as a Go escape (\n, \x1b,
+// \u009b, \u202e). -o json carries the text exactly.
+func clean(s string) string {
+	if !strings.ContainsFunc(s, unsafeRune) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if !unsafeRune(r) {
+			b.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRune(r) // '\n', '\x1b', '\u009b'
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
+}
+
+func unsafeRune(r rune) bool {
+	return unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r)
 }
 
 // countsLine is counts in the order of names: "queued 3, running 1", or
@@ -161,7 +188,7 @@ func payloadLine(p []byte) string {
 	switch {
 	case !utf8.Valid(p):
 		return fmt.Sprintf("(binary, %d bytes)", len(p))
-	case len(p) > 80 || strings.ContainsFunc(string(p), func(r rune) bool { return r < ' ' || r == 0x7f }):
+	case len(p) > 80 || strings.ContainsFunc(string(p), unsafeRune):
 		return fmt.Sprintf("(text, %d bytes)", len(p))
 	}
 	return string(p)
@@ -295,13 +322,13 @@ func printJobs(c *cli.Context, jobs []*pb.Job, single bool) error {
 		w.Flush()
 		// One job: why it ended, if it says (a dead job's last error).
 		if single && len(views) == 1 && views[0].Reason != "" {
-			fmt.Printf("reason: %s\n", views[0].Reason)
+			fmt.Printf("reason: %s\n", clean(views[0].Reason))
 		}
 		if single && len(jobs) == 1 && len(jobs[0].GetSpec().GetPayload()) > 0 {
 			fmt.Printf("payload: %s\n", payloadLine(jobs[0].GetSpec().GetPayload()))
 		}
 		if single && len(jobs) == 1 && jobs[0].GetProgress() != "" {
-			fmt.Printf("progress: %s (heard %s ago)\n", jobs[0].GetProgress(), ageOf(jobs[0].GetProgressAt()))
+			fmt.Printf("progress: %s (heard %s ago)\n", clean(jobs[0].GetProgress()), ageOf(jobs[0].GetProgressAt()))
 		}
 		if single && len(views) == 1 {
 			printTimeout(views[0])

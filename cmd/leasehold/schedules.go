@@ -227,7 +227,7 @@ func printSchedules(c *cli.Context, scs []*pb.Schedule, single bool) error {
 			if last == "" {
 				last = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\t%d\t%s\t%s\n", v.Name, v.Cron, v.TimeZone, v.Missed, v.Paused,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%d\t%d\t%s\t%s\n", v.Name, clean(v.Cron), clean(v.TimeZone), v.Missed, v.Paused,
 				v.Queue, v.Kind, v.Fired, v.Skipped, last, next)
 		}
 		w.Flush()
