@@ -202,6 +202,11 @@ async function openJob(id) {
     rows("job-events", state.events.filter((e) => e.jobId === id).reverse(), (e) => [
       e.seq, when(e.time), e.type, e.token || "", e.workerId || "", e.detail || ""]);
   } catch (err) {
+    if (err.code === "not_found" && state.selectedJob === id) {
+      // Purged (or never there): close it rather than ask again every refresh.
+      state.selectedJob = null;
+      document.getElementById("job-detail").hidden = true;
+    }
     showError("jobs-error", err);
   }
 }
