@@ -40,6 +40,9 @@ func (s *state) check() error {
 	if n := s.countBytes(); n != s.bytes {
 		fail("size %d bytes, recounted %d", s.bytes, n)
 	}
+	if c := s.countEventVersions(); c != s.eventVersions {
+		fail("events counted by snapshot version %v, recounted %v", s.eventVersions, c)
+	}
 	if len(s.touched) != 0 {
 		fail("%d jobs touched outside an apply", len(s.touched))
 	}

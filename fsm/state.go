@@ -70,8 +70,12 @@ type state struct {
 	counts       [JobDead + 1]int // jobs per state
 	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
 	withTimeout  int              // jobs with a timeout: a snapshot of them is version 6
-	bytes        int64            // jobs' and events' size (size.go)
-	touched      map[uint64]int64 // during an apply: seq -> size before it changed
+	// eventVersions counts the kept events by the snapshot version their
+	// type needs (EventType.snapVersion): a snapshot keeping one of them is
+	// written in at least that version.
+	eventVersions [snapVersion + 1]int
+	bytes         int64            // jobs' and events' size (size.go)
+	touched       map[uint64]int64 // during an apply: seq -> size before it changed
 }
 
 func newState() *state {
@@ -422,6 +426,7 @@ func (s *state) emit(ev Event) {
 		s.dropEvents(s.events.len() - MaxEvents + 1)
 	}
 	s.bytes += eventBytes(&ev)
+	s.eventVersions[ev.Type.snapVersion()]++
 	s.events.push(ev)
 }
 
@@ -429,6 +434,7 @@ func (s *state) emit(ev Event) {
 // restore; the result must equal what applying the log built.
 func (s *state) rebuildIndexes() {
 	s.bytes = s.countBytes()
+	s.eventVersions = s.countEventVersions()
 	type fin struct{ fseq, seq uint64 }
 	var finished, dead []fin
 	eachJob(s.shards, func(j *Job) bool {
