@@ -17,8 +17,9 @@ import (
 //   - references: live leases name registered workers; every index (ids,
 //     tokens, ready queues, submitters, finish order, request ids, counts)
 //     agrees with the jobs; events are consecutive and ordered in time;
-//   - clocks: no time (of a job, lease, worker, node or event) is negative
-//     or after the state's time, and no raft index (of a job or event) is
+//   - clocks: no time (of a job, lease, worker, node, schedule or event) is
+//     negative or after the state's time (a schedule's LastSlot neither, nor
+//     before its creation), and no raft index (of a job or event) is
 //     after the state's index, so nothing in the state claims a moment the
 //     state has not reached.
 //
@@ -281,6 +282,20 @@ func (s *state) check() error {
 	for id, w := range s.workers {
 		if w.ID != id || w.Capacity == 0 || !inTime(w.RegisteredAt) || !inTime(w.UpdatedAt) {
 			fail("worker %s: id %q capacity %d times %d/%d", id, w.ID, w.Capacity, w.RegisteredAt, w.UpdatedAt)
+		}
+	}
+	// A schedule is created at its command's time, changed at later ones,
+	// and settled from its creation through a slot no later than the
+	// command that fired it, or through the time a restore settled it
+	// (which that restore made the state's). Its counters count commands.
+	if len(s.schedules) > MaxSchedules {
+		fail("%d schedules, bound %d", len(s.schedules), MaxSchedules)
+	}
+	for name, sc := range s.schedules {
+		if sc.Name != name || !inTime(sc.CreatedAt) || !inTime(sc.UpdatedAt) || sc.UpdatedAt < sc.CreatedAt ||
+			sc.LastSlot < sc.CreatedAt || sc.LastSlot > s.lastTime || sc.Fired >= MaxIndex || sc.Skipped >= MaxIndex {
+			fail("schedule %s stored under %s: created %d, updated %d, settled through %d, %d fired, %d skipped (state time %d)",
+				sc.Name, name, sc.CreatedAt, sc.UpdatedAt, sc.LastSlot, sc.Fired, sc.Skipped, s.lastTime)
 		}
 	}
 
