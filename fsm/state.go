@@ -361,6 +361,10 @@ func (s *state) setState(j *Job, to JobState) {
 		s.leaveQueue(j)
 	}
 	if to == JobQueued {
+		// It enters the queue now: the command's time is when it became
+		// ready (readySince), which the ready order reads on entry. Every
+		// caller stamps the same time afterwards too.
+		j.UpdatedAt = s.lastTime
 		s.enterQueue(j)
 	}
 	if from == JobDead { // retried: only a dead job ever leaves a terminal state
