@@ -351,29 +351,24 @@ func (s *state) check() error {
 
 	s.checkQueues(queueWant, fail)
 
-	if len(s.finished) != terminal || len(s.dead) != counts[JobDead] {
+	if len(s.finished) != terminal || s.dead.live != counts[JobDead] {
 		fail("finish order lists %d jobs, %d are terminal and not dead; dead index %d, %d dead",
-			len(s.finished), terminal, len(s.dead), counts[JobDead])
+			len(s.finished), terminal, s.dead.live, counts[JobDead])
 	}
 	// Compaction takes a prefix of the finish order by time, a purge by
 	// age one of the dead index: finish times must not decrease along them.
-	for _, idx := range []struct {
-		name string
-		list []uint64
-	}{{"finish order", s.finished}, {"dead index", s.dead}} {
-		name, list := idx.name, idx.list
-		var prevFin uint64
-		var prevAt int64
-		for _, seq := range list {
-			j := s.job(seq)
-			if j == nil || !j.State.Terminal() || (j.State == JobDead) != (name == "dead index") ||
-				j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
-				fail("%s: seq %d is not a job of it in finish order and time", name, seq)
-				break
-			}
-			prevFin, prevAt = j.FinishSeq, j.FinishedAt
+	var prevFin uint64
+	var prevAt int64
+	for _, seq := range s.finished {
+		j := s.job(seq)
+		if j == nil || !j.State.Terminal() || j.State == JobDead ||
+			j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+			fail("finish order: seq %d is not a job of it in finish order and time", seq)
+			break
 		}
+		prevFin, prevAt = j.FinishSeq, j.FinishedAt
 	}
+	s.checkDead(counts[JobDead], fail)
 
 	if s.events.len() > MaxEvents {
 		fail("%d events kept, bound %d", s.events.len(), MaxEvents)
@@ -436,5 +431,50 @@ func (s *state) checkQueues(want map[string]*queueCounts, fail func(string, ...a
 		if qs.Queue != q || checkName("queue", q) != nil || qs.MaxRunning > MaxQueueLimit || !qs.Paused && qs.MaxRunning == 0 {
 			fail("queue settings %+v stored under %q", qs, q)
 		}
+	}
+}
+
+// checkDead checks the dead indexes: each in finish order and time, its
+// live entries the dead jobs (of its queue) with their finish seqs, its
+// tombstones not at the front and not outnumbering the live entries by
+// more than the slack tidy allows.
+func (s *state) checkDead(dead int, fail func(string, ...any)) {
+	check := func(name, queue string, d *deadIndex) int {
+		var prevFin uint64
+		var prevAt int64
+		live := 0
+		for _, e := range d.items {
+			if e.fseq <= prevFin {
+				fail("%s: finish seq %d after %d", name, e.fseq, prevFin)
+				break
+			}
+			prevFin = e.fseq
+			if e.seq == 0 {
+				continue
+			}
+			live++
+			j := s.job(e.seq)
+			if j == nil || j.State != JobDead || j.FinishSeq != e.fseq || queue != "" && j.Queue != queue ||
+				j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+				fail("%s: seq %d is not a dead job of it in finish order and time", name, e.seq)
+				break
+			}
+			prevAt = j.FinishedAt
+		}
+		if live != d.live || len(d.items) > 0 && d.items[0].seq == 0 || len(d.items)-live > max(64, live) {
+			fail("%s: %d entries, %d live (counted %d)", name, len(d.items), live, d.live)
+		}
+		return live
+	}
+	check("dead index", "", &s.dead)
+	n := 0
+	for q, d := range s.deadBy {
+		if d.live == 0 {
+			fail("dead index of queue %s is empty", q)
+		}
+		n += check("dead index of queue "+q, q, d)
+	}
+	if n != dead {
+		fail("the queues' dead indexes list %d jobs, %d are dead", n, dead)
 	}
 }

@@ -64,7 +64,8 @@ type state struct {
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs but dead ones in finish order: what Compact takes
-	dead         []uint64                       // seqs of dead jobs in finish order: what PurgeJobs takes (apply_dead.go)
+	dead         deadIndex                      // dead jobs in finish order: what PurgeJobs takes (deadindex.go)
+	deadBy       map[string]*deadIndex          // queue -> its dead jobs, while it has one
 	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobDead + 1]int // jobs per state
@@ -90,6 +91,7 @@ func newState() *state {
 		queueSettings: map[string]QueueSettings{},
 		workerLeases:  map[string]leaseSet{},
 		submitted:     map[string]*jobHeap{},
+		deadBy:        map[string]*deadIndex{},
 		retries:       map[RetryPolicy]*RetryPolicy{},
 		requests:      map[requestKey][]uint64{},
 		interned:      map[string]string{},
@@ -376,7 +378,7 @@ func (s *state) setState(j *Job, to JobState) {
 		j.FinishSeq = s.finishSeq
 		j.FinishedAt = s.lastTime
 		if to == JobDead {
-			s.dead = append(s.dead, j.Seq)
+			s.enterDead(j)
 		} else {
 			s.finished = append(s.finished, j.Seq)
 		}
@@ -498,8 +500,8 @@ func (s *state) rebuildIndexes() {
 		return out
 	}
 	s.finished = inOrder(finished)
-	if len(dead) > 0 {
-		s.dead = inOrder(dead)
+	for _, seq := range inOrder(dead) {
+		s.enterDead(s.job(seq))
 	}
 }
 
