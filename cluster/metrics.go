@@ -131,11 +131,7 @@ func (m *nodeMetrics) granted(res fsm.AcquireResult) {
 		return
 	}
 	for _, g := range res.Grants {
-		ready := max(g.Job.SubmittedAt, g.Job.NotBefore)
-		if k := len(g.Job.Leases); k >= 2 {
-			ready = max(ready, g.Job.Leases[k-2].EndedAt)
-		}
-		if wait := g.Lease.GrantedAt - ready; wait >= 0 {
+		if wait := g.Lease.GrantedAt - g.ReadySince; wait >= 0 {
 			m.queueWait.WithLabelValues(g.Job.Queue).Observe(time.Duration(wait).Seconds())
 		}
 	}

@@ -71,17 +71,6 @@ func clipReason(r string) string {
 	return strings.ToValidUTF8(r[:maxReasonLen], "")
 }
 
-// leaveDead takes a dead job out of the dead index (it is retried or
-// purged). The index is in finish order, so a binary search finds it.
-func (s *state) leaveDead(j *Job) {
-	i, ok := slices.BinarySearchFunc(s.dead, j.FinishSeq, func(seq, fseq uint64) int {
-		return cmpU64(s.job(seq).FinishSeq, fseq)
-	})
-	if ok {
-		s.dead = slices.Delete(s.dead, i, i+1)
-	}
-}
-
 func applyRetryJob(s *state, cmd Command) (any, error) {
 	c := cmd.(*RetryJob)
 	j := s.jobByID(c.JobID)
@@ -108,45 +97,59 @@ func applyRetryJob(s *state, cmd Command) (any, error) {
 func applyPurgeJobs(s *state, cmd Command) (any, error) {
 	c := cmd.(*PurgeJobs)
 	var res PurgeResult
-	gone := map[uint64]bool{}
+	// Each purge leaves the dead indexes by a binary search in each
+	// (leaveDead), so a purge costs the jobs it removes, never the dead
+	// jobs it keeps.
 	purge := func(j *Job) {
-		gone[j.Seq] = true
 		res.Purged = append(res.Purged, j.ID)
+		s.leaveDead(j)
 		s.removeJob(j)
 	}
 	if len(c.JobIDs) > 0 {
 		for _, id := range c.JobIDs {
 			j := s.jobByID(id)
-			if j == nil || j.State != JobDead || gone[j.Seq] {
+			if j == nil || j.State != JobDead { // a job listed twice is gone the second time
 				res.Skipped = append(res.Skipped, id)
 				continue
 			}
 			purge(j)
 		}
 	} else {
-		// Oldest death first; the index is in finish order, so by age
-		// the candidates are a prefix.
+		// Oldest death first, of the queue or of all: its index is in
+		// finish order, so by age the candidates are a prefix of it.
+		idx := &s.dead
+		if c.Queue != "" {
+			idx = s.deadBy[c.Queue] // nil: the queue has no dead job
+		}
 		before := s.lastTime - c.OlderThan
-		for _, seq := range s.dead {
-			j := s.job(seq)
+		for i := 0; idx != nil && i < len(idx.items); i++ {
+			e := idx.items[i]
+			if e.seq == 0 {
+				continue // a tombstone: it counts for nothing
+			}
+			j := s.job(e.seq)
 			if c.OlderThan > 0 && j.FinishedAt >= before {
 				break
-			}
-			if c.Queue != "" && j.Queue != c.Queue {
-				continue
 			}
 			if len(res.Purged) == int(c.Limit) {
 				res.More = true
 				break
 			}
+			// purge may tidy idx.items (the front and tombstones): go on
+			// from the first entry after this one's finish seq.
 			purge(j)
+			if c.Queue != "" && s.deadBy[c.Queue] == nil {
+				break
+			}
+			i, _ = slices.BinarySearchFunc(idx.items, e.fseq+1, func(e deadEntry, f uint64) int { return cmpU64(e.fseq, f) })
+			i--
+		}
+		if idx != nil {
+			idx.tidy() // tombstones passed before a job kept
 		}
 	}
-	if len(gone) > 0 {
-		// One pass, whatever the number purged (each removal alone would
-		// move the rest of the index).
-		s.dead = slices.DeleteFunc(s.dead, func(seq uint64) bool { return gone[seq] })
-		s.emit(Event{Type: EventJobsPurged, Detail: joinReason(fmt.Sprintf("%d dead jobs", len(gone)), c.Reason)})
+	if len(res.Purged) > 0 {
+		s.emit(Event{Type: EventJobsPurged, Detail: joinReason(fmt.Sprintf("%d dead jobs", len(res.Purged)), c.Reason)})
 	}
 	return res, nil
 }

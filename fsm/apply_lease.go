@@ -42,6 +42,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 			break
 		}
 		j := s.editJob(seq)
+		since := readySince(j)
 		if !singleGrant && j.State != JobQueued {
 			// The broken build takes the job over: its holder is not
 			// told, no event says the lease ended.
@@ -64,7 +65,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		if c.Start {
 			s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
 		}
-		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l})
+		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l, ReadySince: since})
 	}
 	if len(toks) > 0 {
 		// One slice of the acquire's exact size (the loop's grows by doubling).

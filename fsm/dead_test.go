@@ -2,6 +2,8 @@ package fsm
 
 import (
 	"bytes"
+	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -213,5 +215,65 @@ func TestSnapshotWithDeadJobIsVersion6(t *testing.T) {
 	m.roundTrip()
 	if j := m.job("j"); j.State != JobDead {
 		t.Fatalf("restored: %s", j.State)
+	}
+}
+
+// A purge costs the jobs it removes, not the dead jobs it keeps: a purge
+// of one queue walks only that queue's dead jobs (its own index), and a
+// purge by ids or a retry takes a job out of the indexes by a binary
+// search, leaving a tombstone, not a rewrite. Tombstones never change an
+// answer: a replica restored from a snapshot (none) purges exactly as the
+// one that applied every entry.
+func TestPurgeWalksOnlyItsQueue(t *testing.T) {
+	m := newMachine(t)
+	m.setLevel("a", 6)
+	m.register("w", 8)
+	kill := func(id, queue string) {
+		s := spec(id)
+		s.Queue, s.MaxAttempts = queue, 1
+		m.submit(s)
+		g := m.do(&Acquire{WorkerID: "w", RequestID: "req-" + id, Queues: []string{queue}, Max: 1}).(AcquireResult).Grants[0]
+		m.report(g, "r-"+id, OutcomeFailed, true)
+	}
+	for i := range 200 {
+		kill(fmt.Sprint("a", i), "a")
+	}
+	kill("b0", "b")
+	kill("b1", "b")
+	st := m.f.st
+	if d := st.deadBy["b"]; d == nil || d.live != 2 || len(d.items) != 2 || st.dead.live != 202 {
+		t.Fatalf("dead indexes: all %d, b %+v", st.dead.live, d)
+	}
+	// Out of the middle: tombstones, found by binary search.
+	m.do(&RetryJob{JobID: "a100"})
+	res := m.do(&PurgeJobs{JobIDs: []string{"a50", "a50"}, Limit: 2}).(PurgeResult)
+	if strings.Join(res.Purged, ",") != "a50" || strings.Join(res.Skipped, ",") != "a50" {
+		t.Fatalf("by ids: %+v", res)
+	}
+	if st := m.f.st; len(st.dead.items) != 202 || st.dead.live != 200 || st.deadBy["a"].live != 198 {
+		t.Fatalf("after a retry and a purge by id: %d entries, %d live", len(st.dead.items), st.dead.live)
+	}
+	// Queue b's dead jobs are behind 200 of queue a's in death order.
+	res = m.do(&PurgeJobs{Queue: "b", Limit: 1}).(PurgeResult)
+	if strings.Join(res.Purged, ",") != "b0" || !res.More {
+		t.Fatalf("queue b, limit 1: %+v", res)
+	}
+	twin := New()
+	if err := twin.Restore(bytes.NewReader(snapshotBytes(t, m.f))); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*PurgeJobs{{Queue: "b", Limit: 5}, {Queue: "a", Limit: 60}, {Limit: 100}, {Limit: 100}, {Queue: "b", Limit: 1}} {
+		res := m.do(c).(PurgeResult)
+		data, _ := Encode(m.now, c)
+		tres, err := twin.Apply(m.index, data)
+		if err != nil || !reflect.DeepEqual(res, tres) {
+			t.Fatalf("%+v: applied %+v, restored %+v (%v)", c, res, tres, err)
+		}
+	}
+	if m.f.Hash() != twin.Hash() {
+		t.Fatal("the replica restored without tombstones hashes differently")
+	}
+	if st := m.f.Stats(); st.Jobs[JobDead] != 0 || len(m.f.st.deadBy) != 0 || len(m.f.st.dead.items) != 0 {
+		t.Fatalf("after the purges: %v dead, %d queue indexes, %d entries", st.Jobs[JobDead], len(m.f.st.deadBy), len(m.f.st.dead.items))
 	}
 }

@@ -95,6 +95,20 @@ var eventTypeNames = map[EventType]string{
 
 func (t EventType) String() string { return enumName(eventTypeNames, t) }
 
+// snapVersion is the lowest snapshot version whose readers know the type:
+// 5 for the events of jobs that wait (29, 30), 6 for those of level 6 (31
+// to 42), 0 for the older ones, which every version holds. A snapshot is
+// written in at least the version of every event it keeps.
+func (t EventType) snapVersion() byte {
+	switch {
+	case t >= EventJobDead:
+		return 6
+	case t == EventJobScheduled || t == EventRetryScheduled:
+		return 5
+	}
+	return 0
+}
+
 // ParseEventType is the inverse of String.
 func ParseEventType(s string) (EventType, bool) { return enumParse(eventTypeNames, s) }
 

@@ -17,8 +17,9 @@ import (
 //   - references: live leases name registered workers; every index (ids,
 //     tokens, ready queues, submitters, finish order, request ids, counts)
 //     agrees with the jobs; events are consecutive and ordered in time;
-//   - clocks: no time (of a job, lease, worker, node or event) is negative
-//     or after the state's time, and no raft index (of a job or event) is
+//   - clocks: no time (of a job, lease, worker, node, schedule or event) is
+//     negative or after the state's time (a schedule's LastSlot neither, nor
+//     before its creation), and no raft index (of a job or event) is
 //     after the state's index, so nothing in the state claims a moment the
 //     state has not reached.
 //
@@ -39,6 +40,9 @@ func (s *state) check() error {
 	}
 	if n := s.countBytes(); n != s.bytes {
 		fail("size %d bytes, recounted %d", s.bytes, n)
+	}
+	if c := s.countEventVersions(); c != s.eventVersions {
+		fail("events counted by snapshot version %v, recounted %v", s.eventVersions, c)
 	}
 	if len(s.touched) != 0 {
 		fail("%d jobs touched outside an apply", len(s.touched))
@@ -280,6 +284,20 @@ func (s *state) check() error {
 			fail("worker %s: id %q capacity %d times %d/%d", id, w.ID, w.Capacity, w.RegisteredAt, w.UpdatedAt)
 		}
 	}
+	// A schedule is created at its command's time, changed at later ones,
+	// and settled from its creation through a slot no later than the
+	// command that fired it, or through the time a restore settled it
+	// (which that restore made the state's). Its counters count commands.
+	if len(s.schedules) > MaxSchedules {
+		fail("%d schedules, bound %d", len(s.schedules), MaxSchedules)
+	}
+	for name, sc := range s.schedules {
+		if sc.Name != name || !inTime(sc.CreatedAt) || !inTime(sc.UpdatedAt) || sc.UpdatedAt < sc.CreatedAt ||
+			sc.LastSlot < sc.CreatedAt || sc.LastSlot > s.lastTime || sc.Fired >= MaxIndex || sc.Skipped >= MaxIndex {
+			fail("schedule %s stored under %s: created %d, updated %d, settled through %d, %d fired, %d skipped (state time %d)",
+				sc.Name, name, sc.CreatedAt, sc.UpdatedAt, sc.LastSlot, sc.Fired, sc.Skipped, s.lastTime)
+		}
+	}
 
 	// A heap holds each of its queued jobs at least once (a job that left
 	// and came back may be listed twice), no queued job of another heap,
@@ -333,29 +351,24 @@ func (s *state) check() error {
 
 	s.checkQueues(queueWant, fail)
 
-	if len(s.finished) != terminal || len(s.dead) != counts[JobDead] {
+	if len(s.finished) != terminal || s.dead.live != counts[JobDead] {
 		fail("finish order lists %d jobs, %d are terminal and not dead; dead index %d, %d dead",
-			len(s.finished), terminal, len(s.dead), counts[JobDead])
+			len(s.finished), terminal, s.dead.live, counts[JobDead])
 	}
 	// Compaction takes a prefix of the finish order by time, a purge by
 	// age one of the dead index: finish times must not decrease along them.
-	for _, idx := range []struct {
-		name string
-		list []uint64
-	}{{"finish order", s.finished}, {"dead index", s.dead}} {
-		name, list := idx.name, idx.list
-		var prevFin uint64
-		var prevAt int64
-		for _, seq := range list {
-			j := s.job(seq)
-			if j == nil || !j.State.Terminal() || (j.State == JobDead) != (name == "dead index") ||
-				j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
-				fail("%s: seq %d is not a job of it in finish order and time", name, seq)
-				break
-			}
-			prevFin, prevAt = j.FinishSeq, j.FinishedAt
+	var prevFin uint64
+	var prevAt int64
+	for _, seq := range s.finished {
+		j := s.job(seq)
+		if j == nil || !j.State.Terminal() || j.State == JobDead ||
+			j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+			fail("finish order: seq %d is not a job of it in finish order and time", seq)
+			break
 		}
+		prevFin, prevAt = j.FinishSeq, j.FinishedAt
 	}
+	s.checkDead(counts[JobDead], fail)
 
 	if s.events.len() > MaxEvents {
 		fail("%d events kept, bound %d", s.events.len(), MaxEvents)
@@ -418,5 +431,50 @@ func (s *state) checkQueues(want map[string]*queueCounts, fail func(string, ...a
 		if qs.Queue != q || checkName("queue", q) != nil || qs.MaxRunning > MaxQueueLimit || !qs.Paused && qs.MaxRunning == 0 {
 			fail("queue settings %+v stored under %q", qs, q)
 		}
+	}
+}
+
+// checkDead checks the dead indexes: each in finish order and time, its
+// live entries the dead jobs (of its queue) with their finish seqs, its
+// tombstones not at the front and not outnumbering the live entries by
+// more than the slack tidy allows.
+func (s *state) checkDead(dead int, fail func(string, ...any)) {
+	check := func(name, queue string, d *deadIndex) int {
+		var prevFin uint64
+		var prevAt int64
+		live := 0
+		for _, e := range d.items {
+			if e.fseq <= prevFin {
+				fail("%s: finish seq %d after %d", name, e.fseq, prevFin)
+				break
+			}
+			prevFin = e.fseq
+			if e.seq == 0 {
+				continue
+			}
+			live++
+			j := s.job(e.seq)
+			if j == nil || j.State != JobDead || j.FinishSeq != e.fseq || queue != "" && j.Queue != queue ||
+				j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+				fail("%s: seq %d is not a dead job of it in finish order and time", name, e.seq)
+				break
+			}
+			prevAt = j.FinishedAt
+		}
+		if live != d.live || len(d.items) > 0 && d.items[0].seq == 0 || len(d.items)-live > max(64, live) {
+			fail("%s: %d entries, %d live (counted %d)", name, len(d.items), live, d.live)
+		}
+		return live
+	}
+	check("dead index", "", &s.dead)
+	n := 0
+	for q, d := range s.deadBy {
+		if d.live == 0 {
+			fail("dead index of queue %s is empty", q)
+		}
+		n += check("dead index of queue "+q, q, d)
+	}
+	if n != dead {
+		fail("the queues' dead indexes list %d jobs, %d are dead", n, dead)
 	}
 }

@@ -130,6 +130,9 @@ type refModel struct {
 	// reports counts each kept job's first reports, one per execution
 	// that reached one: what Job.Executions must say.
 	reports map[*Job]uint32
+	// retried holds when each kept job was last retried from dead: it
+	// became ready then, whenever its last lease ended (readySince)
+	retried map[*Job]int64
 	// schedules by name: settled through LastSlot, fired by FireSchedule
 	schedules map[string]*Schedule
 	nodes     map[string]Node          // the node table: its lowest level is the cluster's
@@ -137,7 +140,7 @@ type refModel struct {
 }
 
 func newRefModel() *refModel {
-	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, nodes: map[string]Node{}, queues: map[string]QueueSettings{},
+	return &refModel{workers: map[string]*Worker{}, reports: map[*Job]uint32{}, retried: map[*Job]int64{}, nodes: map[string]Node{}, queues: map[string]QueueSettings{},
 		schedules: map[string]*Schedule{}}
 }
 
@@ -396,6 +399,19 @@ func (m *refModel) setNode(c *SetNode) (any, error) {
 	return n, nil
 }
 
+// readySince is when a queued job became ready: the latest of its submit,
+// its last lease's end, its retry from dead and its NotBefore.
+func (m *refModel) readySince(j *Job) int64 {
+	since := max(j.SubmittedAt, j.NotBefore)
+	if n := len(j.Leases); n > 0 {
+		since = max(since, j.Leases[n-1].EndedAt)
+	}
+	if at, ok := m.retried[j]; ok {
+		since = max(since, at)
+	}
+	return since
+}
+
 // retry queues a dead job again with a fresh attempt budget.
 func (m *refModel) retry(c *RetryJob) (any, error) {
 	j := m.job(c.JobID)
@@ -409,6 +425,7 @@ func (m *refModel) retry(c *RetryJob) (any, error) {
 	j.FinishSeq, j.FinishedAt = 0, 0
 	j.State = JobQueued
 	m.reports[j] = 0 // a fresh budget: the next execution is attempt 1 again
+	m.retried[j] = m.now
 	m.touch(j)
 	m.emit(Event{Type: EventJobRetried, JobID: j.ID})
 	return copyJob(j), nil
@@ -442,6 +459,7 @@ func (m *refModel) purge(c *PurgeJobs) (any, error) {
 	for _, j := range gone {
 		res.Purged = append(res.Purged, j.ID)
 		delete(m.reports, j)
+		delete(m.retried, j)
 	}
 	m.jobs = slices.DeleteFunc(m.jobs, func(j *Job) bool { return slices.Contains(gone, j) })
 	if len(gone) > 0 {
@@ -660,6 +678,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 		if best == nil {
 			break
 		}
+		since := m.readySince(best)
 		m.lastToken++
 		l := Lease{
 			Token: m.lastToken, JobID: best.ID, WorkerID: c.WorkerID, RequestID: c.RequestID,
@@ -679,7 +698,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 		if c.Start {
 			m.emit(Event{Type: EventLeaseStarted, JobID: best.ID, Token: l.Token, WorkerID: c.WorkerID})
 		}
-		res.Grants = append(res.Grants, Grant{Job: copyJob(best), Lease: l})
+		res.Grants = append(res.Grants, Grant{Job: copyJob(best), Lease: l, ReadySince: since})
 	}
 	return res, nil
 }
@@ -1012,6 +1031,7 @@ func (m *refModel) compact(c *Compact) (any, error) {
 	m.jobs = slices.DeleteFunc(m.jobs, func(j *Job) bool { return slices.Contains(old, j) })
 	for _, j := range old {
 		delete(m.reports, j)
+		delete(m.retried, j)
 	}
 	res.Jobs = len(old)
 	// Every event older than the cutoff.
@@ -2542,10 +2562,7 @@ func (r *modelRun) compareQueues() {
 			qi.Scheduled++
 		} else if j.State == JobQueued {
 			qi.Ready++
-			since := max(j.SubmittedAt, j.NotBefore)
-			if n := len(j.Leases); n > 0 {
-				since = max(since, j.Leases[n-1].EndedAt)
-			}
+			since := m.readySince(j)
 			if qi.OldestReady == 0 || since < qi.OldestReady {
 				qi.OldestReady = since
 			}

@@ -191,15 +191,15 @@ func (a readyItem) compare(b readyItem) int {
 }
 
 // readySince is when a ready job became ready, as queue lists show it (and
-// as the leader's queue wait metric reads it): its submit time, the end of
-// its previous lease, or its NotBefore when it waited for it. Each is
-// replicated and none changes while the job is ready.
+// as the leader's queue wait metric reads it from Grant.ReadySince): when
+// it entered the queue, or its NotBefore when it waited for it there. A job
+// enters the queue by a command that sets its UpdatedAt (a submit, the end
+// of its lease, a retry of a dead job), and nothing changes UpdatedAt or
+// NotBefore while it stays queued, so both are replicated and fixed while
+// the job is ready. (Not the end of its last lease: a dead job retried
+// became ready at the retry, not when it died.)
 func readySince(j *Job) int64 {
-	at := max(j.SubmittedAt, j.NotBefore)
-	if l := j.lastLease(); l != nil {
-		at = max(at, l.EndedAt)
-	}
-	return at
+	return max(j.UpdatedAt, j.NotBefore)
 }
 
 // queueOf returns the queue's counts, creating them.

@@ -290,3 +290,33 @@ func TestOldestReadyAfterARelease(t *testing.T) {
 		t.Fatalf("after a restore: %+v", list[0])
 	}
 }
+
+// A dead job retried became ready at the retry, not when it died (the end
+// of its last lease): the queue's oldest ready age and the grant's queue
+// wait leave out the time it was dead.
+func TestOldestReadyAfterARetry(t *testing.T) {
+	m := newMachine(t)
+	m.setLevel("a", 6)
+	m.register("w", 1)
+	s := spec("d")
+	s.MaxAttempts = 1
+	m.submit(s)
+	m.report(m.acquireOne("w"), "r", OutcomeFailed, true)
+	if j := m.job("d"); j.State != JobDead {
+		t.Fatalf("not dead: %s", j.State)
+	}
+	m.advance(int64(30 * 24 * time.Hour))
+	m.do(&RetryJob{JobID: "d"})
+	retried := m.now
+	m.advance(int64(time.Minute))
+	if list, _ := m.f.Queues("", 0, m.now); list[0].OldestReady != retried || list[0].Ready != 1 {
+		t.Fatalf("after the retry: %+v, oldest want %d (%v after the death)", list[0], retried, time.Duration(retried-list[0].OldestReady))
+	}
+	m.roundTrip()
+	if list, _ := m.f.Queues("", 0, m.now); list[0].OldestReady != retried {
+		t.Fatalf("after a restore: %+v", list[0])
+	}
+	if g := m.acquireOne("w"); g.ReadySince != retried || g.Lease.GrantedAt-g.ReadySince != int64(time.Minute) {
+		t.Fatalf("grant ready since %d, want %d", g.ReadySince, retried)
+	}
+}

@@ -45,7 +45,8 @@ type RestorePlan struct {
 // plan.Index as its index, carries no index after it, has its token
 // counter raised to at least plan.Floor and GrantAllowance and ends with a
 // tokens.floor_raised event, and its schedules' slots settled through
-// plan.Settled. It is written in the newest snapshot version.
+// plan.Settled (which then becomes the copy's time, if later: no time in a
+// state is after its own). It is written in the newest snapshot version.
 // PrepareRestore returns the copy's counters; it touches no live state.
 func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, error) {
 	if plan.Floor > MaxTokenFloor {
@@ -67,15 +68,19 @@ func PrepareRestore(dst io.Writer, src io.Reader, plan RestorePlan) (Stats, erro
 			s.lastToken, uint64(MaxTokenFloor))
 	}
 	s.rebase(plan.Index)
+	old, backupTime := s.lastToken, s.lastTime
 	for name, sc := range s.schedules {
 		if sc.LastSlot < plan.Settled {
 			c := *sc
 			c.LastSlot = plan.Settled
 			s.schedules[name] = &c
+			// The state's time bounds every time in it, a schedule's
+			// LastSlot too (check): settling slots through a time makes
+			// it the state's.
+			s.lastTime = max(s.lastTime, plan.Settled)
 		}
 	}
-	old := s.lastToken
-	s.lastToken = max(old, plan.Floor, GrantAllowance(old, s.lastTime, plan.Now))
+	s.lastToken = max(old, plan.Floor, GrantAllowance(old, backupTime, plan.Now))
 	s.emit(Event{Type: EventTokenFloorRaised, Detail: fmt.Sprintf("restore: from %d to %d", old, s.lastToken)})
 	if err := s.check(); err != nil {
 		return Stats{}, fmt.Errorf("%w: restored state: %w", ErrCorrupt, err)

@@ -48,10 +48,13 @@ type RemoveIdleResult struct {
 	Kept    []string
 }
 
-// Grant is one lease an acquire granted, with its job.
+// Grant is one lease an acquire granted, with its job. ReadySince is when
+// the job became ready (what the queue wait is measured from, as Queues'
+// OldestReady): zero in a replayed answer.
 type Grant struct {
-	Job   Job
-	Lease Lease
+	Job        Job
+	Lease      Lease
+	ReadySince int64
 }
 
 // AcquireResult lists the granted leases. Replayed is true when the request

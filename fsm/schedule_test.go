@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -262,5 +263,67 @@ func TestRestoreSettlesScheduleSlots(t *testing.T) {
 	// restored cluster counts them as settled.
 	if sc, _ := g.Schedule("s"); sc.LastSlot != settled {
 		t.Fatalf("restored LastSlot %d, want %d", sc.LastSlot, settled)
+	}
+	// Settling the slots through a time makes it the state's: no time in
+	// a state is after its own.
+	if st := g.Stats(); st.LastTime != settled {
+		t.Fatalf("restored state's time %d, want %d", st.LastTime, settled)
+	}
+}
+
+// withSchedule writes f's state as a snapshot whose schedules are edited
+// copies: the checksum is right, the schedule lies.
+func withSchedule(t *testing.T, f *FSM, edit func(sc *Schedule)) []byte {
+	t.Helper()
+	snap := f.Snapshot()
+	defer snap.Release()
+	for i, sc := range snap.schedules {
+		c := *sc
+		edit(&c)
+		snap.schedules[i] = &c
+	}
+	var buf bytes.Buffer
+	if _, err := snap.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+// A backup's schedule is held to the clock rule like every other record:
+// its creation and change no later than the state's time, its slots
+// settled from its creation through no later than the state's time (a
+// LastSlot in 2262 would silence the schedule for good), its counters
+// below MaxIndex. A restore refuses anything else as corrupt.
+func TestRestoreChecksScheduleTimes(t *testing.T) {
+	m := newMachine(t)
+	m.do(putSched("s"))
+	m.advance(int64(time.Minute))
+	m.fire("s", m.now-int64(time.Second))
+	m.advance(int64(time.Minute))
+	honest := withSchedule(t, m.f, func(*Schedule) {})
+	if err := New().Restore(bytes.NewReader(honest)); err != nil {
+		t.Fatalf("honest backup: %v", err)
+	}
+	for name, edit := range map[string]func(sc *Schedule){
+		"created after the state's time": func(sc *Schedule) { sc.CreatedAt = m.now + 1 },
+		"created before 1970":            func(sc *Schedule) { sc.CreatedAt = -1 },
+		"updated after the state's time": func(sc *Schedule) { sc.UpdatedAt = m.now + 1 },
+		"updated before 1970":            func(sc *Schedule) { sc.UpdatedAt = -5 },
+		"updated before created":         func(sc *Schedule) { sc.UpdatedAt = sc.CreatedAt - 1 },
+		"settled in 2262":                func(sc *Schedule) { sc.LastSlot = math.MaxInt64 },
+		"settled after the state's time": func(sc *Schedule) { sc.LastSlot = m.now + 1 },
+		"settled before created":         func(sc *Schedule) { sc.LastSlot = sc.CreatedAt - 1 },
+		"settled before 1970":            func(sc *Schedule) { sc.LastSlot = -1 },
+		"fired near 2^64":                func(sc *Schedule) { sc.Fired = math.MaxUint64 },
+		"skipped near 2^64":              func(sc *Schedule) { sc.Skipped = math.MaxUint64 - 1 },
+	} {
+		data := withSchedule(t, m.f, edit)
+		if err := New().Restore(bytes.NewReader(data)); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: restore says %v", name, err)
+		}
+		var out bytes.Buffer
+		if _, err := PrepareRestore(&out, bytes.NewReader(data), RestorePlan{Index: 100, Floor: 1, Latest: m.now, Settled: m.now}); !errors.Is(err, ErrCorrupt) {
+			t.Errorf("%s: PrepareRestore says %v", name, err)
+		}
 	}
 }

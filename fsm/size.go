@@ -66,9 +66,21 @@ const touchedKeep = 64
 func (s *state) dropEvents(n int) {
 	n = min(n, s.events.len())
 	for i := range n {
-		s.bytes -= eventBytes(s.events.at(i))
+		ev := s.events.at(i)
+		s.bytes -= eventBytes(ev)
+		s.eventVersions[ev.Type.snapVersion()]--
 	}
 	s.events.drop(n)
+}
+
+// countEventVersions recounts the kept events by the snapshot version their
+// type needs (restore, check).
+func (s *state) countEventVersions() [snapVersion + 1]int {
+	var c [snapVersion + 1]int
+	for i := range s.events.len() {
+		c[s.events.at(i).Type.snapVersion()]++
+	}
+	return c
 }
 
 // countBytes recounts the state's size from scratch (restore, check).

@@ -71,9 +71,12 @@ type Snapshot struct {
 	queues  []QueueSettings
 	// schedules likewise; a snapshot holding one is version 6
 	schedules []*Schedule
-	// minVersion is the lowest version that holds every job: 5 once a job
-	// has a NotBefore or a retry policy, 6 once one is dead or has a
-	// timeout, or a queue has settings, whatever the nodes' levels say.
+	// minVersion is the lowest version that holds every record: 5 once a
+	// job has a NotBefore or a retry policy or an event of jobs that wait
+	// is kept, 6 once a job is dead or has a timeout, a queue has settings,
+	// a schedule exists or an event of level 6 is kept (a queue paused and
+	// resumed, a schedule created and deleted leave only their events),
+	// whatever the nodes' levels say.
 	minVersion byte
 	events     eventLog
 }
@@ -106,10 +109,10 @@ func (f *FSM) Snapshot() *Snapshot {
 		minVersion: 3,
 		events:     s.events.view(),
 	}
-	if s.timed > 0 {
+	if s.timed > 0 || s.eventVersions[5] > 0 {
 		snap.minVersion = 5
 	}
-	if s.counts[JobDead] > 0 || len(s.queueSettings) > 0 || s.withTimeout > 0 {
+	if s.counts[JobDead] > 0 || len(s.queueSettings) > 0 || s.withTimeout > 0 || s.eventVersions[6] > 0 {
 		snap.minVersion = 6
 	}
 	for _, qs := range s.queueSettings {

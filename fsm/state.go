@@ -64,14 +64,19 @@ type state struct {
 	retries      map[RetryPolicy]*RetryPolicy   // one copy of each retry policy in use
 	submitted    map[string]*jobHeap            // submitter -> its queued jobs, oldest first
 	finished     []uint64                       // seqs of terminal jobs but dead ones in finish order: what Compact takes
-	dead         []uint64                       // seqs of dead jobs in finish order: what PurgeJobs takes (apply_dead.go)
+	dead         deadIndex                      // dead jobs in finish order: what PurgeJobs takes (deadindex.go)
+	deadBy       map[string]*deadIndex          // queue -> its dead jobs, while it has one
 	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
 	interned     map[string]string
 	counts       [JobDead + 1]int // jobs per state
 	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
 	withTimeout  int              // jobs with a timeout: a snapshot of them is version 6
-	bytes        int64            // jobs' and events' size (size.go)
-	touched      map[uint64]int64 // during an apply: seq -> size before it changed
+	// eventVersions counts the kept events by the snapshot version their
+	// type needs (EventType.snapVersion): a snapshot keeping one of them is
+	// written in at least that version.
+	eventVersions [snapVersion + 1]int
+	bytes         int64            // jobs' and events' size (size.go)
+	touched       map[uint64]int64 // during an apply: seq -> size before it changed
 }
 
 func newState() *state {
@@ -86,6 +91,7 @@ func newState() *state {
 		queueSettings: map[string]QueueSettings{},
 		workerLeases:  map[string]leaseSet{},
 		submitted:     map[string]*jobHeap{},
+		deadBy:        map[string]*deadIndex{},
 		retries:       map[RetryPolicy]*RetryPolicy{},
 		requests:      map[requestKey][]uint64{},
 		interned:      map[string]string{},
@@ -357,6 +363,10 @@ func (s *state) setState(j *Job, to JobState) {
 		s.leaveQueue(j)
 	}
 	if to == JobQueued {
+		// It enters the queue now: the command's time is when it became
+		// ready (readySince), which the ready order reads on entry. Every
+		// caller stamps the same time afterwards too.
+		j.UpdatedAt = s.lastTime
 		s.enterQueue(j)
 	}
 	if from == JobDead { // retried: only a dead job ever leaves a terminal state
@@ -368,7 +378,7 @@ func (s *state) setState(j *Job, to JobState) {
 		j.FinishSeq = s.finishSeq
 		j.FinishedAt = s.lastTime
 		if to == JobDead {
-			s.dead = append(s.dead, j.Seq)
+			s.enterDead(j)
 		} else {
 			s.finished = append(s.finished, j.Seq)
 		}
@@ -422,6 +432,7 @@ func (s *state) emit(ev Event) {
 		s.dropEvents(s.events.len() - MaxEvents + 1)
 	}
 	s.bytes += eventBytes(&ev)
+	s.eventVersions[ev.Type.snapVersion()]++
 	s.events.push(ev)
 }
 
@@ -429,6 +440,7 @@ func (s *state) emit(ev Event) {
 // restore; the result must equal what applying the log built.
 func (s *state) rebuildIndexes() {
 	s.bytes = s.countBytes()
+	s.eventVersions = s.countEventVersions()
 	type fin struct{ fseq, seq uint64 }
 	var finished, dead []fin
 	eachJob(s.shards, func(j *Job) bool {
@@ -488,8 +500,8 @@ func (s *state) rebuildIndexes() {
 		return out
 	}
 	s.finished = inOrder(finished)
-	if len(dead) > 0 {
-		s.dead = inOrder(dead)
+	for _, seq := range inOrder(dead) {
+		s.enterDead(s.job(seq))
 	}
 }
 
