@@ -1,12 +1,16 @@
 package api_test
 
 import (
+	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
@@ -97,4 +101,56 @@ func mustZone(t *testing.T, name string) *time.Location {
 		t.Fatal(err)
 	}
 	return loc
+}
+
+// A submitter cannot take a schedule slot's place: a job id of the slot
+// form (NAME@<slot, RFC 3339 UTC, to the second>) is refused from clients,
+// through a follower too, while ids that only look alike are ordinary.
+// When the slot comes, the schedule's own job fires, not a squatter's.
+func TestSlotJobIDsAreTheSchedulesOwn(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	follower := c.Nodes[(leader.Index+1)%3]
+	ci := leaseholdv1connect.NewScheduleServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(subSecret))
+	res, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(&pb.CreateScheduleRequest{Name: "nightly", Cron: "0 2 * * *",
+		Template: &pb.JobSpec{Queue: "batch", Kind: "report", Payload: []byte("{}")}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	slot := res.Msg.GetSchedule().GetNextSlots()[0].AsTime()
+	id := fsm.ScheduleJobID("nightly", slot.UnixNano())
+	for _, n := range []*clustertest.Node{leader, follower} {
+		jobs2 := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+n.APIAddr, bearer(ci2Secret))
+		for _, squat := range []string{id, fsm.ScheduleJobID("not-yet-a-schedule", slot.UnixNano())} {
+			_, err := jobs2.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: squat, Queue: "x", Kind: "y", Payload: []byte("squat")}}))
+			if connect.CodeOf(err) != connect.CodeInvalidArgument || transport.DetailOf(err).GetField() != "spec.id" ||
+				!strings.Contains(err.Error(), "schedule slot") {
+				t.Fatalf("submit %s through %s: %v, want INVALID_ARGUMENT on spec.id", squat, n.ID(), err)
+			}
+		}
+		for _, ok := range []string{"ops@example.com", "nightly@" + slot.Format("2006-01-02T15:04:05.5Z"),
+			"nightly@" + slot.In(time.FixedZone("", 3600)).Format(time.RFC3339), "nightly@" + slot.Format("2006-01-02 15:04:05Z"),
+			"a b@" + slot.Format(time.RFC3339), "@" + slot.Format(time.RFC3339), "nightly@" + slot.Format(time.RFC3339) + "x"} {
+			if _, err := jobs2.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: ok, Queue: "x", Kind: "y"}})); err != nil {
+				t.Fatalf("ordinary id %q through %s: %v", ok, n.ID(), err)
+			}
+		}
+	}
+	if _, err := leader.FSM().Job(id); !errors.Is(err, fsm.ErrNotFound) {
+		t.Fatalf("the slot's job exists before its slot: %v", err)
+	}
+	for _, n := range c.Nodes {
+		n.Clock.ShiftWall(time.Until(slot.Add(time.Second)) - n.Clock.Wall().Sub(time.Now()))
+	}
+	c.Step(leader.Index, c.Tick(leader.Index))
+	c.WaitFor(10*time.Second, "the slot fired", func() bool {
+		sc, err := c.Leader().FSM().Schedule("nightly")
+		return err == nil && sc.LastSlot >= slot.UnixNano()
+	})
+	sc, _ := c.Leader().FSM().Schedule("nightly")
+	j, err := c.Leader().FSM().Job(id)
+	if sc.Fired != 1 || sc.Skipped != 0 || sc.LastJob != id || err != nil || j.Submitter != "ci" || j.Queue != "batch" {
+		t.Fatalf("schedule fired %d skipped %d last %q; job %s: %v submitter %q queue %q, want ci's batch job fired",
+			sc.Fired, sc.Skipped, sc.LastJob, id, err, j.Submitter, j.Queue)
+	}
 }
