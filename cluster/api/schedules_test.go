@@ -154,3 +154,38 @@ func TestSlotJobIDsAreTheSchedulesOwn(t *testing.T) {
 			sc.Fired, sc.Skipped, sc.LastJob, id, err, j.Submitter, j.Queue)
 	}
 }
+
+// ListSchedules leaves each template's payload out (a thousand templates
+// of 256 KiB would be one answer of 256 MiB), and says everything else;
+// GetSchedule answers the payload.
+func TestListSchedulesLeavesPayloadsOut(t *testing.T) {
+	c := tokenCluster(t, false)
+	leader := c.Leader()
+	follower := c.Nodes[(leader.Index+1)%3]
+	ci := leaseholdv1connect.NewScheduleServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(subSecret))
+	payload := []byte(strings.Repeat("p", 200<<10))
+	for _, name := range []string{"a", "b"} {
+		if _, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(&pb.CreateScheduleRequest{Name: name, Cron: "0 2 * * *",
+			Template: &pb.JobSpec{Queue: "batch", Kind: "report", Priority: 3, Payload: payload}})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range []*clustertest.Node{leader, follower} {
+		cl := leaseholdv1connect.NewScheduleServiceClient(http.DefaultClient, "http://"+n.APIAddr, bearer(subSecret))
+		list, err := cl.ListSchedules(callCtx(t), connect.NewRequest(&pb.ListSchedulesRequest{}))
+		if err != nil || len(list.Msg.GetSchedules()) != 2 {
+			t.Fatalf("list through %s: %v %v", n.ID(), list, err)
+		}
+		for i, sc := range list.Msg.GetSchedules() {
+			tm := sc.GetTemplate()
+			if sc.GetName() != []string{"a", "b"}[i] || len(tm.GetPayload()) != 0 || tm.GetQueue() != "batch" || tm.GetKind() != "report" ||
+				tm.GetPriority() != 3 || tm.GetSubmitter() != "ci" || tm.GetRetry() == nil || len(sc.GetNextSlots()) != 3 {
+				t.Fatalf("listed through %s: %v, want the schedule without its payload", n.ID(), sc)
+			}
+		}
+	}
+	got, err := ci.GetSchedule(callCtx(t), connect.NewRequest(&pb.GetScheduleRequest{Name: "a"}))
+	if err != nil || string(got.Msg.GetSchedule().GetTemplate().GetPayload()) != string(payload) {
+		t.Fatalf("get: the payload is not there: %v", err)
+	}
+}

@@ -505,8 +505,10 @@ func (x *ListSchedulesRequest) GetConsistency() Consistency {
 }
 
 type ListSchedulesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schedules     []*Schedule            `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"` // by name; at most 1000 exist
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name; at most 1000 exist. Each template comes without its payload
+	// (up to 256 KiB each): GetSchedule answers a schedule with it.
+	Schedules     []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
