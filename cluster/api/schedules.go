@@ -72,6 +72,11 @@ func putScheduleOf(m *pb.CreateScheduleRequest) (*fsm.PutSchedule, error) {
 	if m.GetTemplate().GetId() != "" {
 		return nil, rules.Invalid("template.id", "a schedule's jobs are named by their slot (NAME@TIME): leave it empty")
 	}
+	// The state machine's schedule keeps no timeout (fsm.JobSpec has none):
+	// refused rather than dropped without a word. 0 is none, as in a submit.
+	if t := m.GetTemplate().Timeout; t != nil && (!t.IsValid() || t.AsDuration() != 0) {
+		return nil, rules.Invalid("template.timeout", "a schedule's jobs cannot carry a timeout yet: leave it unset")
+	}
 	if len(m.GetCron()) > fsm.MaxCronLen {
 		return nil, rules.TooLong("cron", len(m.GetCron()), fsm.MaxCronLen)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
@@ -86,11 +87,23 @@ func TestScheduleService(t *testing.T) {
 		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Id: "x", Queue: "q"}}, "template.id"},
 		{&pb.CreateScheduleRequest{Name: "a b", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q"}}, "name"},
 		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q"}, Missed: 7}, "missed"},
+		// A schedule keeps no timeout: refused, not dropped.
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q", Timeout: durationpb.New(30 * time.Second)}}, "template.timeout"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q", Timeout: durationpb.New(time.Nanosecond)}}, "template.timeout"},
+		{&pb.CreateScheduleRequest{Name: "s", Cron: "* * * * *", Template: &pb.JobSpec{Queue: "q", Timeout: durationpb.New(-time.Hour)}}, "template.timeout"},
 	} {
 		_, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(bad.req))
 		if connect.CodeOf(err) != connect.CodeInvalidArgument || transport.DetailOf(err).GetField() != bad.field {
 			t.Errorf("%v: %v, want INVALID_ARGUMENT on %s", bad.req, err, bad.field)
 		}
+		if bad.field == "template.timeout" && err != nil && !strings.Contains(err.Error(), "a schedule's jobs cannot carry a timeout yet") {
+			t.Errorf("template.timeout refused as %v", err)
+		}
+	}
+	// A timeout of 0 is none, as in a submit.
+	if _, err := ci.CreateSchedule(callCtx(t), connect.NewRequest(&pb.CreateScheduleRequest{Name: "zero", Cron: "* * * * *",
+		Template: &pb.JobSpec{Queue: "q", Timeout: durationpb.New(0)}})); err != nil {
+		t.Errorf("a template timeout of 0: %v", err)
 	}
 }
 
