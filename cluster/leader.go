@@ -128,6 +128,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 // heartbeats and acquires.
 func (n *Node) establishLeadership(ctx context.Context) {
 	term := n.raft.CurrentTerm()
+	// Rates counted in an earlier term (this node led before) are not
+	// this term's: a new leader starts from zero, before it grants.
+	n.grants.reset()
 	n.mu.Lock()
 	n.leader = &leaderState{term: term, done: make(chan struct{})}
 	n.mu.Unlock()
@@ -185,6 +188,7 @@ func (n *Node) revokeLeadership() {
 	n.leader = nil
 	n.heardLevels = nil // the next term asks afresh
 	n.mu.Unlock()
+	n.grants.reset() // a follower grants nothing and shows 0
 	if was != nil {
 		close(was.done)
 		n.logger.Named("leader").Info("leadership_revoked", "term", was.term)
