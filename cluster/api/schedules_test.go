@@ -142,8 +142,8 @@ func TestSlotJobIDsAreTheSchedulesOwn(t *testing.T) {
 			}
 		}
 		for _, ok := range []string{"ops@example.com", "nightly@" + slot.Format("2006-01-02T15:04:05.5Z"),
-			"nightly@" + slot.In(time.FixedZone("", 3600)).Format(time.RFC3339), "nightly@" + slot.Format("2006-01-02 15:04:05Z"),
-			"a b@" + slot.Format(time.RFC3339), "@" + slot.Format(time.RFC3339), "nightly@" + slot.Format(time.RFC3339) + "x"} {
+			"nightly@" + slot.In(time.FixedZone("", 3600)).Format(time.RFC3339), "nightly@" + slot.Format("2006-01-02T15:04:05"),
+			"a+b@" + slot.Format(time.RFC3339), "@" + slot.Format(time.RFC3339), "nightly@" + slot.Format(time.RFC3339) + "x"} {
 			if _, err := jobs2.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: ok, Queue: "x", Kind: "y"}})); err != nil {
 				t.Fatalf("ordinary id %q through %s: %v", ok, n.ID(), err)
 			}
