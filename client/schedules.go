@@ -43,7 +43,8 @@ func (c *Client) Schedule(ctx context.Context, name string, opts ...ReadOption) 
 	return resp.GetSchedule(), nil
 }
 
-// Schedules lists every schedule, by name.
+// Schedules lists every schedule, by name, each template without its
+// payload (Schedule answers one with it).
 func (c *Client) Schedules(ctx context.Context, opts ...ReadOption) ([]*leaseholdv1.Schedule, error) {
 	resp, err := unary(ctx, c, callOpts{}, &leaseholdv1.ListSchedulesRequest{Consistency: consistency(opts)}, scheduleSvc, schedulesAPI.ListSchedules)
 	if err != nil {

@@ -40,6 +40,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 			return nil, err
 		}
 	}
+	if c, ok := cmd.(*fsm.RetryJob); ok {
+		if err := n.checkRetry(c); err != nil {
+			return nil, err
+		}
+	}
 	if c, ok := cmd.(*fsm.PutSchedule); ok && !c.PauseOnly {
 		if err := n.checkScheduleRoom(c); err != nil {
 			return nil, err

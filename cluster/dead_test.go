@@ -117,3 +117,65 @@ func TestDeadJobsPurgedAfterRetention(t *testing.T) {
 		t.Fatalf("the young dead job: %v %v, want kept", j.State, err)
 	}
 }
+
+// appliesOf counts the commands of cmd's type this node proposed and saw
+// applied (leasehold_apply_seconds).
+func appliesOf(t *testing.T, n *clustertest.Node, cmd fsm.Command) uint64 {
+	t.Helper()
+	families, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "leasehold_apply_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "command" && l.GetValue() == cmd.Type().String() {
+					return m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// A dead job younger than the retention costs no entry: the leader's
+// compaction passes propose no PurgeJobs until a dead job is past it, by
+// the state's time, and then one purges it.
+func TestDeadPurgeProposedOnlyWhenDue(t *testing.T) {
+	c := clustertest.New(t, 1, func(i int, cfg *cluster.Config) {
+		cfg.DeadRetention = time.Hour
+		cfg.CompactInterval = 10 * time.Millisecond
+		cluster.AskLevelsEvery(cfg, 100*time.Millisecond)
+	})
+	c.WaitFor(10*time.Second, "the level recorded", func() bool { return c.Leader().ClusterLevel() == fsm.Level })
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 1})
+	s := spec("young", fsm.LostRequeue)
+	s.MaxAttempts = 1
+	do(t, c, &fsm.SubmitJob{Spec: s})
+	g := acquire(t, leader, "w1", "r1")
+	do(t, c, &fsm.Report{WorkerID: "w1", JobID: "young", Token: g.Lease.Token, ReportID: "r1", Outcome: fsm.OutcomeFailed, Retryable: true})
+	if j, _ := leader.FSM().Job("young"); j.State != fsm.JobDead {
+		t.Fatalf("young ended %s, want dead", j.State)
+	}
+	compacts := appliesOf(t, leader, &fsm.Compact{})
+	c.WaitFor(10*time.Second, "ten compaction passes", func() bool { return appliesOf(t, leader, &fsm.Compact{}) >= compacts+10 })
+	if k := appliesOf(t, leader, &fsm.PurgeJobs{}); k != 0 {
+		t.Fatalf("%d PurgeJobs proposed while the only dead job is younger than the retention, want none", k)
+	}
+	c.Nodes[0].Clock.ShiftWall(2 * time.Hour)
+	c.WaitFor(10*time.Second, "the dead job purged once past the retention", func() bool {
+		_, err := leader.FSM().Job("young")
+		return errors.Is(err, fsm.ErrNotFound)
+	})
+	// The metric is observed once the proposal returns, just after the apply.
+	c.WaitFor(10*time.Second, "the purge counted", func() bool { return appliesOf(t, leader, &fsm.PurgeJobs{}) >= 1 })
+	compacts = appliesOf(t, leader, &fsm.Compact{})
+	c.WaitFor(10*time.Second, "ten more compaction passes", func() bool { return appliesOf(t, leader, &fsm.Compact{}) >= compacts+10 })
+	if k := appliesOf(t, leader, &fsm.PurgeJobs{}); k != 1 {
+		t.Fatalf("%d PurgeJobs proposed for one due dead job, want 1", k)
+	}
+}

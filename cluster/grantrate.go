@@ -58,6 +58,13 @@ func (g *grantRates) record(queue string, n int, now time.Time) {
 	r.counts[i] += uint32(n)
 }
 
+// reset forgets every count: a new term's leader starts from zero.
+func (g *grantRates) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.queues)
+}
+
 // rate returns the queue's grants per second over the window ending now.
 func (g *grantRates) rate(queue string, now time.Time) float64 {
 	sec := now.UnixNano() / int64(time.Second)

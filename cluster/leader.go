@@ -128,6 +128,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 // heartbeats and acquires.
 func (n *Node) establishLeadership(ctx context.Context) {
 	term := n.raft.CurrentTerm()
+	// Rates counted in an earlier term (this node led before) are not
+	// this term's: a new leader starts from zero, before it grants.
+	n.grants.reset()
 	n.mu.Lock()
 	n.leader = &leaderState{term: term, done: make(chan struct{})}
 	n.mu.Unlock()
@@ -185,6 +188,7 @@ func (n *Node) revokeLeadership() {
 	n.leader = nil
 	n.heardLevels = nil // the next term asks afresh
 	n.mu.Unlock()
+	n.grants.reset() // a follower grants nothing and shows 0
 	if was != nil {
 		close(was.done)
 		n.logger.Named("leader").Info("leadership_revoked", "term", was.term)
@@ -301,13 +305,43 @@ func (n *Node) compact(ctx context.Context) {
 
 // purgeDead removes dead jobs past DeadRetention, in bounded commands, once
 // the cluster can apply them (level 6). The age is the state's own: the
-// command carries how old, the state machine its own time.
+// command carries how old, the state machine its own time. It proposes
+// only when a dead job is past the retention by the state's time, so a
+// dead job younger than it costs no entry per pass; and, like every
+// proposal the leader makes on its own, only after a quorum confirms it
+// still leads.
 func (n *Node) purgeDead(ctx context.Context) {
 	if n.cfg.DeadRetention <= 0 {
 		return
 	}
-	for ctx.Err() == nil && n.fsm.Stats().Jobs[fsm.JobDead] > 0 {
-		cmd := &fsm.PurgeJobs{OlderThan: n.cfg.DeadRetention.Nanoseconds(), Limit: fsm.MaxPurgeBatch,
+	ls, err := n.established()
+	if err != nil {
+		return
+	}
+	st := n.fsm.Stats()
+	if st.Jobs[fsm.JobDead] == 0 {
+		ls.deadDue.Store(0)
+		return
+	}
+	retention := n.cfg.DeadRetention.Nanoseconds()
+	if due := ls.deadDue.Load(); due != 0 && st.LastTime < due {
+		return // the oldest dead job seen is young yet, and later deaths are younger
+	}
+	oldest, ok := n.oldestDead(ctx)
+	if !ok {
+		return
+	}
+	if due := oldest + retention; st.LastTime < due {
+		ls.deadDue.Store(due)
+		return
+	}
+	ls.deadDue.Store(0) // looked at again after the purge
+	if err := n.check.confirm(ctx); err != nil {
+		n.logger.Named("leader").Warn("dead_purge_skipped_not_confirmed", "error", err)
+		return
+	}
+	for ctx.Err() == nil {
+		cmd := &fsm.PurgeJobs{OlderThan: retention, Limit: fsm.MaxPurgeBatch,
 			Reason: fmt.Sprintf("dead longer than the retention (%s)", n.cfg.DeadRetention)}
 		if n.ClusterLevel() < fsm.CodecOf(cmd) {
 			return // no dead job before every voter is at that level anyway
@@ -321,6 +355,25 @@ func (n *Node) purgeDead(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// oldestDead is the earliest death among the dead jobs, read page by page
+// from the state (false if there is none, or ctx ended first).
+func (n *Node) oldestDead(ctx context.Context) (oldest int64, ok bool) {
+	flt := fsm.JobFilter{State: fsm.JobDead, Limit: fsm.MaxPageSize}
+	for ctx.Err() == nil {
+		jobs, next := n.fsm.Jobs(flt)
+		for _, j := range jobs {
+			if !ok || j.FinishedAt < oldest {
+				oldest, ok = j.FinishedAt, true
+			}
+		}
+		if next == 0 {
+			return oldest, ok
+		}
+		flt.AfterSeq = next
+	}
+	return 0, false
 }
 
 // recordEvents records leader observations in one entry; failure is

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -86,11 +87,37 @@ type nodeMetrics struct {
 	queueWait      *prometheus.HistogramVec
 	runTime        *prometheus.HistogramVec
 	logWrite       prometheus.Histogram
+	// labelled are the queues the histograms name, the first metricQueues
+	// this node observed; the rest share otherQueues.
+	labelMu  sync.Mutex
+	labelled map[string]bool
+}
+
+// otherQueues is the queue label of the histograms' observations of every
+// queue past the first metricQueues: not a valid queue name, so no queue
+// is mistaken for it.
+const otherQueues = "(other)"
+
+// queueLabel is the label a queue's observations take: its name for the
+// first metricQueues queues this node observed, otherQueues after that,
+// so client-chosen queue names cannot grow the series without bound.
+func (m *nodeMetrics) queueLabel(queue string) string {
+	m.labelMu.Lock()
+	defer m.labelMu.Unlock()
+	if m.labelled[queue] {
+		return queue
+	}
+	if len(m.labelled) >= metricQueues {
+		return otherQueues
+	}
+	m.labelled[queue] = true
+	return queue
 }
 
 func newNodeMetrics(n *Node) *nodeMetrics {
 	m := &nodeMetrics{
-		reg: prometheus.NewRegistry(),
+		labelled: map[string]bool{},
+		reg:      prometheus.NewRegistry(),
 		apply: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasehold_apply_seconds", Buckets: latencyBuckets,
 			Help: "Time from proposing a command on this node to its result, committed and applied, by command type.",
@@ -109,11 +136,11 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		}),
 		queueWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasehold_queue_wait_seconds", Buckets: waitBuckets,
-			Help: "Time from a job becoming ready (submitted, due, or its previous lease ended) to its grant, by queue; observed by the leader that granted it.",
+			Help: "Time from a job becoming ready (submitted, due, or its previous lease ended) to its grant, by queue (the first 100 queues this node observed; the rest as queue=\"(other)\"); observed by the leader that granted it.",
 		}, []string{"queue"}),
 		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "leasehold_run_seconds", Buckets: waitBuckets,
-			Help: "Time from a lease's grant to its worker's report, by queue and outcome; observed by the leader that took the report.",
+			Help: "Time from a lease's grant to its worker's report, by queue (the first 100 queues this node observed; the rest as queue=\"(other)\") and outcome; observed by the leader that took the report.",
 		}, []string{"queue", "outcome"}),
 		logWrite: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "leasehold_log_store_write_seconds", Buckets: latencyBuckets,
@@ -132,7 +159,7 @@ func (m *nodeMetrics) granted(res fsm.AcquireResult) {
 	}
 	for _, g := range res.Grants {
 		if wait := g.Lease.GrantedAt - g.ReadySince; wait >= 0 {
-			m.queueWait.WithLabelValues(g.Job.Queue).Observe(time.Duration(wait).Seconds())
+			m.queueWait.WithLabelValues(m.queueLabel(g.Job.Queue)).Observe(time.Duration(wait).Seconds())
 		}
 	}
 }
@@ -140,7 +167,7 @@ func (m *nodeMetrics) granted(res fsm.AcquireResult) {
 // reported observes a report's run time.
 func (m *nodeMetrics) reported(r fsm.ReportResult) {
 	if r.Ran >= 0 && r.Queue != "" {
-		m.runTime.WithLabelValues(r.Queue, r.Outcome.String()).Observe(time.Duration(r.Ran).Seconds())
+		m.runTime.WithLabelValues(m.queueLabel(r.Queue), r.Outcome.String()).Observe(time.Duration(r.Ran).Seconds())
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -95,4 +96,50 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// The histograms labelled by queue name the first 100 queues the node
+// observed and put every later one under queue="(other)": client-chosen
+// queue names cannot grow /metrics without bound.
+func TestMetricsQueueLabelsBounded(t *testing.T) {
+	const queues = 130
+	c := clustertest.New(t, 1)
+	n := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1000})
+	for i := range queues {
+		q := fmt.Sprintf("tenant-%04d", i)
+		do(t, c, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: "j" + q, Queue: q, Kind: "k", MaxAttempts: 1, MaxWorkerLosses: 3, OnWorkerLost: fsm.LostRequeue}})
+		res, err := n.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "r" + q, Queues: []string{q}, Max: 1}, time.Second)
+		if err != nil || len(res.Grants) != 1 {
+			t.Fatalf("acquire from %s: %+v %v", q, res, err)
+		}
+		g := res.Grants[0]
+		do(t, c, &fsm.Report{WorkerID: "w", JobID: g.Job.ID, Token: g.Lease.Token, ReportID: "rep" + q, Outcome: fsm.OutcomeSucceeded})
+	}
+	families, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"leasehold_queue_wait_seconds", "leasehold_run_seconds"} {
+		labels, other := map[string]bool{}, uint64(0)
+		for _, f := range families {
+			if f.GetName() != name {
+				continue
+			}
+			for _, m := range f.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "queue" {
+						labels[l.GetValue()] = true
+						if l.GetValue() == "(other)" {
+							other += m.GetHistogram().GetSampleCount()
+						}
+					}
+				}
+			}
+		}
+		if len(labels) != 101 || !labels["tenant-0000"] || !labels["tenant-0099"] || labels["tenant-0100"] || other != queues-100 {
+			t.Fatalf("%s: %d queue labels, %d observations under (other); want the first 100 queues and (other) with %d",
+				name, len(labels), other, queues-100)
+		}
+	}
 }

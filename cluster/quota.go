@@ -14,7 +14,8 @@ import (
 // space (reports, cancels, releases, expiries, compaction) keeps working,
 // so the cluster recovers as jobs finish. The check is the leader's, at
 // proposal time: concurrent submits may overshoot the quota by what is in
-// flight, never by more. A submitter may also be bounded in queued jobs.
+// flight, never by more. A submitter may also be bounded in queued jobs,
+// which a retry of a dead job (queued again) passes as a submit does.
 
 // quotaClearedAt is the share of the quota under which the alarm clears,
 // so it does not flap at the edge.
@@ -42,6 +43,26 @@ func (n *Node) checkSubmit(ls *leaderState, c *fsm.SubmitJob) error {
 		if q := n.fsm.QueuedBy(c.Spec.Submitter); q >= perSubmitter {
 			return fmt.Errorf("%w: submitter %q has %d queued jobs, the bound (max_queued_per_submitter)", ErrQuotaExceeded, c.Spec.Submitter, q)
 		}
+	}
+	return nil
+}
+
+// checkRetry refuses to queue a dead job again while its submitter has
+// MaxQueuedPerSubmitter queued jobs: a retry queues a job as a submit
+// does, and is bounded alike (a job that is not dead is left to the state
+// machine to refuse).
+func (n *Node) checkRetry(c *fsm.RetryJob) error {
+	perSubmitter := n.cfg.MaxQueuedPerSubmitter
+	if perSubmitter <= 0 {
+		return nil
+	}
+	j, err := n.fsm.Job(c.JobID)
+	if err != nil || j.State != fsm.JobDead || j.Submitter == "" {
+		return nil
+	}
+	if q := n.fsm.QueuedBy(j.Submitter); q >= perSubmitter {
+		return fmt.Errorf("%w: submitter %q has %d queued jobs, the bound (max_queued_per_submitter); job %s stays dead",
+			ErrQuotaExceeded, j.Submitter, q, j.ID)
 	}
 	return nil
 }

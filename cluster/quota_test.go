@@ -98,3 +98,37 @@ func TestQueuedPerSubmitter(t *testing.T) {
 		t.Fatalf("after one left the queue: %v", err)
 	}
 }
+
+// A retry queues a dead job again, so it is bounded like a submit: while
+// the job's submitter has max_queued_per_submitter queued jobs, RetryJob
+// is QUOTA_EXCEEDED and the job stays dead; once one leaves the queue, the
+// retry passes.
+func TestRetryBoundedByQueuedPerSubmitter(t *testing.T) {
+	c := clustertest.New(t, 1, func(_ int, cfg *cluster.Config) {
+		cfg.MaxQueuedPerSubmitter = 2
+		cluster.AskLevelsEvery(cfg, 100*time.Millisecond)
+	})
+	c.WaitFor(10*time.Second, "the level recorded", func() bool { return c.Leader().ClusterLevel() == fsm.Level })
+	leader := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 1})
+	s := spec("dead", fsm.LostRequeue)
+	s.Submitter, s.MaxAttempts = "a", 1
+	do(t, c, &fsm.SubmitJob{Spec: s})
+	g := acquire(t, leader, "w1", "r1")
+	do(t, c, &fsm.Report{WorkerID: "w1", JobID: "dead", Token: g.Lease.Token, ReportID: "r1", Outcome: fsm.OutcomeFailed, Retryable: true})
+	for i := range 2 {
+		s := spec(fmt.Sprint("q", i), fsm.LostRequeue)
+		s.Submitter = "a"
+		do(t, c, &fsm.SubmitJob{Spec: s})
+	}
+	if _, err := leader.Apply(ctx(t), &fsm.RetryJob{JobID: "dead"}); !errors.Is(err, cluster.ErrQuotaExceeded) {
+		t.Fatalf("a retry past the submitter's bound: %v, want QUOTA_EXCEEDED", err)
+	}
+	if j, _ := leader.FSM().Job("dead"); j.State != fsm.JobDead || leader.FSM().QueuedBy("a") != 2 {
+		t.Fatalf("after the refused retry: %s, %d queued", j.State, leader.FSM().QueuedBy("a"))
+	}
+	do(t, c, &fsm.Cancel{JobID: "q0"})
+	if _, err := leader.Apply(ctx(t), &fsm.RetryJob{JobID: "dead"}); err != nil {
+		t.Fatalf("a retry under the bound: %v", err)
+	}
+}

@@ -247,3 +247,35 @@ func TestQueueSettingsNeedLevel6(t *testing.T) {
 		t.Fatalf("granted %s", g.Job.ID)
 	}
 }
+
+// Grant rates are the leader's memory of its own term: a deposed leader
+// shows 0, and a node that leads again starts from zero, not from what it
+// counted in an earlier term.
+func TestGrantRatesStartFromZeroEachTerm(t *testing.T) {
+	c := clustertest.New(t, 3)
+	a := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 2})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	acquire(t, a, "w1", "r1")
+	if rate := a.GrantRate("default"); rate != 1.0/60 {
+		t.Fatalf("grant rate %v, want 1 grant a minute", rate)
+	}
+	b := c.Nodes[(a.Index+1)%3]
+	for _, to := range []*clustertest.Node{b, a} {
+		if err := c.Leader().TransferLeadership(ctx(t), to.ID(), cluster.Actor{Name: "test"}); err != nil {
+			t.Fatal(err)
+		}
+		c.WaitFor(10*time.Second, to.ID()+" leads", func() bool { return c.Leader() == to })
+		if rate := a.GrantRate("default"); rate != 0 && to == b {
+			t.Fatalf("deposed, %s's grant rate is %v, want 0 (a follower counts nothing)", a.ID(), rate)
+		}
+	}
+	if rate := a.GrantRate("default"); rate != 0 {
+		t.Fatalf("leading again, %s's grant rate is %v from its earlier term, want 0", a.ID(), rate)
+	}
+	do(t, c, &fsm.SubmitJob{Spec: spec("b", fsm.LostRequeue)})
+	acquire(t, a, "w1", "r2")
+	if rate := a.GrantRate("default"); rate != 1.0/60 {
+		t.Fatalf("grant rate %v after one grant this term, want 1 a minute", rate)
+	}
+}

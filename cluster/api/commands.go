@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
@@ -23,6 +24,9 @@ func submitOf(r *pb.SubmitJobRequest, now time.Time) (*fsm.SubmitJob, error) {
 	spec, err := specFromProto(r.GetSpec())
 	if err != nil {
 		return nil, err
+	}
+	if slotJobID(spec.ID) {
+		return nil, rules.Invalid("spec.id", "%q has the form of a schedule slot's job id (NAME@YYYY-MM-DDTHH:MM:SSZ), which only a schedule's slot may use: choose another id", spec.ID)
 	}
 	cmd := &fsm.SubmitJob{Spec: spec}
 	if t := r.GetSpec().Timeout; t != nil {
@@ -53,6 +57,22 @@ func submitOf(r *pb.SubmitJobRequest, now time.Time) (*fsm.SubmitJob, error) {
 		cmd.RunAt = now.Add(d).UnixNano()
 	}
 	return cmd, nil
+}
+
+// slotJobID says whether id is one a schedule's slot may submit
+// (fsm.ScheduleJobID): a schedule name, "@", and a time in RFC 3339, UTC,
+// to the second, exactly as the leader formats it. Such an id is refused
+// from clients: a job submitted under a slot's id first would take the
+// slot's place, and the slot would be skipped for good. Any other id with
+// an '@' (a fraction of a second, an offset, a name a schedule cannot
+// have) is an ordinary id.
+func slotJobID(id string) bool {
+	name, at, ok := strings.Cut(id, "@")
+	if !ok || rules.CheckName("", name) != nil {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339, at)
+	return err == nil && t.UTC().Format(time.RFC3339) == at
 }
 
 // maxRunAhead bounds how far ahead a job may be submitted to run.

@@ -72,6 +72,11 @@ func putScheduleOf(m *pb.CreateScheduleRequest) (*fsm.PutSchedule, error) {
 	if m.GetTemplate().GetId() != "" {
 		return nil, rules.Invalid("template.id", "a schedule's jobs are named by their slot (NAME@TIME): leave it empty")
 	}
+	// The state machine's schedule keeps no timeout (fsm.JobSpec has none):
+	// refused rather than dropped without a word. 0 is none, as in a submit.
+	if t := m.GetTemplate().Timeout; t != nil && (!t.IsValid() || t.AsDuration() != 0) {
+		return nil, rules.Invalid("template.timeout", "a schedule's jobs cannot carry a timeout yet: leave it unset")
+	}
 	if len(m.GetCron()) > fsm.MaxCronLen {
 		return nil, rules.TooLong("cron", len(m.GetCron()), fsm.MaxCronLen)
 	}
@@ -112,9 +117,17 @@ func (sv scheduleService) GetSchedule(ctx context.Context, req *connect.Request[
 
 func (sv scheduleService) ListSchedules(ctx context.Context, req *connect.Request[pb.ListSchedulesRequest]) (*connect.Response[pb.ListSchedulesResponse], error) {
 	return readCall(sv.s, ctx, req, req.Msg.GetConsistency(), schedulesOf, schedulesAPI.ListSchedules, func(_ context.Context, f *fsm.FSM) (*pb.ListSchedulesResponse, error) {
+		// Without payloads: 1000 templates of 256 KiB would be one answer
+		// of 256 MiB. Read one schedule at a time, so the state's lock is
+		// held for one template's copy, not for all of them.
 		res := &pb.ListSchedulesResponse{}
 		now := sv.s.node.Wall()
-		for _, sc := range f.Schedules() {
+		for _, st := range f.ScheduleTimings() {
+			sc, err := f.Schedule(st.Name)
+			if err != nil {
+				continue // deleted meanwhile
+			}
+			sc.Template.Payload = nil
 			res.Schedules = append(res.Schedules, scheduleToProto(&sc, now))
 		}
 		return res, nil

@@ -114,7 +114,7 @@ latest once. Either way no storm of missed slots. Needs a cluster at level 6.`,
 				}),
 			},
 			{
-				Name: "list", Usage: "list schedules, with their next slot", Flags: []cli.Flag{staleFlag},
+				Name: "list", Usage: "list schedules, with their next slot (without payloads: schedule get shows one)", Flags: []cli.Flag{staleFlag},
 				Action: withClient(func(ctx context.Context, c *cli.Context, cl *client.Client) error {
 					scs, err := cl.Schedules(ctx, readOpts(c)...)
 					if err != nil {

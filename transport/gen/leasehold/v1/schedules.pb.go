@@ -224,7 +224,9 @@ type CreateScheduleRequest struct {
 	Name     string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"` // letters, digits, '.', '_' and '-', at most 64
 	Cron     string                 `protobuf:"bytes,2,opt,name=cron,proto3" json:"cron,omitempty"`
 	TimeZone string                 `protobuf:"bytes,3,opt,name=time_zone,json=timeZone,proto3" json:"time_zone,omitempty"`
-	// The job each slot submits, its id empty; defaults as in SubmitJob.
+	// The job each slot submits, its id empty; defaults as in SubmitJob. Its
+	// timeout must be unset (or 0): a schedule's jobs cannot carry a timeout
+	// yet (INVALID_ARGUMENT, field template.timeout).
 	Template      *JobSpec    `protobuf:"bytes,4,opt,name=template,proto3" json:"template,omitempty"`
 	Missed        MissedSlots `protobuf:"varint,5,opt,name=missed,proto3,enum=leasehold.v1.MissedSlots" json:"missed,omitempty"`
 	Paused        bool        `protobuf:"varint,6,opt,name=paused,proto3" json:"paused,omitempty"`   // created paused
@@ -505,8 +507,10 @@ func (x *ListSchedulesRequest) GetConsistency() Consistency {
 }
 
 type ListSchedulesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Schedules     []*Schedule            `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"` // by name; at most 1000 exist
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// By name; at most 1000 exist. Each template comes without its payload
+	// (up to 256 KiB each): GetSchedule answers a schedule with it.
+	Schedules     []*Schedule `protobuf:"bytes,1,rep,name=schedules,proto3" json:"schedules,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }

@@ -61,6 +61,7 @@ type ScheduleServiceClient interface {
 	// replaced, or resumed).
 	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
 	GetSchedule(context.Context, *connect.Request[v1.GetScheduleRequest]) (*connect.Response[v1.GetScheduleResponse], error)
+	// Every schedule, its template's payload left out (GetSchedule has it).
 	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
 	// A paused schedule fires nothing; slots that fall while it is paused are
 	// never fired, whatever its missed-slot policy.
@@ -168,6 +169,7 @@ type ScheduleServiceHandler interface {
 	// replaced, or resumed).
 	CreateSchedule(context.Context, *connect.Request[v1.CreateScheduleRequest]) (*connect.Response[v1.CreateScheduleResponse], error)
 	GetSchedule(context.Context, *connect.Request[v1.GetScheduleRequest]) (*connect.Response[v1.GetScheduleResponse], error)
+	// Every schedule, its template's payload left out (GetSchedule has it).
 	ListSchedules(context.Context, *connect.Request[v1.ListSchedulesRequest]) (*connect.Response[v1.ListSchedulesResponse], error)
 	// A paused schedule fires nothing; slots that fall while it is paused are
 	// never fired, whatever its missed-slot policy.
