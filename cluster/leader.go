@@ -314,28 +314,14 @@ func (n *Node) purgeDead(ctx context.Context) {
 	if n.cfg.DeadRetention <= 0 {
 		return
 	}
-	ls, err := n.established()
-	if err != nil {
-		return
-	}
-	st := n.fsm.Stats()
-	if st.Jobs[fsm.JobDead] == 0 {
-		ls.deadDue.Store(0)
+	if _, err := n.established(); err != nil {
 		return
 	}
 	retention := n.cfg.DeadRetention.Nanoseconds()
-	if due := ls.deadDue.Load(); due != 0 && st.LastTime < due {
-		return // the oldest dead job seen is young yet, and later deaths are younger
+	oldest, ok := n.fsm.OldestDead()
+	if !ok || n.fsm.Stats().LastTime < oldest+retention {
+		return // none dead, or the longest dead is young yet (later deaths are younger)
 	}
-	oldest, ok := n.oldestDead(ctx)
-	if !ok {
-		return
-	}
-	if due := oldest + retention; st.LastTime < due {
-		ls.deadDue.Store(due)
-		return
-	}
-	ls.deadDue.Store(0) // looked at again after the purge
 	if err := n.check.confirm(ctx); err != nil {
 		n.logger.Named("leader").Warn("dead_purge_skipped_not_confirmed", "error", err)
 		return
@@ -357,24 +343,6 @@ func (n *Node) purgeDead(ctx context.Context) {
 	}
 }
 
-// oldestDead is the earliest death among the dead jobs, read page by page
-// from the state (false if there is none, or ctx ended first).
-func (n *Node) oldestDead(ctx context.Context) (oldest int64, ok bool) {
-	flt := fsm.JobFilter{State: fsm.JobDead, Limit: fsm.MaxPageSize}
-	for ctx.Err() == nil {
-		jobs, next := n.fsm.Jobs(flt)
-		for _, j := range jobs {
-			if !ok || j.FinishedAt < oldest {
-				oldest, ok = j.FinishedAt, true
-			}
-		}
-		if next == 0 {
-			return oldest, ok
-		}
-		flt.AfterSeq = next
-	}
-	return 0, false
-}
 
 // recordEvents records leader observations in one entry; failure is
 // logged, not fatal (they are informational: no rule depends on them).

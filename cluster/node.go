@@ -113,10 +113,6 @@ type leaderState struct {
 	cutOffSince time.Time
 	// progress holds the term's progress notes (progress.go).
 	progress progressTable
-	// deadDue is the state time from which the oldest dead job this term
-	// last saw is past DeadRetention (purgeDead); 0 when not known. A job
-	// dies at the state's time, so later deaths never make it earlier.
-	deadDue atomic.Int64
 }
 
 // New opens the node's stores, starts Raft and the node's background loops,

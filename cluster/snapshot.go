@@ -111,7 +111,6 @@ func (n *Node) RestoreSnapshot(ctx context.Context, r io.Reader) (fsm.Stats, err
 	// The restored leases start their clocks now, like at a takeover.
 	if ls, err := n.established(); err == nil {
 		workers, leases := n.restartClocks(ls)
-		ls.deadDue.Store(0) // the restored state has dead jobs of its own
 		n.recordEvents(ctx, fsm.RecordEvent{Event: fsm.EventAbsenceRule,
 			Detail: fmt.Sprintf("restore: clocks of %d leases of %d workers restarted", leases, workers)})
 	}

@@ -83,3 +83,17 @@ func (s *state) leaveDead(j *Job) {
 		}
 	}
 }
+
+// OldestDead is when the longest-dead job died, by the state's time (false
+// if no job is dead): what the leader's retention purge waits for.
+func (f *FSM) OldestDead() (int64, bool) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	s := f.st
+	for _, e := range s.dead.items { // tidy keeps the front live; a walk costs nothing more
+		if e.seq != 0 {
+			return s.job(e.seq).FinishedAt, true
+		}
+	}
+	return 0, false
+}

@@ -320,3 +320,35 @@ func TestOldestReadyAfterARetry(t *testing.T) {
 		t.Fatalf("grant ready since %d, want %d", g.ReadySince, retried)
 	}
 }
+
+// OldestDead is the longest-dead job's death, past retries and restores:
+// what the leader's retention purge waits for.
+func TestOldestDead(t *testing.T) {
+	m := newMachine(t)
+	m.setLevel("a", 6)
+	m.register("w", 1)
+	if _, ok := m.f.OldestDead(); ok {
+		t.Fatal("a dead job in an empty state")
+	}
+	var deaths []int64
+	for _, id := range []string{"d1", "d2"} {
+		s := spec(id)
+		s.MaxAttempts = 1
+		m.submit(s)
+		m.report(m.acquireOne("w"), "r-"+id, OutcomeFailed, true)
+		deaths = append(deaths, m.now)
+		m.advance(int64(time.Hour))
+	}
+	if at, ok := m.f.OldestDead(); !ok || at != deaths[0] {
+		t.Fatalf("oldest dead at %d, %t; want %d", at, ok, deaths[0])
+	}
+	m.do(&RetryJob{JobID: "d1"})
+	m.roundTrip()
+	if at, ok := m.f.OldestDead(); !ok || at != deaths[1] {
+		t.Fatalf("after d1's retry: %d, %t; want %d", at, ok, deaths[1])
+	}
+	m.do(&PurgeJobs{JobIDs: []string{"d2"}, Limit: 1})
+	if _, ok := m.f.OldestDead(); ok {
+		t.Fatal("none is dead, yet one is oldest")
+	}
+}
