@@ -343,7 +343,6 @@ func (n *Node) purgeDead(ctx context.Context) {
 	}
 }
 
-
 // recordEvents records leader observations in one entry; failure is
 // logged, not fatal (they are informational: no rule depends on them).
 func (n *Node) recordEvents(ctx context.Context, events ...fsm.RecordEvent) {
