@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
@@ -51,7 +52,7 @@ func ParseCron(expr, zone string) (CronSchedule, error) {
 	if strings.HasPrefix(expr, "TZ=") || strings.HasPrefix(expr, "CRON_TZ=") {
 		return CronSchedule{}, fmt.Errorf("%w: give the time zone as the zone, not in the expression", ErrBadSchedule)
 	}
-	loc, err := time.LoadLocation(zone)
+	loc, err := loadZone(zone)
 	if err != nil || zone == "Local" {
 		return CronSchedule{}, fmt.Errorf("%w: unknown time zone %q", ErrBadSchedule, zone)
 	}
@@ -64,6 +65,23 @@ func ParseCron(expr, zone string) (CronSchedule, error) {
 		return CronSchedule{}, fmt.Errorf("%w: %q never fires", ErrBadSchedule, expr)
 	}
 	return cs, nil
+}
+
+// zones caches the time zones loaded: time.LoadLocation reads the zone
+// database from disk each time, and the leader parses every schedule at
+// each of its ticks. Only zones that load are kept, so the cache is
+// bounded by the database (some hundreds of names).
+var zones sync.Map // name -> *time.Location
+
+func loadZone(name string) (*time.Location, error) {
+	if loc, ok := zones.Load(name); ok {
+		return loc.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err == nil {
+		zones.Store(name, loc)
+	}
+	return loc, err
 }
 
 // Next is the first slot after t, or zero if there is none within five
