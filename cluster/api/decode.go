@@ -124,41 +124,70 @@ func (c strictCodec) decode(b []byte, m proto.Message) error {
 // enum numbers without a name (proto3 enums are open), at any depth. path
 // is the message's field path in the request, "" at the top.
 func checkDecoded(m protoreflect.Message, path string) error {
+	fe := checkMessage(m)
+	if fe == nil {
+		return nil
+	}
+	fe.Field = join(path, fe.Field)
+	return fe
+}
+
+// checkMessage is checkDecoded's walk. The refusal's field path, relative
+// to m, is built on the way back out, so a request that passes (every
+// request on the heartbeat path) costs no path strings at all.
+func checkMessage(m protoreflect.Message) *rules.FieldError {
 	if u := m.GetUnknown(); len(u) > 0 {
 		num, _, _ := protowire.ConsumeTag(u)
-		return rules.Invalid(join(path, strconv.Itoa(int(num))), "unknown field number %d of %s", num, m.Descriptor().FullName())
+		return &rules.FieldError{Field: strconv.Itoa(int(num)), Reason: fmt.Sprintf("unknown field number %d of %s", num, m.Descriptor().FullName())}
 	}
-	var err error
-	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
-		name := join(path, string(fd.Name()))
-		switch {
+	fds := m.Descriptor().Fields()
+	for i := range fds.Len() {
+		fd := fds.Get(i)
+		if fd.Enum() == nil && fd.Message() == nil || !m.Has(fd) {
+			continue // scalars (a map's field is a message) decode valid
+		}
+		var fe *rules.FieldError
+		switch v := m.Get(fd); {
 		case fd.IsList():
-			for i, l := 0, v.List(); i < l.Len() && err == nil; i++ {
-				err = checkValue(fd, l.Get(i), name)
+			for i, l := 0, v.List(); i < l.Len() && fe == nil; i++ {
+				fe = checkValue(fd, l.Get(i))
 			}
 		case fd.IsMap():
 			v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
-				err = checkValue(fd.MapValue(), mv, name)
-				return err == nil
+				fe = checkValue(fd.MapValue(), mv)
+				return fe == nil
 			})
 		default:
-			err = checkValue(fd, v, name)
+			fe = checkValue(fd, v)
 		}
-		return err == nil
-	})
-	return err
+		if fe != nil {
+			fe.Field = inside(string(fd.Name()), fe.Field)
+			return fe
+		}
+	}
+	return nil
 }
 
-func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value, name string) error {
+// checkValue refuses a value of fd's kind that the schema does not name;
+// the refusal's Field is the path below fd ("" for the value itself).
+func checkValue(fd protoreflect.FieldDescriptor, v protoreflect.Value) *rules.FieldError {
 	switch {
 	case fd.Enum() != nil:
 		if fd.Enum().Values().ByNumber(v.Enum()) == nil {
-			return rules.Invalid(name, "unknown value %d of %s", v.Enum(), fd.Enum().FullName())
+			return &rules.FieldError{Reason: fmt.Sprintf("unknown value %d of %s", v.Enum(), fd.Enum().FullName())}
 		}
 	case fd.Message() != nil:
-		return checkDecoded(v.Message(), name)
+		return checkMessage(v.Message())
 	}
 	return nil
+}
+
+// inside is the path below a field named name: name, then rest if any.
+func inside(name, rest string) string {
+	if rest == "" {
+		return name
+	}
+	return name + "." + rest
 }
 
 // jsonFault finds, in a JSON document strict protojson refused, a key that

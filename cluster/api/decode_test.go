@@ -63,6 +63,9 @@ func TestStrictDecoding(t *testing.T) {
 		{"binary", binaryCodec, &pb.SubmitJobRequest{}, string(specField(spec)), ""},
 		{"binary unknown field", binaryCodec, &pb.SubmitJobRequest{}, string(withUnknown(specField(spec), 99)), "99"},
 		{"binary nested unknown field", binaryCodec, &pb.SubmitJobRequest{}, string(specField(withUnknown(spec, 10))), "spec.10"},
+		{"binary unknown field in a list", binaryCodec, &pb.HeartbeatRequest{}, string(protowire.AppendBytes(protowire.AppendTag(
+			marshal(&pb.HeartbeatRequest{WorkerId: "w", Leases: []*pb.LeaseRef{{JobId: "j", Token: 1}}}), 2, protowire.BytesType),
+			withUnknown(marshal(&pb.LeaseRef{JobId: "k", Token: 2}), 9))), "leases.9"},
 		{"binary enum number", binaryCodec, &pb.SubmitJobRequest{}, string(marshal(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: "a", OnWorkerLost: 257}})), "spec.on_worker_lost"},
 		{"binary outcome number", binaryCodec, &pb.ReportRequest{}, string(marshal(&pb.ReportRequest{Outcome: 9})), "outcome"},
 		{"binary consistency number", binaryCodec, &pb.GetJobRequest{}, string(marshal(&pb.GetJobRequest{Id: "a", Consistency: 2})), "consistency"},
