@@ -105,16 +105,32 @@ type PutSchedule struct {
 	PauseOnly bool
 	Paused    bool
 	Replace   bool
-	Cron      string
-	Zone      string
-	Missed    MissedPolicy
-	Template  JobSpec
+	// Owner, when set, is the one submitter the caller may act for: the
+	// put applies only if the schedule does not exist or its jobs are
+	// Owner's. The API checks ownership before it proposes; this check,
+	// made where puts are ordered, closes the window between the two
+	// (another submitter creating the schedule in between).
+	Owner    string
+	Cron     string
+	Zone     string
+	Missed   MissedPolicy
+	Template JobSpec
 }
 
-// DeleteSchedule deletes a schedule; the jobs it submitted stay. Only
-// codec version 6 carries it.
+// DeleteSchedule deletes a schedule; the jobs it submitted stay. Owner is
+// as for PutSchedule. Only codec version 6 carries it.
 type DeleteSchedule struct {
-	Name string
+	Name  string
+	Owner string
+}
+
+// checkOwner refuses a put or a delete by a caller scoped to owner of a
+// schedule whose jobs are another submitter's.
+func checkOwner(old *Schedule, owner string) error {
+	if old == nil || owner == "" || old.Template.Submitter == owner {
+		return nil
+	}
+	return fmt.Errorf("%w: schedule %s submits another submitter's jobs, not %s's", ErrConflict, old.Name, owner)
 }
 
 // FireSchedule settles a schedule's slots through Slot: it submits the
@@ -149,6 +165,9 @@ func (c *PutSchedule) Validate() error {
 	if err := checkName("name", c.Name); err != nil {
 		return err
 	}
+	if err := checkOptionalID("owner", c.Owner); err != nil {
+		return err
+	}
 	if c.PauseOnly {
 		return nil
 	}
@@ -179,7 +198,12 @@ func validateDefinition(cron, zone string, missed MissedPolicy, tmpl *JobSpec) e
 	return t.Validate()
 }
 
-func (c *DeleteSchedule) Validate() error { return checkName("name", c.Name) }
+func (c *DeleteSchedule) Validate() error {
+	if err := checkName("name", c.Name); err != nil {
+		return err
+	}
+	return checkOptionalID("owner", c.Owner)
+}
 
 func (c *FireSchedule) Validate() error {
 	if err := checkName("name", c.Name); err != nil {
@@ -197,6 +221,7 @@ func (c *PutSchedule) encode(e *encoder) {
 	e.str(c.Name)
 	e.bool(c.PauseOnly)
 	e.bool(c.Paused)
+	e.str(c.Owner)
 	if !c.PauseOnly {
 		e.bool(c.Replace)
 		encodeDefinition(e, c.Cron, c.Zone, c.Missed, &c.Template)
@@ -207,6 +232,7 @@ func (c *PutSchedule) decode(d *decoder) {
 	c.Name = d.str(MaxNameLen)
 	c.PauseOnly = d.bool()
 	c.Paused = d.bool()
+	c.Owner = d.str(MaxIDLen)
 	if !c.PauseOnly {
 		c.Replace = d.bool()
 		decodeDefinition(d, &c.Cron, &c.Zone, &c.Missed, &c.Template)
@@ -229,8 +255,15 @@ func decodeDefinition(d *decoder, cron, zone *string, missed *MissedPolicy, t *J
 	t.Retry = decodeRetry(d)
 }
 
-func (c *DeleteSchedule) encode(e *encoder) { e.str(c.Name) }
-func (c *DeleteSchedule) decode(d *decoder) { c.Name = d.str(MaxNameLen) }
+func (c *DeleteSchedule) encode(e *encoder) {
+	e.str(c.Name)
+	e.str(c.Owner)
+}
+
+func (c *DeleteSchedule) decode(d *decoder) {
+	c.Name = d.str(MaxNameLen)
+	c.Owner = d.str(MaxIDLen)
+}
 
 func (c *FireSchedule) encode(e *encoder) {
 	e.str(c.Name)
@@ -288,6 +321,9 @@ func (s *state) putSchedule(sc *Schedule) {
 func applyPutSchedule(s *state, cmd Command) (any, error) {
 	c := cmd.(*PutSchedule)
 	old := s.schedules[c.Name]
+	if err := checkOwner(old, c.Owner); err != nil {
+		return nil, err
+	}
 	if c.PauseOnly {
 		if old == nil {
 			return nil, fmt.Errorf("%w: schedule %s", ErrNotFound, c.Name)
@@ -352,6 +388,9 @@ func applyDeleteSchedule(s *state, cmd Command) (any, error) {
 	old := s.schedules[c.Name]
 	if old == nil {
 		return nil, fmt.Errorf("%w: schedule %s", ErrNotFound, c.Name)
+	}
+	if err := checkOwner(old, c.Owner); err != nil {
+		return nil, err
 	}
 	s.bytes -= scheduleBytes(old)
 	delete(s.schedules, c.Name)

@@ -327,3 +327,33 @@ func TestRestoreChecksScheduleTimes(t *testing.T) {
 		}
 	}
 }
+
+// A caller scoped to one submitter changes only that submitter's
+// schedules, checked where puts are ordered: the API's own check comes
+// before the proposal, and another submitter may create the schedule in
+// between.
+func TestScheduleOwnerChecked(t *testing.T) {
+	m := newMachine(t)
+	mine := putSched("s")
+	mine.Template.Submitter = "a"
+	m.do(mine)
+	theirs := putSched("s")
+	theirs.Cron, theirs.Replace, theirs.Owner, theirs.Template.Submitter = "*/5 * * * *", true, "b", "b"
+	before := m.f.st.schedules["s"]
+	m.fail(theirs, ErrConflict)
+	m.fail(&PutSchedule{Name: "s", PauseOnly: true, Paused: true, Owner: "b"}, ErrConflict)
+	m.fail(&DeleteSchedule{Name: "s", Owner: "b"}, ErrConflict)
+	if got := m.f.st.schedules["s"]; got != before || got.Paused || got.Template.Submitter != "a" {
+		t.Fatalf("another submitter's commands changed the schedule: %+v", got)
+	}
+	// Its owner, and a caller scoped to no one submitter, may.
+	m.do(&PutSchedule{Name: "s", PauseOnly: true, Paused: true, Owner: "a"})
+	m.do(&PutSchedule{Name: "s", PauseOnly: true, Paused: false})
+	// A scoped caller creates a schedule that does not exist yet.
+	fresh := putSched("t")
+	fresh.Owner, fresh.Template.Submitter = "b", "b"
+	if r := m.do(fresh).(PutScheduleResult); !r.Created {
+		t.Fatalf("scoped create: %+v", r)
+	}
+	m.do(&DeleteSchedule{Name: "s", Owner: "a"})
+}

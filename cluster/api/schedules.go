@@ -47,7 +47,9 @@ func (sv scheduleService) CreateSchedule(ctx context.Context, req *connect.Reque
 			if err := sv.s.actAsSubmitter(ctx, cmd.Template.Submitter); err != nil {
 				return nil, err
 			}
-			// Replacing another's schedule is acting in its submitter's name.
+			// Replacing another's schedule is acting in its submitter's name:
+			// checked here, and again where the put is applied (Owner).
+			cmd.Owner = scopedSubmitter(ctx)
 			if old, err := sv.s.node.FSM().Schedule(m.GetName()); err == nil {
 				return cmd, sv.s.actAsSubmitter(ctx, old.Template.Submitter)
 			}
@@ -154,6 +156,17 @@ func (sv scheduleService) ResumeSchedule(ctx context.Context, req *connect.Reque
 	})
 }
 
+// scopedSubmitter is the one submitter a submitter credential acts for,
+// which a schedule command carries as its Owner so that the state machine
+// checks the schedule's owner again where commands are ordered; "" for a
+// credential that may act for any (an admin, a submitter for "*").
+func scopedSubmitter(ctx context.Context) string {
+	if id := identityOf(ctx); id.Role == RoleSubmitter && id.Submitter != "*" {
+		return id.Submitter
+	}
+	return ""
+}
+
 // mayManage refuses a submitter credential another submitter's schedule;
 // one this node does not have is checked by the leader, where the request
 // goes.
@@ -172,7 +185,7 @@ func (sv scheduleService) setPaused(ctx context.Context, name string, paused boo
 		return nil, err
 	}
 	r, err := applyAs[fsm.PutScheduleResult](sv.s, ctx, name, func(name string) (*fsm.PutSchedule, error) {
-		return &fsm.PutSchedule{Name: name, PauseOnly: true, Paused: paused}, nil
+		return &fsm.PutSchedule{Name: name, PauseOnly: true, Paused: paused, Owner: scopedSubmitter(ctx)}, nil
 	})
 	if err != nil {
 		return nil, err
@@ -185,7 +198,7 @@ func (sv scheduleService) DeleteSchedule(ctx context.Context, req *connect.Reque
 		if err := sv.mayManage(ctx, req.Msg.GetName()); err != nil {
 			return nil, err
 		}
-		cmd := &fsm.DeleteSchedule{Name: req.Msg.GetName()}
+		cmd := &fsm.DeleteSchedule{Name: req.Msg.GetName(), Owner: scopedSubmitter(ctx)}
 		if err := cmd.Validate(); err != nil {
 			return nil, err
 		}
