@@ -42,6 +42,7 @@ var errorTable = []struct {
 	{errUnauthenticated, transport.ReasonUnauthenticated},
 	{errForbidden, transport.ReasonForbidden},
 	{errPeerOnly, transport.ReasonForbidden},
+	{errHostNotAllowed, transport.ReasonForbidden},
 	{errRateLimited, transport.ReasonRateLimited},
 	{cluster.ErrQuotaExceeded, transport.ReasonQuotaExceeded},
 	{cluster.ErrDiskFull, transport.ReasonDiskFull},

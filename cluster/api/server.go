@@ -39,8 +39,12 @@ type Options struct {
 	// DefaultLimits.
 	Limits Limits
 	// Pprof serves Go's profiles at /debug/pprof/, to admins only.
-	Pprof  bool
-	Logger hclog.Logger
+	Pprof bool
+	// HostNames are the names (beyond IP addresses and localhost) a
+	// request may call this node by while the API has no authentication:
+	// its advertised API host, say (see guardHost).
+	HostNames []string
+	Logger    hclog.Logger
 }
 
 // Server is a node's API: the Connect services of transport/proto (which
@@ -54,6 +58,7 @@ type Server struct {
 	cluster  string
 	insecure bool
 	pprof    bool
+	names    map[string]bool // Options.HostNames, lower case
 	refusals *cluster.RefusalLimiter
 	limits   Limits
 	rates    *rates
@@ -76,7 +81,10 @@ func NewServer(o Options) *Server {
 		limits = DefaultLimits()
 	}
 	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, pprof: o.Pprof, refusals: cluster.NewRefusalLimiter(),
-		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}}
+		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}, names: map[string]bool{}}
+	for _, n := range o.HostNames {
+		s.names[strings.ToLower(n)] = true
+	}
 	if s.log == nil {
 		s.log = hclog.NewNullLogger()
 	}
@@ -140,7 +148,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return s.authenticate(mux)
+	return s.guardHost(s.authenticate(mux))
 }
 
 // peerClients are Connect clients of one other node's API, reached over

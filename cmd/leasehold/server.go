@@ -157,6 +157,19 @@ type runningNode struct {
 	peerTLS, apiTLS *transport.TLSMaterial
 }
 
+// apiHostNames is the name in api_advertise (or api_bind), if it is a
+// name: a node without API authentication answers requests that call it
+// by that name, an IP address or localhost.
+func (c ServerConfig) apiHostNames() []string {
+	var names []string
+	for _, addr := range []string{c.APIAdvertise, c.APIBind} {
+		if host, _, err := net.SplitHostPort(addr); err == nil && host != "" && net.ParseIP(host) == nil {
+			names = append(names, host)
+		}
+	}
+	return names
+}
+
 // startNode starts a node and serves its API.
 func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 	ccfg, peerTLS, err := cfg.clusterConfig(logger)
@@ -185,7 +198,7 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		return nil, err
 	}
 	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure,
-		Limits: cfg.apiLimits(), Pprof: cfg.Debug.Pprof, Logger: logger})
+		Limits: cfg.apiLimits(), Pprof: cfg.Debug.Pprof, HostNames: cfg.apiHostNames(), Logger: logger})
 	return &runningNode{node: node, api: srv, http: api.Serve(srv, ln, apiConf), peerTLS: peerTLS, apiTLS: apiTLS}, nil
 }
 
