@@ -146,17 +146,22 @@ func TestRetryDeadJob(t *testing.T) {
 	m.roundTrip()
 }
 
+// killDead submits a job of one attempt to queue and has worker fail it:
+// the job ends dead (at level 6).
+func (m *machine) killDead(worker, id, queue string) {
+	m.t.Helper()
+	s := spec(id)
+	s.Queue, s.MaxAttempts = queue, 1
+	m.submit(s)
+	g := m.do(&Acquire{WorkerID: worker, RequestID: "req-" + id, Queues: []string{queue}, Max: 1}).(AcquireResult).Grants[0]
+	m.report(g, "r-"+id, OutcomeFailed, true)
+}
+
 func TestPurgeDeadJobs(t *testing.T) {
 	m := newMachine(t)
 	m.setLevel("a", 6)
 	m.register("w", 1)
-	kill := func(id, queue string) {
-		s := spec(id)
-		s.Queue, s.MaxAttempts = queue, 1
-		m.submit(s)
-		g := m.do(&Acquire{WorkerID: "w", RequestID: "req-" + id, Queues: []string{queue}, Max: 1}).(AcquireResult).Grants[0]
-		m.report(g, "r-"+id, OutcomeFailed, true)
-	}
+	kill := func(id, queue string) { m.killDead("w", id, queue) }
 	kill("a1", "a")
 	kill("b1", "b")
 	m.advance(int64(time.Hour))
@@ -228,13 +233,7 @@ func TestPurgeWalksOnlyItsQueue(t *testing.T) {
 	m := newMachine(t)
 	m.setLevel("a", 6)
 	m.register("w", 8)
-	kill := func(id, queue string) {
-		s := spec(id)
-		s.Queue, s.MaxAttempts = queue, 1
-		m.submit(s)
-		g := m.do(&Acquire{WorkerID: "w", RequestID: "req-" + id, Queues: []string{queue}, Max: 1}).(AcquireResult).Grants[0]
-		m.report(g, "r-"+id, OutcomeFailed, true)
-	}
+	kill := func(id, queue string) { m.killDead("w", id, queue) }
 	for i := range 200 {
 		kill(fmt.Sprint("a", i), "a")
 	}

@@ -332,10 +332,7 @@ func TestOldestDead(t *testing.T) {
 	}
 	var deaths []int64
 	for _, id := range []string{"d1", "d2"} {
-		s := spec(id)
-		s.MaxAttempts = 1
-		m.submit(s)
-		m.report(m.acquireOne("w"), "r-"+id, OutcomeFailed, true)
+		m.killDead("w", id, spec(id).Queue)
 		deaths = append(deaths, m.now)
 		m.advance(int64(time.Hour))
 	}
