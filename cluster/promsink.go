@@ -112,9 +112,23 @@ func (s snakeSink) AddSampleWithLabels(key []string, val float32, labels []gomet
 func snakeKey(key []string) []string {
 	out := make([]string, len(key))
 	for i, part := range key {
-		out[i] = snake(part)
+		out[i] = snakeOf(part)
 	}
 	return out
+}
+
+// snakeParts caches snake per key part: Raft reports a few dozen
+// measurements, several for every entry it writes, always with the same
+// parts (per-peer parts are peers' ids, bounded by the membership).
+var snakeParts sync.Map // part -> its snake case
+
+func snakeOf(part string) string {
+	if v, ok := snakeParts.Load(part); ok {
+		return v.(string)
+	}
+	s := snake(part)
+	snakeParts.Store(part, s)
+	return s
 }
 
 // snake turns camelCase into camel_case: appendEntries, fsm.applyBatchNum

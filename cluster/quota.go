@@ -29,8 +29,8 @@ func (n *Node) checkSubmit(ls *leaderState, c *fsm.SubmitJob) error {
 	if quota <= 0 && perSubmitter <= 0 {
 		return nil
 	}
-	if _, err := n.fsm.Job(c.Spec.ID); err == nil {
-		return nil
+	if n.fsm.HasJob(c.Spec.ID) {
+		return nil // a resubmit: it adds nothing
 	}
 	if quota > 0 {
 		if size := n.fsm.Bytes(); size+int64(len(c.Spec.Payload)) > quota {

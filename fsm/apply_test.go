@@ -739,3 +739,17 @@ func TestApplyRefusesReplayedIndex(t *testing.T) {
 		t.Fatalf("replayed index: %v", err)
 	}
 }
+
+// HasJob agrees with Job, through a submit, a compaction and a restore.
+func TestHasJob(t *testing.T) {
+	m := newMachine(t)
+	if m.f.HasJob("j") {
+		t.Fatal("an empty state has job j")
+	}
+	m.submit(spec("j"))
+	m.roundTrip()
+	_, err := m.f.Job("j")
+	if !m.f.HasJob("j") || err != nil || m.f.HasJob("k") {
+		t.Fatalf("HasJob(j) %t (Job: %v), HasJob(k) %t", m.f.HasJob("j"), err, m.f.HasJob("k"))
+	}
+}

@@ -18,6 +18,15 @@ func (f *FSM) Job(id string) (Job, error) {
 	return Job{}, fmt.Errorf("%w: job %s", ErrNotFound, id)
 }
 
+// HasJob reports whether a job of this id is kept: Job without the copy,
+// or the error a missing job costs (a submit's quota check asks it of every
+// new id).
+func (f *FSM) HasJob(id string) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.st.jobByID(id) != nil
+}
+
 // Lease returns a lease by token, live or ended, as long as its job is kept.
 func (f *FSM) Lease(token uint64) (Lease, error) {
 	f.mu.RLock()
