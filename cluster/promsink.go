@@ -1,13 +1,14 @@
 package cluster
 
 import (
+	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 
 	gometrics "github.com/hashicorp/go-metrics/compat"
-	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -29,27 +30,14 @@ func processGatherer() prometheus.Gatherer {
 	processMetrics.once.Do(func() {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-		// A measurement not updated for a minute disappears, as Raft's
-		// per-peer series of a removed peer should.
-		opts := gmprom.PrometheusOpts{Registerer: reg, Expiration: time.Minute}
-		for _, d := range raftHelp {
-			name := append([]string{"leasehold"}, strings.Split(d.key, ".")...)
-			switch d.kind {
-			case 's':
-				opts.SummaryDefinitions = append(opts.SummaryDefinitions, gmprom.SummaryDefinition{Name: name, Help: d.help})
-			case 'c':
-				opts.CounterDefinitions = append(opts.CounterDefinitions, gmprom.CounterDefinition{Name: name, Help: d.help})
-			case 'g':
-				opts.GaugeDefinitions = append(opts.GaugeDefinitions, gmprom.GaugeDefinition{Name: name, Help: d.help})
-			}
-		}
-		sink, err := gmprom.NewPrometheusSinkFrom(opts)
-		if err == nil {
-			cfg := gometrics.DefaultConfig("leasehold")
-			cfg.EnableHostname, cfg.EnableHostnameLabel, cfg.EnableServiceLabel = false, false, false
-			cfg.EnableRuntimeMetrics = false // the Go collector has them
-			_, _ = gometrics.NewGlobal(cfg, snakeSink{sink})
-		}
+		sink := newRaftSink(time.Minute)
+		reg.MustRegister(sink)
+		// No service name: go-metrics would copy every key to put it
+		// first; the sink names every series leasehold_ itself.
+		cfg := gometrics.DefaultConfig("")
+		cfg.EnableHostname, cfg.EnableHostnameLabel, cfg.EnableServiceLabel = false, false, false
+		cfg.EnableRuntimeMetrics = false // the Go collector has them
+		_, _ = gometrics.NewGlobal(cfg, sink)
 		processMetrics.reg = reg
 	})
 	return processMetrics.reg
@@ -91,44 +79,150 @@ var raftHelp = []struct {
 	{'c', "raft.wal.tail_truncations", "raft-wal: truncations of the log's tail (a new leader's conflicting entries)."},
 }
 
-// snakeSink writes go-metrics' keys in Prometheus' snake case:
-// raft.commitTime becomes leasehold_raft_commit_time.
-type snakeSink struct{ next gometrics.MetricSink }
+// raftSink is go-metrics' sink for Raft's and raft-wal's measurements,
+// and a Prometheus collector of them. Raft reports a dozen of them for
+// every entry it writes, so an update must be cheap: it finds its series
+// by a key built in a stack buffer (a map lookup that allocates nothing)
+// and updates it in place; only the first update of a series names it
+// (go-metrics' raft.commitTime becomes leasehold_raft_commit_time) and
+// makes its Prometheus metric. Samples are summaries (quantiles 0.5, 0.9
+// and 0.99 over 10 s), counters and gauges plain values. A labelled series
+// (Raft labels its per-peer measurements) not updated for expire
+// disappears at the next scrape, as a removed peer's should; the others
+// stay (a counter of elections may not move for days).
+type raftSink struct {
+	expire time.Duration
+	mu     sync.RWMutex
+	series map[string]*raftSeries
+}
 
-func (s snakeSink) SetGauge(key []string, val float32) { s.next.SetGauge(snakeKey(key), val) }
-func (s snakeSink) SetGaugeWithLabels(key []string, val float32, labels []gometrics.Label) {
-	s.next.SetGaugeWithLabels(snakeKey(key), val, labels)
-}
-func (s snakeSink) EmitKey(key []string, val float32)     { s.next.EmitKey(snakeKey(key), val) }
-func (s snakeSink) IncrCounter(key []string, val float32) { s.next.IncrCounter(snakeKey(key), val) }
-func (s snakeSink) IncrCounterWithLabels(key []string, val float32, labels []gometrics.Label) {
-	s.next.IncrCounterWithLabels(snakeKey(key), val, labels)
-}
-func (s snakeSink) AddSample(key []string, val float32) { s.next.AddSample(snakeKey(key), val) }
-func (s snakeSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
-	s.next.AddSampleWithLabels(snakeKey(key), val, labels)
+type raftSeries struct {
+	kind    byte // 's'ummary, 'c'ounter, 'g'auge
+	expires bool // labelled: it goes when not updated for the sink's expire
+	desc    *prometheus.Desc
+	summary prometheus.Summary
+	bits    atomic.Uint64 // a counter's or a gauge's value, as float64 bits
+	updated atomic.Int64  // unix nanoseconds
 }
 
-func snakeKey(key []string) []string {
-	out := make([]string, len(key))
+func newRaftSink(expire time.Duration) *raftSink {
+	return &raftSink{expire: expire, series: map[string]*raftSeries{}}
+}
+
+func (s *raftSink) SetGauge(key []string, val float32) { s.SetGaugeWithLabels(key, val, nil) }
+func (s *raftSink) SetGaugeWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if se := s.find('g', key, labels); se != nil {
+		se.bits.Store(math.Float64bits(float64(val)))
+	}
+}
+func (s *raftSink) EmitKey([]string, float32)             {} // no Prometheus type keeps each value
+func (s *raftSink) IncrCounter(key []string, val float32) { s.IncrCounterWithLabels(key, val, nil) }
+func (s *raftSink) IncrCounterWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if val < 0 {
+		return // a counter only grows
+	}
+	if se := s.find('c', key, labels); se != nil {
+		for {
+			old := se.bits.Load()
+			if se.bits.CompareAndSwap(old, math.Float64bits(math.Float64frombits(old)+float64(val))) {
+				return
+			}
+		}
+	}
+}
+func (s *raftSink) AddSample(key []string, val float32) { s.AddSampleWithLabels(key, val, nil) }
+func (s *raftSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
+	if se := s.find('s', key, labels); se != nil {
+		se.summary.Observe(float64(val))
+	}
+}
+
+// find returns the series of kind, key and labels, made on first use; nil
+// if its name is another kind's.
+func (s *raftSink) find(kind byte, key []string, labels []gometrics.Label) *raftSeries {
+	var buf [160]byte
+	b := append(buf[:0], kind)
+	for _, part := range key {
+		b = append(append(b, '.'), part...)
+	}
+	for _, l := range labels {
+		b = append(append(append(append(b, ';'), l.Name...), '='), l.Value...)
+	}
+	s.mu.RLock()
+	se := s.series[string(b)]
+	s.mu.RUnlock()
+	if se == nil {
+		se = s.make(string(b), kind, key, labels)
+	}
+	if se != nil {
+		se.updated.Store(time.Now().UnixNano())
+	}
+	return se
+}
+
+func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.Label) *raftSeries {
+	parts := make([]string, len(key))
 	for i, part := range key {
-		out[i] = snakeOf(part)
+		parts[i] = snake(part)
 	}
-	return out
+	dotted := strings.Join(parts, ".")
+	name := "leasehold_" + metricNameChars.Replace(strings.Join(parts, "_"))
+	help := name
+	for _, d := range raftHelp {
+		if d.key == dotted {
+			help = d.help
+		}
+	}
+	constLabels := prometheus.Labels{}
+	for _, l := range labels {
+		constLabels[metricNameChars.Replace(l.Name)] = l.Value
+	}
+	se := &raftSeries{kind: kind, expires: len(labels) > 0, desc: prometheus.NewDesc(name, help, nil, constLabels)}
+	if kind == 's' {
+		se.summary = prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, ConstLabels: constLabels,
+			MaxAge: 10 * time.Second, Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}})
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for other, o := range s.series {
+		if o.kind != kind && strings.SplitN(other[2:], ";", 2)[0] == strings.SplitN(id[2:], ";", 2)[0] {
+			return nil // one name, two kinds: Prometheus takes only the first
+		}
+	}
+	if old := s.series[id]; old != nil {
+		return old // made meanwhile
+	}
+	s.series[id] = se
+	return se
 }
 
-// snakeParts caches snake per key part: Raft reports a few dozen
-// measurements, several for every entry it writes, always with the same
-// parts (per-peer parts are peers' ids, bounded by the membership).
-var snakeParts sync.Map // part -> its snake case
+// metricNameChars replaces what a Prometheus name cannot hold.
+var metricNameChars = strings.NewReplacer(" ", "_", ".", "_", "-", "_", "=", "_", "/", "_")
 
-func snakeOf(part string) string {
-	if v, ok := snakeParts.Load(part); ok {
-		return v.(string)
+// Describe sends nothing: the series come and go with Raft's reports (an
+// unchecked collector).
+func (s *raftSink) Describe(chan<- *prometheus.Desc) {}
+
+// Collect sends every series, but forgets the labelled ones not updated
+// within expire.
+func (s *raftSink) Collect(ch chan<- prometheus.Metric) {
+	cutoff := time.Now().Add(-s.expire).UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, se := range s.series {
+		if se.expires && se.updated.Load() < cutoff {
+			delete(s.series, id)
+			continue
+		}
+		switch se.kind {
+		case 's':
+			se.summary.Collect(ch)
+		case 'c':
+			ch <- prometheus.MustNewConstMetric(se.desc, prometheus.CounterValue, math.Float64frombits(se.bits.Load()))
+		case 'g':
+			ch <- prometheus.MustNewConstMetric(se.desc, prometheus.GaugeValue, math.Float64frombits(se.bits.Load()))
+		}
 	}
-	s := snake(part)
-	snakeParts.Store(part, s)
-	return s
 }
 
 // snake turns camelCase into camel_case: appendEntries, fsm.applyBatchNum
