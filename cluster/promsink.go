@@ -97,8 +97,10 @@ type raftSink struct {
 }
 
 type raftSeries struct {
-	kind    byte // 's'ummary, 'c'ounter, 'g'auge
-	expires bool // labelled: it goes when not updated for the sink's expire
+	kind    byte   // 's'ummary, 'c'ounter, 'g'auge
+	name    string // its Prometheus name
+	labels  string // its label names, in order
+	expires bool   // labelled: it goes when not updated for the sink's expire
 	desc    *prometheus.Desc
 	summary prometheus.Summary
 	bits    atomic.Uint64 // a counter's or a gauge's value, as float64 bits
@@ -138,7 +140,8 @@ func (s *raftSink) AddSampleWithLabels(key []string, val float32, labels []gomet
 }
 
 // find returns the series of kind, key and labels, made on first use; nil
-// if its name is another kind's.
+// if its name is taken by another kind or other label names (Prometheus
+// keeps one type and one set of label names per family).
 func (s *raftSink) find(kind byte, key []string, labels []gometrics.Label) *raftSeries {
 	var buf [160]byte
 	b := append(buf[:0], kind)
@@ -174,19 +177,23 @@ func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.L
 		}
 	}
 	constLabels := prometheus.Labels{}
+	var labelNames []string
 	for _, l := range labels {
-		constLabels[metricNameChars.Replace(l.Name)] = l.Value
+		n := metricNameChars.Replace(l.Name)
+		constLabels[n] = l.Value
+		labelNames = append(labelNames, n)
 	}
-	se := &raftSeries{kind: kind, expires: len(labels) > 0, desc: prometheus.NewDesc(name, help, nil, constLabels)}
+	se := &raftSeries{kind: kind, name: name, labels: strings.Join(labelNames, ","), expires: len(labels) > 0,
+		desc: prometheus.NewDesc(name, help, nil, constLabels)}
 	if kind == 's' {
 		se.summary = prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, ConstLabels: constLabels,
 			MaxAge: 10 * time.Second, Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for other, o := range s.series {
-		if o.kind != kind && strings.SplitN(other[2:], ";", 2)[0] == strings.SplitN(id[2:], ";", 2)[0] {
-			return nil // one name, two kinds: Prometheus takes only the first
+	for _, o := range s.series {
+		if o.name == se.name && (o.kind != se.kind || o.labels != se.labels) {
+			return nil // the family is the first one's
 		}
 	}
 	if old := s.series[id]; old != nil {
@@ -207,11 +214,11 @@ func (s *raftSink) Describe(chan<- *prometheus.Desc) {}
 // within expire.
 func (s *raftSink) Collect(ch chan<- prometheus.Metric) {
 	cutoff := time.Now().Add(-s.expire).UnixNano()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	var expired []string
+	s.mu.RLock()
 	for id, se := range s.series {
 		if se.expires && se.updated.Load() < cutoff {
-			delete(s.series, id)
+			expired = append(expired, id)
 			continue
 		}
 		switch se.kind {
@@ -222,6 +229,16 @@ func (s *raftSink) Collect(ch chan<- prometheus.Metric) {
 		case 'g':
 			ch <- prometheus.MustNewConstMetric(se.desc, prometheus.GaugeValue, math.Float64frombits(se.bits.Load()))
 		}
+	}
+	s.mu.RUnlock()
+	if len(expired) > 0 {
+		s.mu.Lock()
+		for _, id := range expired {
+			if se := s.series[id]; se != nil && se.updated.Load() < cutoff {
+				delete(s.series, id)
+			}
+		}
+		s.mu.Unlock()
 	}
 }
 

@@ -26,7 +26,8 @@ func TestRaftSink(t *testing.T) {
 		sink.AddSample([]string{"raft", "commitTime"}, v)
 	}
 	sink.AddSampleWithLabels([]string{"raft", "replication", "appendEntries", "rpc"}, 7, peer)
-	sink.SetGauge([]string{"raft", "apply"}, 9) // the name is a counter's: dropped
+	sink.SetGauge([]string{"raft", "apply"}, 9)                                // the name is a counter's: dropped
+	sink.AddSample([]string{"raft", "replication", "appendEntries", "rpc"}, 1) // that family has a peer label: dropped
 	sink.EmitKey([]string{"raft", "emitted"}, 1)
 
 	families, err := reg.Gather()
