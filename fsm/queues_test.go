@@ -298,10 +298,7 @@ func TestOldestReadyAfterARetry(t *testing.T) {
 	m := newMachine(t)
 	m.setLevel("a", 6)
 	m.register("w", 1)
-	s := spec("d")
-	s.MaxAttempts = 1
-	m.submit(s)
-	m.report(m.acquireOne("w"), "r", OutcomeFailed, true)
+	m.killDead("w", "d", spec("d").Queue)
 	if j := m.job("d"); j.State != JobDead {
 		t.Fatalf("not dead: %s", j.State)
 	}
