@@ -80,8 +80,15 @@ type Schedule struct {
 
 // export is a copy that shares nothing with the state.
 func (sc *Schedule) export() Schedule {
-	c := *sc
+	c := sc.exportDefinition()
 	c.Template.Payload = append([]byte(nil), sc.Template.Payload...)
+	return c
+}
+
+// exportDefinition copies a schedule without its template's payload.
+func (sc *Schedule) exportDefinition() Schedule {
+	c := *sc
+	c.Template.Payload = nil
 	if r := sc.Template.Retry; r != nil {
 		p := *r
 		c.Template.Retry = &p
@@ -471,6 +478,20 @@ func (f *FSM) Schedules() []Schedule {
 	out := make([]Schedule, 0, len(f.st.schedules))
 	for _, sc := range f.st.schedules {
 		out = append(out, sc.export())
+	}
+	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// ScheduleDefinitions returns every schedule, by name, without its
+// template's payload: a list answer (1000 templates of 256 KiB would be
+// 256 MiB to copy for one call); Schedule has the payload.
+func (f *FSM) ScheduleDefinitions() []Schedule {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Schedule, 0, len(f.st.schedules))
+	for _, sc := range f.st.schedules {
+		out = append(out, sc.exportDefinition())
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
 	return out

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -356,4 +357,20 @@ func TestScheduleOwnerChecked(t *testing.T) {
 		t.Fatalf("scoped create: %+v", r)
 	}
 	m.do(&DeleteSchedule{Name: "s", Owner: "a"})
+}
+
+// ScheduleDefinitions is Schedules without the templates' payloads.
+func TestScheduleDefinitionsLeavePayloadsOut(t *testing.T) {
+	m := newMachine(t)
+	put := putSched("s")
+	put.Template.Payload = []byte("big")
+	m.do(put)
+	full, defs := m.f.Schedules(), m.f.ScheduleDefinitions()
+	if len(defs) != 1 || defs[0].Template.Payload != nil || string(full[0].Template.Payload) != "big" {
+		t.Fatalf("definitions %+v, full %+v", defs, full)
+	}
+	full[0].Template.Payload = nil
+	if !reflect.DeepEqual(defs[0], full[0]) {
+		t.Fatalf("definitions differ beyond the payload: %+v against %+v", defs[0], full[0])
+	}
 }
