@@ -1,6 +1,9 @@
 package cluster
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Hooks for the tests of package cluster_test; compiled into tests only.
 
@@ -24,3 +27,9 @@ func (n *Node) ApplyRaw(data []byte) (uint64, error) {
 
 // ParkedAcquires is how many acquires wait for a job on the node.
 func (n *Node) ParkedAcquires() int64 { return n.parked.Load() }
+
+// AskRefreshVia sends the request a running node sends when its entry in
+// the node table is missing or stale (reconcileSelf) to the node at addr.
+func (n *Node) AskRefreshVia(ctx context.Context, addr string) error {
+	return n.askJoin(ctx, addr, true)
+}

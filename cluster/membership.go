@@ -83,7 +83,7 @@ func (n *Node) bootstrapOrJoin(ctx context.Context) {
 		if target == "" {
 			target = info.Node.RaftAddr
 		}
-		if err := n.askJoin(ctx, target); err != nil {
+		if err := n.askJoin(ctx, target, false); err != nil {
 			log.Debug("join_failed", "peer", target, "error", err)
 			continue
 		}
@@ -132,12 +132,14 @@ func (n *Node) memberSet() []string {
 }
 
 // askJoin asks the node at addr (the leader, or a node that names it) to
-// add this node as a voter.
-func (n *Node) askJoin(ctx context.Context, addr string) error {
+// add this node as a voter; with refresh, only to bring this node's
+// addresses in the node table up to date if it is a voter.
+func (n *Node) askJoin(ctx context.Context, addr string, refresh bool) error {
 	for hop := 0; hop < 2; hop++ {
 		cctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
 		var reply transport.PeerJoinReply
-		err := n.peers.Call(cctx, addr, transport.MethodPeerJoin, transport.PeerJoinRequest{Node: n.self(), Fresh: !n.inCluster()}, &reply)
+		req := transport.PeerJoinRequest{Node: n.self(), Fresh: !n.inCluster(), Refresh: refresh}
+		err := n.peers.Call(cctx, addr, transport.MethodPeerJoin, req, &reply)
 		cancel()
 		var rerr *transport.RPCError
 		if errors.As(err, &rerr) && rerr.Code == transport.CodeNotLeader && rerr.Details["leader_raft_addr"] != "" {
@@ -150,7 +152,7 @@ func (n *Node) askJoin(ctx context.Context, addr string) error {
 }
 
 // Join asks the cluster a peer at addr belongs to to add this node.
-func (n *Node) Join(ctx context.Context, addr string) error { return n.askJoin(ctx, addr) }
+func (n *Node) Join(ctx context.Context, addr string) error { return n.askJoin(ctx, addr, false) }
 
 // reconcileSelf makes sure the replicated node table has this node's
 // current addresses (they may change across restarts).
@@ -162,13 +164,22 @@ func (n *Node) reconcileSelf(ctx context.Context) {
 		n.publishSelf(ctx)
 		return
 	}
-	leader, _ := n.raft.LeaderWithID()
-	if leader == "" {
-		return
-	}
-	if err := n.askJoin(ctx, string(leader)); err != nil {
+	if err := n.askRefresh(ctx); err != nil {
 		n.logger.Named("membership").Debug("publish_addresses_failed", "error", err)
 	}
+}
+
+// askRefresh asks the leader to bring this node's addresses in the node
+// table up to date. It never asks to be added: a node removed by an admin
+// while it ran (its table entry may be missing, or go, before it hears of
+// the removal) would otherwise undo the removal at its next tick. Only an
+// explicit join (Join, a fresh node's join list) adds a node.
+func (n *Node) askRefresh(ctx context.Context) error {
+	leader, _ := n.raft.LeaderWithID()
+	if leader == "" {
+		return ErrNoLeader
+	}
+	return n.askJoin(ctx, string(leader), true)
 }
 
 // publishSelf, on the leader, writes this node's addresses and those of

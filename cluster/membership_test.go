@@ -1,12 +1,14 @@
 package cluster_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport"
 )
 
 func TestTransferRemoveAndRejoin(t *testing.T) {
@@ -55,6 +57,42 @@ func TestTransferRemoveAndRejoin(t *testing.T) {
 		return true
 	})
 	c.Converged()
+}
+
+// A node an admin removed while it runs is not taken back by its own
+// background work. Its table entry may be missing (a node removed right
+// after the cluster formed) or go before it hears of the removal; it then
+// asks the leader to write its addresses, and that request added it back
+// as a voter at once: the removal undone within a tick.
+func TestRemovedNodeIsNotTakenBack(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	gone := c.Nodes[(leader.Index+1)%3]
+	if err := leader.RemoveNode(ctx(t), gone.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	err := gone.AskRefreshVia(ctx(t), leader.RaftAddr())
+	var rerr *transport.RPCError
+	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
+		t.Errorf("removed node asking to refresh its addresses: got %v, want %s", err, transport.CodeNotMember)
+	}
+	members, err := leader.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.ID == gone.ID() {
+			t.Fatalf("removed node %s is a member again: %+v", gone.ID(), members)
+		}
+	}
+	// An explicit join still takes it back.
+	if err := gone.Join(ctx(t), leader.RaftAddr()); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(10*time.Second, "three members", func() bool {
+		m, _ := c.Leader().Members()
+		return len(m) == 3
+	})
 }
 
 // Graceful shutdown of the leader hands leadership over first: the moment

@@ -65,6 +65,14 @@ func (n *Node) handlePeerJoin(ctx context.Context, body json.RawMessage) (any, e
 			}
 		}
 	}
+	if req.Refresh && !n.isVoter(req.Node.ID) {
+		if _, err := n.established(); err != nil {
+			return nil, peerError(err) // the leader decides; the caller follows the redirect
+		}
+		return nil, &rpcError{code: transport.CodeNotMember, err: fmt.Errorf(
+			"node %s is not a member of the cluster (an admin removed it): it is added again only by an explicit join (leasehold cluster join %s %s %s)",
+			req.Node.ID, req.Node.ID, req.Node.RaftAddr, req.Node.APIAddr)}
+	}
 	if req.Fresh && n.isVoter(req.Node.ID) {
 		return nil, &rpcError{code: transport.CodeRejoinRefused, err: fmt.Errorf(
 			"node %s is a voter but lost its data (and its vote): remove it first (leasehold cluster remove %s)", req.Node.ID, req.Node.ID)}

@@ -51,6 +51,11 @@ type PeerJoinRequest struct {
 	// voter lost its data, and with it its vote: it must be removed before
 	// it can join again.
 	Fresh bool `json:"fresh,omitempty"`
+	// Refresh: the node only asks for its addresses in the node table to
+	// be brought up to date. It is not a request to be added: a node that
+	// is not a voter (an admin removed it) is refused with CodeNotMember
+	// rather than taken back in.
+	Refresh bool `json:"refresh,omitempty"`
 }
 
 // PeerJoinReply confirms the join.
@@ -67,6 +72,9 @@ const (
 	// CodeRejoinRefused: a node that lost its data asked to join under the
 	// id of a voter; an operator must remove that voter first.
 	CodeRejoinRefused = "rejoin_refused"
+	// CodeNotMember: a node asked for its addresses to be brought up to
+	// date (PeerJoinRequest.Refresh), but it is not a voter: it was removed.
+	CodeNotMember = "not_member"
 )
 
 // MethodPeerAudit records an audit event: a node sends the admin actions and
