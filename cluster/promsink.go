@@ -85,8 +85,8 @@ var raftHelp = []struct {
 // by a key built in a stack buffer (a map lookup that allocates nothing)
 // and updates it in place; only the first update of a series names it
 // (go-metrics' raft.commitTime becomes leasehold_raft_commit_time) and
-// makes its Prometheus metric. Samples are summaries (quantiles 0.5, 0.9
-// and 0.99 over 10 s), counters and gauges plain values. A labelled series
+// makes its Prometheus metric. Samples are histograms (raftBuckets),
+// counters and gauges plain values. A labelled series
 // (Raft labels its per-peer measurements) not updated for expire
 // disappears at the next scrape, as a removed peer's should; the others
 // stay (a counter of elections may not move for days).
@@ -97,12 +97,12 @@ type raftSink struct {
 }
 
 type raftSeries struct {
-	kind    byte   // 's'ummary, 'c'ounter, 'g'auge
+	kind    byte   // 's'ample (a histogram), 'c'ounter, 'g'auge
 	name    string // its Prometheus name
 	labels  string // its label names, in order
 	expires bool   // labelled: it goes when not updated for the sink's expire
 	desc    *prometheus.Desc
-	summary prometheus.Summary
+	hist    prometheus.Histogram
 	bits    atomic.Uint64 // a counter's or a gauge's value, as float64 bits
 	updated atomic.Int64  // unix nanoseconds
 }
@@ -135,7 +135,7 @@ func (s *raftSink) IncrCounterWithLabels(key []string, val float32, labels []gom
 func (s *raftSink) AddSample(key []string, val float32) { s.AddSampleWithLabels(key, val, nil) }
 func (s *raftSink) AddSampleWithLabels(key []string, val float32, labels []gometrics.Label) {
 	if se := s.find('s', key, labels); se != nil {
-		se.summary.Observe(float64(val))
+		se.hist.Observe(float64(val))
 	}
 }
 
@@ -186,8 +186,8 @@ func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.L
 	se := &raftSeries{kind: kind, name: name, labels: strings.Join(labelNames, ","), expires: len(labels) > 0,
 		desc: prometheus.NewDesc(name, help, nil, constLabels)}
 	if kind == 's' {
-		se.summary = prometheus.NewSummary(prometheus.SummaryOpts{Name: name, Help: help, ConstLabels: constLabels,
-			MaxAge: 10 * time.Second, Objectives: map[float64]float64{0.5: 0.05, 0.9: 0.01, 0.99: 0.001}})
+		se.hist = prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: constLabels,
+			Buckets: raftBuckets})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -202,6 +202,15 @@ func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.L
 	s.series[id] = se
 	return se
 }
+
+// raftBuckets are the bounds of the histograms of Raft's samples, in
+// Raft's unit: milliseconds for its timings (0.05 ms to 10 s), and the
+// same bounds for the few samples that count entries (commit_num_logs). A
+// histogram, unlike the summaries go-metrics' own Prometheus sink makes,
+// aggregates across nodes, and its Observe is a bucket search and two
+// atomic adds: a summary's quantile streams sorted and merged samples in
+// a goroutine of their own, 1 to 3 % of a busy leader's CPU.
+var raftBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
 
 // metricNameChars replaces what a Prometheus name cannot hold.
 var metricNameChars = strings.NewReplacer(" ", "_", ".", "_", "-", "_", "=", "_", "/", "_")
@@ -223,7 +232,7 @@ func (s *raftSink) Collect(ch chan<- prometheus.Metric) {
 		}
 		switch se.kind {
 		case 's':
-			se.summary.Collect(ch)
+			se.hist.Collect(ch)
 		case 'c':
 			ch <- prometheus.MustNewConstMetric(se.desc, prometheus.CounterValue, math.Float64frombits(se.bits.Load()))
 		case 'g':

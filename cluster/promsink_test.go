@@ -49,8 +49,16 @@ func TestRaftSink(t *testing.T) {
 			}
 		}
 		if f.GetName() == "leasehold_raft_commit_time" {
-			if s := f.GetMetric()[0].GetSummary(); s.GetSampleCount() != 3 || s.GetSampleSum() != 6 || len(s.GetQuantile()) != 3 {
-				t.Errorf("commit time summary %v", s)
+			// 1, 2 and 3 ms: one at or below 1, two at or below 2.5.
+			h := f.GetMetric()[0].GetHistogram()
+			if h.GetSampleCount() != 3 || h.GetSampleSum() != 6 {
+				t.Errorf("commit time histogram %v", h)
+			}
+			want := map[float64]uint64{0.5: 0, 1: 1, 2.5: 2, 5: 3}
+			for _, b := range h.GetBucket() {
+				if n, ok := want[b.GetUpperBound()]; ok && b.GetCumulativeCount() != n {
+					t.Errorf("commit time bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), n)
+				}
 			}
 		}
 		if f.GetName() == "leasehold_raft_replication_append_entries_rpc" {
@@ -59,7 +67,7 @@ func TestRaftSink(t *testing.T) {
 			}
 		}
 	}
-	for name, typ := range map[string]string{"leasehold_raft_apply": "COUNTER", "leasehold_raft_peers": "GAUGE", "leasehold_raft_commit_time": "SUMMARY", "leasehold_raft_replication_append_entries_rpc": "SUMMARY"} {
+	for name, typ := range map[string]string{"leasehold_raft_apply": "COUNTER", "leasehold_raft_peers": "GAUGE", "leasehold_raft_commit_time": "HISTOGRAM", "leasehold_raft_replication_append_entries_rpc": "HISTOGRAM"} {
 		if got[name] != typ {
 			t.Errorf("%s: %q, want %s (all: %v)", name, got[name], typ, got)
 		}
