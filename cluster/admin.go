@@ -23,7 +23,13 @@ import (
 // address keeps the id (ErrIDInUse). A member whose Raft address the new
 // node now answers on is gone from there, and is replaced. Asking again
 // for what is already recorded changes nothing.
-func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err error) {
+func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) error {
+	return n.addNode(ctx, a, by, false)
+}
+
+// addNode is AddNode; with refresh, it only refreshes the record of a node
+// that is a voter, and refuses any other with ErrNotMember.
+func (n *Node) addNode(ctx context.Context, a transport.NodeAddr, by Actor, refresh bool) (err error) {
 	if err := (&fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}).Validate(); err != nil {
 		return err
 	}
@@ -66,6 +72,13 @@ func (n *Node) AddNode(ctx context.Context, a transport.NodeAddr, by Actor) (err
 	// records no level the joiner was not asked for meanwhile.
 	n.levelMu.Lock()
 	defer n.levelMu.Unlock()
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
+	if refresh && !n.isVoter(a.ID) {
+		// Checked again here: the node may have been removed while its
+		// claim was being confirmed.
+		return notMember(a)
+	}
 	if floor := n.joinFloor(); joiner.level < floor {
 		return &UpgradeError{Need: floor, Level: floor, Nodes: []string{fmt.Sprintf("%s (level %d)", a.ID, joiner.level)}}
 	}
@@ -157,6 +170,13 @@ func (n *Node) RemoveNode(ctx context.Context, id string, by Actor) (err error) 
 		return err
 	}
 	defer func() { n.auditAsync(by, "cluster.remove", id+": "+outcome(err)) }()
+	// The level check before memberMu (it may take levelMu, see setVoterRecord).
+	forget, err := n.checkLevel(ctx, &fsm.RemoveNode{NodeID: id})
+	if err != nil {
+		return err
+	}
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
 	_, inTable := n.fsm.Node(id)
 	if !n.isVoter(id) && !inTable {
 		return fmt.Errorf("%w: no node %s in the cluster", fsm.ErrNotFound, id)
@@ -173,8 +193,35 @@ func (n *Node) RemoveNode(ctx context.Context, id string, by Actor) (err error) 
 		}
 		n.logger.Named("membership").Info("voter_removed", "node_id", id)
 	}
-	_, err = n.raftApply(ctx, &fsm.RemoveNode{NodeID: id})
+	_, err = n.raftApplyUnchecked(ctx, forget)
 	return err
+}
+
+// notMember is the refusal of a refresh from a node that is not a voter.
+func notMember(a transport.NodeAddr) error {
+	return fmt.Errorf("%w: node %s is not a voter (it was removed, or never added): only an explicit join adds it (leasehold cluster join %s %s %s)",
+		ErrNotMember, a.ID, a.ID, a.RaftAddr, a.APIAddr)
+}
+
+// setVoterRecord writes cmd, a node-table record, if its node is a voter
+// now (under memberMu, see Node.memberMu); a record of any other node is
+// skipped. unchecked applies as raftApplyUnchecked.
+func (n *Node) setVoterRecord(ctx context.Context, cmd *fsm.SetNode, unchecked bool) (written bool, err error) {
+	var apply fsm.Command = cmd
+	if !unchecked {
+		// Before memberMu: the check may record levels, under levelMu,
+		// which is taken before memberMu.
+		if apply, err = n.checkLevel(ctx, cmd); err != nil {
+			return false, err
+		}
+	}
+	n.memberMu.Lock()
+	defer n.memberMu.Unlock()
+	if !n.isVoter(cmd.NodeID) {
+		return false, nil
+	}
+	_, err = n.raftApplyUnchecked(ctx, apply)
+	return err == nil, err
 }
 
 // outcome is an audit record's result.

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -38,6 +39,9 @@ type Config struct {
 	// leader asks (0: levelInterval).
 	sayLevel   uint8
 	levelEvery time.Duration
+	// For tests: while it holds true, the node does not ask the leader to
+	// refresh its node-table entry (membership.go).
+	holdRefresh *atomic.Bool
 
 	// BootstrapExpect is the number of voters to wait for before forming a
 	// new cluster (3 or 5; 1 for a single-node development cluster; 0 never

@@ -40,6 +40,9 @@ var (
 	// ErrClaimRefused: the node at the claimed Raft address does not
 	// confirm the claimed id and addresses.
 	ErrClaimRefused = errors.New("claim not confirmed")
+	// ErrNotMember: a node asked for its node-table entry to be refreshed,
+	// but it is not a voter (it was removed); only an explicit join adds it.
+	ErrNotMember = errors.New("not a member")
 	// ErrQuotaExceeded: the replicated state is at its quota, or a
 	// submitter at its bound on queued jobs; submits wait for jobs to
 	// finish and be compacted.

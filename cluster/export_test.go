@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 )
 
@@ -33,3 +34,11 @@ func (n *Node) ParkedAcquires() int64 { return n.parked.Load() }
 func (n *Node) AskRefreshVia(ctx context.Context, addr string) error {
 	return n.askJoin(ctx, addr, true)
 }
+
+// HoldRefresh has the node skip its node-table refresh (and, leading, its
+// writes of discovered voters' records) while hold is true.
+func HoldRefresh(c *Config, hold *atomic.Bool) { c.holdRefresh = hold }
+
+// RefreshRefused says whether the node's last refresh was refused because
+// it is not a member.
+func (n *Node) RefreshRefused() bool { return n.refreshRefused.Load() }

@@ -271,11 +271,14 @@ func (n *Node) recordLevels(ctx context.Context) {
 			log.Warn("level_not_recorded", "node_id", id, "error", err)
 			continue
 		}
-		if _, err := n.raftApplyUnchecked(ctx, cmd); err != nil {
+		written, err := n.setVoterRecord(ctx, cmd, true) // not for a voter removed while it was asked
+		if err != nil {
 			log.Warn("level_not_recorded", "node_id", id, "error", err)
 			return
 		}
-		log.Info("level_recorded", "node_id", id, "level", h.level, "version", h.version)
+		if written {
+			log.Info("level_recorded", "node_id", id, "level", h.level, "version", h.version)
+		}
 	}
 }
 

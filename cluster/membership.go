@@ -160,26 +160,41 @@ func (n *Node) reconcileSelf(ctx context.Context) {
 	if cur, ok := n.fsm.Node(n.id); ok && cur.RaftAddr == n.advertise && cur.APIAddr == n.cfg.APIAddr {
 		return
 	}
+	if h := n.cfg.holdRefresh; h != nil && h.Load() {
+		return
+	}
 	if _, err := n.established(); err == nil {
 		n.publishSelf(ctx)
 		return
 	}
-	if err := n.askRefresh(ctx); err != nil {
-		n.logger.Named("membership").Debug("publish_addresses_failed", "error", err)
-	}
-}
-
-// askRefresh asks the leader to bring this node's addresses in the node
-// table up to date. It never asks to be added: a node removed by an admin
-// while it ran (its table entry may be missing, or go, before it hears of
-// the removal) would otherwise undo the removal at its next tick. Only an
-// explicit join (Join, a fresh node's join list) adds a node.
-func (n *Node) askRefresh(ctx context.Context) error {
 	leader, _ := n.raft.LeaderWithID()
 	if leader == "" {
-		return ErrNoLeader
+		return
 	}
-	return n.askJoin(ctx, string(leader), true)
+	n.noteRefresh(n.askJoin(ctx, string(leader), true))
+}
+
+// The request reconcileSelf sends is a refresh: it never asks to be added.
+// A node removed by an admin while it ran (its entry may be missing, or go
+// before it hears of the removal) would otherwise undo the removal at its
+// next tick. Only an explicit join (Join, a fresh node's join list, the
+// API's AddNode) adds a node.
+
+// noteRefresh logs the outcome of a refresh: a refusal for not being a
+// member once (at warn, with the leader's hint), other failures at debug.
+func (n *Node) noteRefresh(err error) {
+	log := n.logger.Named("membership")
+	var rerr *transport.RPCError
+	if errors.As(err, &rerr) && rerr.Code == transport.CodeNotMember {
+		if !n.refreshRefused.Swap(true) {
+			log.Warn("not_a_member", "error", err)
+		}
+		return
+	}
+	n.refreshRefused.Store(false)
+	if err != nil {
+		log.Debug("publish_addresses_failed", "error", err)
+	}
 }
 
 // publishSelf, on the leader, writes this node's addresses and those of
@@ -195,7 +210,7 @@ func (n *Node) publishSelf(ctx context.Context) {
 		if cur, have := n.fsm.Node(a.ID); have && cur.RaftAddr == a.RaftAddr && cur.APIAddr == a.APIAddr {
 			continue
 		}
-		if _, err := n.raftApply(ctx, &fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}); err != nil {
+		if _, err := n.setVoterRecord(ctx, &fsm.SetNode{NodeID: a.ID, RaftAddr: a.RaftAddr, APIAddr: a.APIAddr}, false); err != nil {
 			n.logger.Named("membership").Warn("set_node_failed", "node_id", a.ID, "error", err)
 		}
 	}

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,22 +61,37 @@ func TestTransferRemoveAndRejoin(t *testing.T) {
 }
 
 // A node an admin removed while it runs is not taken back by its own
-// background work. Its table entry may be missing (a node removed right
-// after the cluster formed) or go before it hears of the removal; it then
-// asks the leader to write its addresses, and that request added it back
-// as a voter at once: the removal undone within a tick.
+// background work. A running node whose record in the node table is
+// missing or stale asks the leader to refresh it; that request used to
+// add the node as a voter too, so a node removed while its record was
+// missing (removed right after the cluster formed, as CI's
+// TestTransferRemoveAndRejoin did) was a voter again within a tick.
 func TestRemovedNodeIsNotTakenBack(t *testing.T) {
-	c := clustertest.New(t, 3)
+	holds := make([]atomic.Bool, 3)
+	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
+		cluster.HoldRefresh(cfg, &holds[i])
+		cluster.AskLevelsEvery(cfg, time.Hour) // the level records stay out of the way
+	})
 	leader := c.Leader()
 	gone := c.Nodes[(leader.Index+1)%3]
+	hasRecord := func(n *clustertest.Node) bool { _, ok := n.FSM().Node(gone.ID()); return ok }
+	c.WaitFor(10*time.Second, "the node's record", func() bool { return hasRecord(leader) })
+	holds[leader.Index].Store(true) // only the node's own refresh writes its record now
+
+	// A voter whose record went gets it back through its refresh.
+	do(t, c, &fsm.RemoveNode{NodeID: gone.ID()})
+	c.WaitFor(10*time.Second, "the voter's record written again by its refresh", func() bool { return hasRecord(leader) })
+
+	// Its record gone again and its refresh held, the node is removed.
+	holds[gone.Index].Store(true)
+	do(t, c, &fsm.RemoveNode{NodeID: gone.ID()})
+	c.WaitFor(10*time.Second, "the node to see its record gone", func() bool { return !hasRecord(gone) })
 	if err := leader.RemoveNode(ctx(t), gone.ID(), cluster.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
 	}
-	err := gone.AskRefreshVia(ctx(t), leader.RaftAddr())
-	var rerr *transport.RPCError
-	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
-		t.Errorf("removed node asking to refresh its addresses: got %v, want %s", err, transport.CodeNotMember)
-	}
+	holds[gone.Index].Store(false)
+	holds[leader.Index].Store(false)
+	c.WaitFor(10*time.Second, "the removed node's refresh refused", gone.RefreshRefused)
 	members, err := leader.Members()
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +100,15 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 		if m.ID == gone.ID() {
 			t.Fatalf("removed node %s is a member again: %+v", gone.ID(), members)
 		}
+	}
+	if hasRecord(leader) {
+		t.Fatal("removed node's record is back in the node table")
+	}
+	// The request it sends, replayed: refused not_member.
+	err = gone.AskRefreshVia(ctx(t), leader.RaftAddr())
+	var rerr *transport.RPCError
+	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
+		t.Errorf("removed node asking to refresh its record: got %v, want %s", err, transport.CodeNotMember)
 	}
 	// An explicit join still takes it back.
 	if err := gone.Join(ctx(t), leader.RaftAddr()); err != nil {

@@ -75,6 +75,15 @@ type Node struct {
 	levelsRecorded time.Time
 	// levelMu orders recording the voters' levels with adding a voter.
 	levelMu sync.Mutex
+	// memberMu orders changes of the voter set with writes of node-table
+	// records: RemoveNode holds it while it removes a voter and its
+	// record, and every record is written under it, for a node that is a
+	// voter at that moment. So no record outlives its node's removal, and
+	// no refresh takes a removed node back. Taken after levelMu.
+	memberMu sync.Mutex
+	// refreshRefused: this node's last request to refresh its entry was
+	// refused, for it is not a member (membership.go).
+	refreshRefused atomic.Bool
 	// lastTable is the newest expiry table this node built, kept after it
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable

@@ -37,9 +37,10 @@ func (n *Node) handlePeerInfo(ctx context.Context, body json.RawMessage) (any, e
 	}, nil
 }
 
-// handlePeerJoin adds the calling node. With peer TLS the caller must be
-// the node it asks to add; in every mode the node at the claimed Raft
-// address must confirm the claim (AddNode).
+// handlePeerJoin adds the calling node, or with req.Refresh only refreshes
+// the record of a voter (a non-voter is refused CodeNotMember). With peer
+// TLS the caller must be the node it asks to add; in every mode the node
+// at the claimed Raft address must confirm the claim (AddNode).
 func (n *Node) handlePeerJoin(ctx context.Context, body json.RawMessage) (any, error) {
 	peer, _ := transport.PeerFromContext(ctx)
 	var req transport.PeerJoinRequest
@@ -65,19 +66,11 @@ func (n *Node) handlePeerJoin(ctx context.Context, body json.RawMessage) (any, e
 			}
 		}
 	}
-	if req.Refresh && !n.isVoter(req.Node.ID) {
-		if _, err := n.established(); err != nil {
-			return nil, peerError(err) // the leader decides; the caller follows the redirect
-		}
-		return nil, &rpcError{code: transport.CodeNotMember, err: fmt.Errorf(
-			"node %s is not a member of the cluster (an admin removed it): it is added again only by an explicit join (leasehold cluster join %s %s %s)",
-			req.Node.ID, req.Node.ID, req.Node.RaftAddr, req.Node.APIAddr)}
-	}
 	if req.Fresh && n.isVoter(req.Node.ID) {
 		return nil, &rpcError{code: transport.CodeRejoinRefused, err: fmt.Errorf(
 			"node %s is a voter but lost its data (and its vote): remove it first (leasehold cluster remove %s)", req.Node.ID, req.Node.ID)}
 	}
-	if err := n.AddNode(ctx, req.Node, by); err != nil {
+	if err := n.addNode(ctx, req.Node, by, req.Refresh); err != nil {
 		return nil, peerError(err)
 	}
 	return transport.PeerJoinReply{LeaderID: n.id}, nil
@@ -112,6 +105,8 @@ func peerError(err error) error {
 		return &rpcError{code: transport.CodeIDInUse, err: err}
 	case errors.Is(err, ErrClaimRefused):
 		return &rpcError{code: transport.CodeClaimRefused, err: err}
+	case errors.Is(err, ErrNotMember):
+		return &rpcError{code: transport.CodeNotMember, err: err}
 	}
 	return err
 }

@@ -47,7 +47,7 @@ func processGatherer() prometheus.Gatherer {
 // their snake-case keys; Raft reports times in milliseconds). A family not
 // listed here has its name as its HELP.
 var raftHelp = []struct {
-	kind byte // 's'ummary, 'c'ounter, 'g'auge
+	kind byte // 's'ample (a histogram), 'c'ounter, 'g'auge
 	key  string
 	help string
 }{
@@ -187,7 +187,7 @@ func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.L
 		desc: prometheus.NewDesc(name, help, nil, constLabels)}
 	if kind == 's' {
 		se.hist = prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: constLabels,
-			Buckets: raftBuckets})
+			Buckets: sampleBuckets(key)})
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -203,14 +203,34 @@ func (s *raftSink) make(id string, kind byte, key []string, labels []gometrics.L
 	return se
 }
 
-// raftBuckets are the bounds of the histograms of Raft's samples, in
-// Raft's unit: milliseconds for its timings (0.05 ms to 10 s), and the
-// same bounds for the few samples that count entries (commit_num_logs). A
-// histogram, unlike the summaries go-metrics' own Prometheus sink makes,
-// aggregates across nodes, and its Observe is a bucket search and two
-// atomic adds: a summary's quantile streams sorted and merged samples in
-// a goroutine of their own, 1 to 3 % of a busy leader's CPU.
-var raftBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+// The bounds of the histograms of Raft's samples. A histogram, unlike
+// the summaries go-metrics' own Prometheus sink makes, aggregates across
+// nodes, and its Observe is a bucket search and two atomic adds: a
+// summary's quantile streams sort and merge samples in a goroutine of
+// their own, 1 to 3 % of a busy leader's CPU.
+var (
+	// msBuckets: Raft's timings, in its unit, milliseconds (0.05 ms to 10 s).
+	msBuckets = []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000}
+	// countBuckets: the samples that count entries or bytes
+	// (fsm.apply_batch_num, boltdb.logs_per_batch, log_batch_size, ...).
+	countBuckets = prometheus.ExponentialBuckets(1, 4, 11) // 1 to 4^10
+	// fractionBuckets: a goroutine's saturation, 0 to 1.
+	fractionBuckets = prometheus.LinearBuckets(0.1, 0.1, 10)
+)
+
+// sampleBuckets picks the bounds of a sample's histogram by its key.
+func sampleBuckets(key []string) []float64 {
+	if len(key) == 0 {
+		return msBuckets
+	}
+	switch last := key[len(key)-1]; {
+	case last == "saturation":
+		return fractionBuckets
+	case strings.HasSuffix(last, "Num"), strings.HasSuffix(last, "Size"), last == "logsPerBatch", last == "writeCapacity":
+		return countBuckets
+	}
+	return msBuckets
+}
 
 // metricNameChars replaces what a Prometheus name cannot hold.
 var metricNameChars = strings.NewReplacer(" ", "_", ".", "_", "-", "_", "=", "_", "/", "_")

@@ -56,9 +56,15 @@ func TestRaftSink(t *testing.T) {
 			}
 			want := map[float64]uint64{0.5: 0, 1: 1, 2.5: 2, 5: 3}
 			for _, b := range h.GetBucket() {
-				if n, ok := want[b.GetUpperBound()]; ok && b.GetCumulativeCount() != n {
-					t.Errorf("commit time bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), n)
+				if n, ok := want[b.GetUpperBound()]; ok {
+					if b.GetCumulativeCount() != n {
+						t.Errorf("commit time bucket le=%v holds %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), n)
+					}
+					delete(want, b.GetUpperBound())
 				}
+			}
+			if len(want) > 0 {
+				t.Errorf("commit time buckets %v missing", want)
 			}
 		}
 		if f.GetName() == "leasehold_raft_replication_append_entries_rpc" {
@@ -99,5 +105,23 @@ func BenchmarkRaftSink(b *testing.B) {
 	for b.Loop() {
 		sink.AddSampleWithLabels(key, 1, peer)
 		sink.IncrCounter([]string{"raft", "apply"}, 1)
+	}
+}
+
+// A sample that is not a time gets bounds of its own kind.
+func TestRaftSampleBuckets(t *testing.T) {
+	for _, c := range []struct {
+		key  []string
+		want []float64
+	}{
+		{[]string{"raft", "commitTime"}, msBuckets},
+		{[]string{"raft", "fsm", "applyBatchNum"}, countBuckets},
+		{[]string{"raft", "boltdb", "logBatchSize"}, countBuckets},
+		{[]string{"raft", "boltdb", "logsPerBatch"}, countBuckets},
+		{[]string{"raft", "thread", "fsm", "saturation"}, fractionBuckets},
+	} {
+		if got := sampleBuckets(c.key); len(got) != len(c.want) || got[len(got)-1] != c.want[len(c.want)-1] {
+			t.Errorf("%v: buckets %v, want %v", c.key, got, c.want)
+		}
 	}
 }
