@@ -44,13 +44,20 @@ func (n *Node) addNode(ctx context.Context, a transport.NodeAddr, by Actor, refr
 	defer func() {
 		if err == nil {
 			n.auditAsync(by, "cluster.join", target+": added")
-		} else if !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+		} else if !errors.Is(err, ErrNotReady) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) &&
+			!errors.Is(err, ErrNotMember) { // a removed node's refresh, every tick: not an event
 			n.auditRefusal(by, "cluster.join", target+": refused: "+err.Error())
 		}
 	}()
+	if refresh && !n.isVoter(a.ID) {
+		return notMember(a) // checked again below, after the claim's round trip
+	}
 	joiner, err := n.confirmClaim(ctx, a)
 	if err != nil {
 		return err
+	}
+	if n.cfg.afterClaim != nil {
+		n.cfg.afterClaim(a.ID)
 	}
 	timeout := n.cfg.ApplyTimeout
 	member := false
@@ -83,13 +90,13 @@ func (n *Node) addNode(ctx context.Context, a transport.NodeAddr, by Actor, refr
 		return &UpgradeError{Need: floor, Level: floor, Nodes: []string{fmt.Sprintf("%s (level %d)", a.ID, joiner.level)}}
 	}
 	for _, id := range replaced {
-		if err := n.raft.RemoveServer(id, 0, timeout).Error(); err != nil {
-			return n.raftError(err)
+		if err := n.waitRaft(ctx, n.raft.RemoveServer(id, 0, timeout)); err != nil {
+			return err
 		}
 	}
 	if !member {
-		if err := n.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.RaftAddr), 0, timeout).Error(); err != nil {
-			return n.raftError(err)
+		if err := n.waitRaft(ctx, n.raft.AddVoter(raft.ServerID(a.ID), raft.ServerAddress(a.RaftAddr), 0, timeout)); err != nil {
+			return err
 		}
 		n.logger.Named("membership").Info("voter_added", "node_id", a.ID, "raft_addr", a.RaftAddr)
 	}
@@ -188,8 +195,8 @@ func (n *Node) RemoveNode(ctx context.Context, id string, by Actor) (err error) 
 		return fmt.Errorf("%w: %s leads the cluster: transfer leadership first (leasehold cluster transfer-leader)", fsm.ErrInvalidArgument, id)
 	}
 	if n.isVoter(id) {
-		if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-			return n.raftError(err)
+		if err := n.waitRaft(ctx, n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout)); err != nil {
+			return err
 		}
 		n.logger.Named("membership").Info("voter_removed", "node_id", id)
 	}

@@ -188,6 +188,29 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	return r.value, r.err
 }
 
+// waitRaft waits for a configuration change as raftApplyUnchecked waits
+// for an entry: not past ctx, nor past the node's life (a future still
+// queued when Raft shuts down is never answered, and its waiter would hold
+// memberMu for good).
+func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
+	done := make(chan struct{})
+	go func() {
+		f.Error()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case <-n.life.Done():
+		return ErrShutdown
+	}
+	if err := f.Error(); err != nil {
+		return n.raftError(err)
+	}
+	return nil
+}
+
 // raftError maps Raft's errors to the cluster's.
 func (n *Node) raftError(err error) error {
 	switch {

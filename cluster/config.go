@@ -42,6 +42,9 @@ type Config struct {
 	// For tests: while it holds true, the node does not ask the leader to
 	// refresh its node-table entry (membership.go).
 	holdRefresh *atomic.Bool
+	// For tests: called by the leader's AddNode once a claim is
+	// confirmed, before it looks at the voters again.
+	afterClaim func(id string)
 
 	// BootstrapExpect is the number of voters to wait for before forming a
 	// new cluster (3 or 5; 1 for a single-node development cluster; 0 never

@@ -42,3 +42,7 @@ func HoldRefresh(c *Config, hold *atomic.Bool) { c.holdRefresh = hold }
 // RefreshRefused says whether the node's last refresh was refused because
 // it is not a member.
 func (n *Node) RefreshRefused() bool { return n.refreshRefused.Load() }
+
+// AfterClaim has the leader call f(id) in AddNode once id's claim is
+// confirmed, before it looks at the voters again and changes anything.
+func AfterClaim(c *Config, f func(id string)) { c.afterClaim = f }

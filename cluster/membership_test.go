@@ -75,7 +75,7 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 	leader := c.Leader()
 	gone := c.Nodes[(leader.Index+1)%3]
 	hasRecord := func(n *clustertest.Node) bool { _, ok := n.FSM().Node(gone.ID()); return ok }
-	c.WaitFor(10*time.Second, "the node's record", func() bool { return hasRecord(leader) })
+	levelsRecorded(t, c, leader)    // the level loop's first pass is over
 	holds[leader.Index].Store(true) // only the node's own refresh writes its record now
 
 	// A voter whose record went gets it back through its refresh.
@@ -91,7 +91,12 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 	}
 	holds[gone.Index].Store(false)
 	holds[leader.Index].Store(false)
-	c.WaitFor(10*time.Second, "the removed node's refresh refused", gone.RefreshRefused)
+	// It asks at its next tick, if it still knows the leader: the leader
+	// no longer sends it anything, so after a heartbeat timeout it asks
+	// nobody. Either way it must stay out.
+	c.WaitFor(10*time.Second, "the removed node's refresh refused, or its leader forgotten", func() bool {
+		return gone.RefreshRefused() || gone.Status().LeaderID == ""
+	})
 	members, err := leader.Members()
 	if err != nil {
 		t.Fatal(err)
@@ -118,6 +123,79 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 		m, _ := c.Leader().Members()
 		return len(m) == 3
 	})
+}
+
+// levelsRecorded waits until every voter's record carries its level: the
+// leader's first pass of level records is over.
+func levelsRecorded(t *testing.T, c *clustertest.Cluster, leader *clustertest.Node) {
+	t.Helper()
+	c.WaitFor(10*time.Second, "every voter's level recorded", func() bool {
+		for _, n := range c.Nodes {
+			if rec, ok := leader.FSM().Node(n.ID()); !ok || rec.Level == 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A removal that lands while the leader confirms a refresh's claim (a
+// round trip to the node) wins: the leader looks at the voters again
+// before it writes anything, and refuses the refresh.
+func TestRemovalDuringRefreshWins(t *testing.T) {
+	var paused, resume chan struct{}
+	var pauseFor atomic.Value // the node id whose claim pauses
+	pauseFor.Store("")
+	paused, resume = make(chan struct{}), make(chan struct{})
+	holds := make([]atomic.Bool, 3)
+	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
+		cluster.HoldRefresh(cfg, &holds[i])
+		cluster.AskLevelsEvery(cfg, time.Hour)
+		cluster.AfterClaim(cfg, func(id string) {
+			if id == pauseFor.Load().(string) {
+				pauseFor.Store("")
+				close(paused)
+				<-resume
+			}
+		})
+	})
+	leader := c.Leader()
+	gone := c.Nodes[(leader.Index+1)%3]
+	levelsRecorded(t, c, leader)
+	for i := range holds {
+		holds[i].Store(true) // nobody writes records but the test
+	}
+	do(t, c, &fsm.RemoveNode{NodeID: gone.ID()}) // its record only: it is a voter still
+
+	pauseFor.Store(gone.ID())
+	refreshed := make(chan error, 1)
+	go func() { refreshed <- gone.AskRefreshVia(ctx(t), leader.RaftAddr()) }()
+	select {
+	case <-paused:
+	case err := <-refreshed:
+		t.Fatalf("the refresh ended before its claim was confirmed: %v", err)
+	}
+	if err := leader.RemoveNode(ctx(t), gone.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	close(resume)
+	err := <-refreshed
+	var rerr *transport.RPCError
+	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
+		t.Errorf("a refresh whose node was removed while its claim was confirmed: got %v, want %s", err, transport.CodeNotMember)
+	}
+	members, err := leader.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.ID == gone.ID() {
+			t.Fatalf("removed node %s is a voter again: %+v", gone.ID(), members)
+		}
+	}
+	if _, ok := leader.FSM().Node(gone.ID()); ok {
+		t.Fatal("removed node's record is back in the node table")
+	}
 }
 
 // Graceful shutdown of the leader hands leadership over first: the moment
