@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -720,11 +721,13 @@ func isolateLeaderWithWorker(ctx context.Context, e *Env) (*Active, error) {
 
 // isolatePausedLeaderWithWorker is isolateLeaderWithWorker with the old
 // leader stopped (SIGSTOP) as the partition starts, so it cannot step down
-// while the majority elects another leader, expires the worker's leases
-// and grants them again. At the stop the old leader resumes first, still
-// cut off, with the worker's heartbeats waiting in its sockets: a correct
-// one answers none of them (it cannot confirm its leadership), and only
-// then is the partition healed.
+// while the majority elects another leader. It is woken (pausedLeaderWake)
+// still cut off, while the worker still runs its jobs, with the worker's
+// heartbeats waiting in its sockets: a correct one answers none of them
+// (it cannot confirm its leadership), and the worker stops itself before
+// the majority expires its leases. One that answers them carries the
+// worker past that expiry (I4) and beside the jobs' next holders (I3).
+// The partition holds until the stop.
 func isolatePausedLeaderWithWorker(ctx context.Context, e *Env) (*Active, error) {
 	a, err := isolateLeaderWithWorker(ctx, e)
 	if err != nil {
@@ -740,19 +743,41 @@ func isolatePausedLeaderWithWorker(ctx context.Context, e *Env) (*Active, error)
 	// stop itself in time like any other, so it is named in the detail
 	// alone (a target of a pause is excused by the checkers).
 	a.Targets, a.Pause = []string{leader}, true
-	a.Detail += ", leader SIGSTOPped"
+	wake := pausedLeaderWake(e.T)
+	a.Detail += fmt.Sprintf(", leader SIGSTOPped for %v", wake)
+	var once sync.Once
+	var resumeErr error
+	resume := func() { once.Do(func() { resumeErr = e.C.Resume(leader) }) }
+	woken := time.AfterFunc(wake, resume)
 	a.stop = func(ctx context.Context) error {
-		err := e.C.Resume(leader)
-		t := time.NewTimer(3 * e.T.Renew)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+		if woken.Stop() {
+			// A fault held shorter than the wake: woken at the stop, still
+			// cut off for three renews, as before the partition heals.
+			resume()
+			t := time.NewTimer(3 * e.T.Renew)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		} else {
+			resume() // waits for the timer's resume, if it runs now
 		}
-		return errors.Join(err, heal(ctx))
+		return errors.Join(resumeErr, heal(ctx))
 	}
 	return a, nil
 }
+
+// pausedLeaderWake is how long partition-leader-worker-pause keeps the old
+// leader stopped. The worker's last acknowledged beat was sent about when
+// the fault began, so it stops itself toleration-2*renew later; the
+// majority expires its leases a toleration after it takes office (an
+// election, well within grace). A beat sent after grace+2*renew and
+// acknowledged by the woken old leader moves the worker's deadline past
+// that expiry; woken later than toleration-2*renew, the worker would have
+// stopped already and its beats would carry no leases. So the old leader
+// wakes after grace+3*renew (2.4 s with the CI timings, against 3.4 s).
+func pausedLeaderWake(t Timings) time.Duration { return t.Grace + 3*t.Renew }
 
 // The outsider.
 

@@ -116,11 +116,14 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		// A deposed leader answers a worker it shares a partition with.
 		// Raft's leader lease makes a partitioned leader step down long
 		// before another is elected, so the leader is also stopped while
-		// the majority expires the worker's leases and grants them again;
-		// woken, still cut off, it answers the worker's waiting heartbeats
-		// from its stale state before it steps down: leases "held" that
-		// have ended (I5), and, had the worker not stopped yet, a worker
-		// running past the expiry (I4) beside the new holder (I3).
+		// the majority takes office; woken, still cut off and before the
+		// worker stopped itself, it answers the worker's waiting
+		// heartbeats from its stale state before it steps down: the
+		// worker runs past the majority's expiry (I4) beside the jobs'
+		// new holders (I3), with leases "held" that have ended (I5). Woken
+		// only at the stop (past toleration, as before), the worker had
+		// stopped and its beats carried no leases: caught in some runs,
+		// missed in others.
 		noverify := mk("broken-noverify", b.NoVerify, 3, "partition-leader-worker-pause", 15*time.Second)
 		noverify.Expect = []string{"I3", "I4", "I5"}
 		// The rest run ten seconds of faults or fewer: each exposes its
