@@ -160,25 +160,8 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 		// has the entry, as the state machine would answer a new job.
 		return fsm.SubmitResult{Job: fsm.Job{JobSpec: c.Spec, State: fsm.JobQueued}, Created: true}, nil
 	}
-	// The future cannot be cancelled; honour ctx by not waiting for it.
-	// Raft resolves every future by commit, leadership loss or shutdown,
-	// but one: an entry still in its apply queue when it shuts down is
-	// never answered, and its waiter below stays blocked for the rest of
-	// the process (a test's goleak check ignores exactly that goroutine).
-	done := make(chan struct{})
-	go func() {
-		f.Error()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return nil, fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	case <-n.life.Done():
-		return nil, ErrShutdown
-	}
-	if err := f.Error(); err != nil {
-		return nil, n.raftError(err)
+	if err := n.waitRaft(ctx, f); err != nil {
+		return nil, err
 	}
 	r, ok := f.Response().(applyResult)
 	if !ok {
@@ -188,10 +171,13 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 	return r.value, r.err
 }
 
-// waitRaft waits for a configuration change as raftApplyUnchecked waits
-// for an entry: not past ctx, nor past the node's life (a future still
-// queued when Raft shuts down is never answered, and its waiter would hold
-// memberMu for good).
+// waitRaft waits for a Raft future (an entry's, a configuration
+// change's), but not past ctx nor past the node's life. The future cannot
+// be cancelled; Raft resolves every future by commit, leadership loss or
+// shutdown, but one: a future still in its queue when it shuts down is
+// never answered, and the goroutine waiting on it stays blocked for the
+// rest of the process (a test's goleak check ignores exactly that
+// goroutine). Its caller, which may hold memberMu, returns.
 func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
 	done := make(chan struct{})
 	go func() {
