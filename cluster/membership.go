@@ -155,7 +155,12 @@ func (n *Node) askJoin(ctx context.Context, addr string, refresh bool) error {
 func (n *Node) Join(ctx context.Context, addr string) error { return n.askJoin(ctx, addr, false) }
 
 // reconcileSelf makes sure the replicated node table has this node's
-// current addresses (they may change across restarts).
+// current addresses (they may change across restarts). A follower asks the
+// leader with a refresh, which never asks to be added: a node removed by
+// an admin while it ran (its record may be missing, or go before it hears
+// of the removal) would otherwise undo the removal at its next tick. Only
+// an explicit join (Join, a fresh node's join list, the API's AddNode)
+// adds a node.
 func (n *Node) reconcileSelf(ctx context.Context) {
 	if cur, ok := n.fsm.Node(n.id); ok && cur.RaftAddr == n.advertise && cur.APIAddr == n.cfg.APIAddr {
 		return
@@ -173,12 +178,6 @@ func (n *Node) reconcileSelf(ctx context.Context) {
 	}
 	n.noteRefresh(n.askJoin(ctx, string(leader), true))
 }
-
-// The request reconcileSelf sends is a refresh: it never asks to be added.
-// A node removed by an admin while it ran (its entry may be missing, or go
-// before it hears of the removal) would otherwise undo the removal at its
-// next tick. Only an explicit join (Join, a fresh node's join list, the
-// API's AddNode) adds a node.
 
 // noteRefresh logs the outcome of a refresh: a refusal for not being a
 // member once (at warn, with the leader's hint), other failures at debug.
