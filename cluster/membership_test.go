@@ -97,20 +97,9 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 	c.WaitFor(10*time.Second, "the removed node's refresh refused, or its leader forgotten", func() bool {
 		return gone.RefreshRefused() || gone.Status().LeaderID == ""
 	})
-	members, err := leader.Members()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range members {
-		if m.ID == gone.ID() {
-			t.Fatalf("removed node %s is a member again: %+v", gone.ID(), members)
-		}
-	}
-	if hasRecord(leader) {
-		t.Fatal("removed node's record is back in the node table")
-	}
+	stayedOut(t, leader, gone.ID())
 	// The request it sends, replayed: refused not_member.
-	err = gone.AskRefreshVia(ctx(t), leader.RaftAddr())
+	err := gone.AskRefreshVia(ctx(t), leader.RaftAddr())
 	var rerr *transport.RPCError
 	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
 		t.Errorf("removed node asking to refresh its record: got %v, want %s", err, transport.CodeNotMember)
@@ -123,6 +112,24 @@ func TestRemovedNodeIsNotTakenBack(t *testing.T) {
 		m, _ := c.Leader().Members()
 		return len(m) == 3
 	})
+}
+
+// stayedOut fails the test if the removed node id is a voter again, or
+// its record is back in the leader's node table.
+func stayedOut(t *testing.T, leader *clustertest.Node, id string) {
+	t.Helper()
+	members, err := leader.Members()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range members {
+		if m.ID == id {
+			t.Fatalf("removed node %s is a voter again: %+v", id, members)
+		}
+	}
+	if _, ok := leader.FSM().Node(id); ok {
+		t.Fatalf("removed node %s's record is back in the node table", id)
+	}
 }
 
 // levelsRecorded waits until every voter's record carries its level: the
@@ -184,18 +191,7 @@ func TestRemovalDuringRefreshWins(t *testing.T) {
 	if !errors.As(err, &rerr) || rerr.Code != transport.CodeNotMember {
 		t.Errorf("a refresh whose node was removed while its claim was confirmed: got %v, want %s", err, transport.CodeNotMember)
 	}
-	members, err := leader.Members()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range members {
-		if m.ID == gone.ID() {
-			t.Fatalf("removed node %s is a voter again: %+v", gone.ID(), members)
-		}
-	}
-	if _, ok := leader.FSM().Node(gone.ID()); ok {
-		t.Fatal("removed node's record is back in the node table")
-	}
+	stayedOut(t, leader, gone.ID())
 }
 
 // Graceful shutdown of the leader hands leadership over first: the moment

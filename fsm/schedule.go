@@ -472,26 +472,22 @@ func (f *FSM) Schedule(name string) (Schedule, error) {
 }
 
 // Schedules returns every schedule, by name.
-func (f *FSM) Schedules() []Schedule {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	out := make([]Schedule, 0, len(f.st.schedules))
-	for _, sc := range f.st.schedules {
-		out = append(out, sc.export())
-	}
-	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
+func (f *FSM) Schedules() []Schedule { return f.listSchedules((*Schedule).export) }
 
 // ScheduleDefinitions returns every schedule, by name, without its
 // template's payload: a list answer (1000 templates of 256 KiB would be
 // 256 MiB to copy for one call); Schedule has the payload.
 func (f *FSM) ScheduleDefinitions() []Schedule {
+	return f.listSchedules((*Schedule).exportDefinition)
+}
+
+// listSchedules returns every schedule as export gives it, by name.
+func (f *FSM) listSchedules(export func(*Schedule) Schedule) []Schedule {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	out := make([]Schedule, 0, len(f.st.schedules))
 	for _, sc := range f.st.schedules {
-		out = append(out, sc.exportDefinition())
+		out = append(out, export(sc))
 	}
 	slices.SortFunc(out, func(a, b Schedule) int { return strings.Compare(a.Name, b.Name) })
 	return out
