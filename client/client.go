@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -30,6 +31,10 @@ type Client struct {
 	// closed ends every call in flight when Close is called.
 	closed    context.Context
 	closeFunc context.CancelFunc
+
+	// nextRefused is when a server last refused ReportRequest.next (unix
+	// nanoseconds; zero: never): reports go without it for nextRetry.
+	nextRefused atomic.Int64
 
 	// now is time.Now; a test moves it to step the members refresh limit.
 	now func() time.Time

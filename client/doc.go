@@ -50,7 +50,9 @@
 // the server's configuration is the truth), re-attaches to the leases it
 // held before a restart (Reattach decides, per job, to run it again or
 // release it), then long-polls Acquire for as many jobs as it has free
-// slots and runs each in its handler.
+// slots and runs each in its handler. A full worker takes its next job in
+// the report of the last one (ReportRequest.next: one call per job, not
+// two), and long-polls again only when a report brought none.
 //
 // It sends one heartbeat per renew, not one per lease, naming every lease
 // it holds, over one long-lived heartbeat stream to the leader

@@ -409,8 +409,8 @@ func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatRe
 		if _, ok := w.tasks[token]; ok || token == 0 {
 			continue
 		}
-		if l.GetRequestId() != "" && l.GetRequestId() == w.acquiring {
-			continue // granted to the acquire in flight: its answer brings it
+		if id := l.GetRequestId(); id != "" && (id == w.acquiring || w.nexts[id]) {
+			continue // granted to an acquire in flight: its answer brings it
 		}
 		w.log.Warn("releasing a lease the worker does not hold", "job_id", l.GetJobId(), "token", token)
 		w.releaseLocked(l.GetJobId(), token, "the worker does not hold this lease")

@@ -9,6 +9,7 @@ import (
 
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -158,22 +159,25 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	}
 	w.mu.Lock()
 	bound := w.timings.toleration
+	req.Next = w.nextLocked()
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.lease, bound)
 	defer cancel()
 
-	done := w.observer.observe("Report", req)
-	resp, err := w.c.Report(ctx, req)
-	ended(done, resp, err)
+	resp, err := w.reportNext(ctx, req)
 	if err != nil && req.RetryAfter != nil && (errors.Is(err, ErrUpgradeRequired) || refusedField(err, "9", "retry_after")) {
 		// A cluster whose voters cannot all apply a snooze yet (or a node
 		// of a build before it): the same report without its delay, so the
 		// job retries by its policy instead of its lease being dropped.
 		w.log.Warn("snooze refused by the cluster; reporting a plain retryable failure", "job_id", t.job.ID, "token", t.job.Token, "error", err)
 		req.RetryAfter = nil
-		done := w.observer.observe("Report", req)
-		resp, err = w.c.Report(ctx, req)
-		ended(done, resp, err)
+		resp, err = w.reportNext(ctx, req)
+	}
+	if err != nil && req.Next != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
+		// A refused next acquire is no reason to fail the job: the
+		// report alone.
+		req.Next = nil
+		resp, err = w.reportNext(ctx, req)
 	}
 	if err != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
 		// Refused by validation, so never recorded: end the lease with a
@@ -187,9 +191,7 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 			Outcome:  leaseholdv1.Outcome_OUTCOME_FAILED,
 			Message:  clip("the handler's report was refused: "+err.Error(), rules.MaxMessageLen),
 		}
-		done := w.observer.observe("Report", req)
-		resp, err = w.c.Report(ctx, req)
-		ended(done, resp, err)
+		resp, err = w.reportNext(ctx, req)
 	}
 	switch {
 	case err == nil:
@@ -201,6 +203,66 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	default:
 		w.log.Error("report failed", "job_id", t.job.ID, "token", t.job.Token, "error", err)
 	}
+}
+
+// nextLocked is the acquire a report carries for the lease that takes the
+// reported one's slot: set when the acquire loop waits for room (it has no
+// acquire in flight), so a busy worker takes its next job in the call that
+// reports the last. Nil when the worker must not acquire (stopped, self-
+// stopped) or its loop is already asking.
+func (w *Worker) nextLocked() *leaseholdv1.AcquireRequest {
+	if w.acquiring != "" || w.selfStopped || w.soft == nil || w.soft.Err() != nil {
+		return nil
+	}
+	room := w.capacity - len(w.tasks) + 1 - len(w.nexts)
+	if room <= 0 {
+		return nil
+	}
+	next := &leaseholdv1.AcquireRequest{
+		WorkerId:  w.id,
+		RequestId: newID(),
+		Queues:    w.queues,
+		Kinds:     w.kinds,
+		Max:       uint32(min(room, rules.MaxAcquireBatch)),
+		Start:     true,
+	}
+	w.nexts[next.RequestId] = true
+	return next
+}
+
+// reportNext sends a report, and its next acquire when it has one, whose
+// grants it admits as the acquire loop does its own.
+func (w *Worker) reportNext(ctx context.Context, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
+	next := req.Next
+	var nextDone func(proto.Message, error)
+	if next != nil {
+		w.mu.Lock()
+		w.nexts[next.RequestId] = true // again, when the report is sent again
+		w.mu.Unlock()
+	}
+	done := w.observer.observe("Report", req)
+	if next != nil {
+		nextDone = w.observer.observe("Acquire", next)
+	}
+	resp, err := w.c.Report(ctx, req)
+	ended(done, resp, err)
+	if next == nil {
+		return resp, err
+	}
+	granted := resp.GetNext()
+	if err == nil && granted == nil {
+		granted = &leaseholdv1.AcquireResponse{} // a server from before next: nothing acquired
+	}
+	ended(nextDone, granted, err)
+	// Clearing the in-flight id and adding the grants happen under one
+	// lock, so a heartbeat reply never sees a granted lease as unknown.
+	w.mu.Lock()
+	delete(w.nexts, next.RequestId)
+	if err == nil {
+		w.admitLocked(w.soft, granted.GetGrants())
+	}
+	w.mu.Unlock()
+	return resp, err
 }
 
 // release gives a lease back and waits for the answer.

@@ -116,8 +116,11 @@ type Worker struct {
 	releasing   map[uint64]bool
 	acquiring   string             // request id of the acquire in flight
 	stopAcquire context.CancelFunc // cancels it
-	acked       chan struct{}      // closed and replaced at every ack
-	freed       chan struct{}      // closed and replaced when a task ends
+	nexts       map[string]bool    // request ids of reports' next acquires in flight
+	// soft is Run's context: once it ends, grants are released, not run.
+	soft  context.Context
+	acked chan struct{} // closed and replaced at every ack
+	freed chan struct{} // closed and replaced when a task ends
 
 	// notesTerm is the leader's term the last acknowledged heartbeat
 	// named, whose memory holds the notes sent (zero: the server does not
@@ -171,6 +174,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		observer:     opts.Observer,
 		tasks:        make(map[uint64]*task),
 		releasing:    make(map[uint64]bool),
+		nexts:        make(map[string]bool),
 		acked:        make(chan struct{}),
 		freed:        make(chan struct{}),
 	}
@@ -269,6 +273,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	hard, stopHard := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopHard()
 	w.hard = hard
+	w.mu.Lock()
+	w.soft = ctx
+	w.mu.Unlock()
 
 	if err := w.register(ctx); err != nil {
 		if ctx.Err() != nil {

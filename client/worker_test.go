@@ -712,3 +712,107 @@ func TestWorkerSnoozeFallsBackBelowLevel5(t *testing.T) {
 		}
 	}
 }
+
+// A busy worker takes its next job in the report that ends the last
+// (ReportRequest.next): the acquire loop, waiting for room, sends nothing.
+// A heartbeat answered while that report is in flight lists the next
+// lease as unnamed, granted to the report's acquire: it is kept, not
+// released, and runs once the answer brings it. A server from before next
+// answers without one: the loop acquires as before.
+func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
+	h := newWorkerHarness(t)
+	hold := make(chan struct{})
+	var mu sync.Mutex
+	var nexts []*leaseholdv1.AcquireRequest
+	h.node.on("Report", func(_ context.Context, msg proto.Message, _ http.Header) (proto.Message, error) {
+		req := msg.(*leaseholdv1.ReportRequest)
+		resp := &leaseholdv1.ReportResponse{JobId: req.GetJobId(), Token: req.GetToken(), Outcome: req.GetOutcome(),
+			State: leaseholdv1.JobState_JOB_STATE_REPORTED}
+		mu.Lock()
+		nexts = append(nexts, req.GetNext())
+		first := len(nexts) == 1
+		mu.Unlock()
+		if first && req.GetNext() != nil {
+			// j2 goes to the report's acquire; a heartbeat sees it first.
+			h.mu.Lock()
+			h.unnamed = []*leaseholdv1.Lease{{Token: 12, JobId: "j2", WorkerId: workerID, RequestId: req.GetNext().GetRequestId()}}
+			h.mu.Unlock()
+			<-hold
+			resp.Next = &leaseholdv1.AcquireResponse{Grants: []*leaseholdv1.Grant{grant("j2", "k", 12, "")}}
+		}
+		return resp, nil
+	})
+	ran := make(chan string, 4)
+	h.grants <- grant("j1", "k", 11, "")
+	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": func(_ context.Context, job *client.Job) (client.Result, error) {
+		ran <- job.ID
+		return client.Result{}, nil
+	}}})
+	if id := recv(t, "j1 to run", ran); id != "j1" {
+		t.Fatalf("ran %s, want j1", id)
+	}
+	waitFor(t, "j1's report", func() bool { return len(h.reports()) == 1 })
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	waitFor(t, "a heartbeat listing j2 unnamed", func() bool { return h.node.count("Heartbeat") >= 1 })
+	close(hold)
+	if id := recv(t, "j2 to run", ran); id != "j2" {
+		t.Fatalf("ran %s, want j2", id)
+	}
+	waitFor(t, "j2's report", func() bool { return len(h.reports()) == 2 })
+	waitFor(t, "the loop's acquire once j2's report brought nothing", func() bool { return h.node.count("Acquire") >= 2 })
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := h.released(); len(got) != 0 {
+		t.Fatalf("released %v: the lease granted to the report's acquire was taken for unknown", got)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, n := range nexts {
+		if n == nil || n.GetRequestId() == "" || !n.GetStart() || n.GetMax() != 1 || n.GetWorkerId() != workerID ||
+			!slices.Equal(n.GetQueues(), []string{client.DefaultQueue}) {
+			t.Fatalf("report %d carried next %v; want an acquire of one lease for the worker, started", i+1, n)
+		}
+	}
+	if n := h.node.count("Acquire"); n != 2 {
+		// The first, which took j1, and the one after j2's report brought
+		// nothing; none between.
+		t.Fatalf("%d acquire calls, want 2", n)
+	}
+}
+
+// A node of a build from before ReportRequest.next refuses the field,
+// having applied nothing: the report goes again alone, its answer has no
+// Next, and for a while the client sends reports without next.
+func TestReportNextFallsBackOnAnOlderServer(t *testing.T) {
+	n := newFakeNode(t)
+	n.on("Report", func(_ context.Context, msg proto.Message, _ http.Header) (proto.Message, error) {
+		req := msg.(*leaseholdv1.ReportRequest)
+		if req.Next != nil {
+			return nil, transport.NewError(transport.ReasonInvalidArgument,
+				errors.New("unknown field number 10 of leasehold.v1.ReportRequest"), &leaseholdv1.ErrorDetail{Field: "10"})
+		}
+		return &leaseholdv1.ReportResponse{JobId: req.GetJobId(), Token: req.GetToken(), Outcome: req.GetOutcome()}, nil
+	})
+	c := newClient(t, n.addr)
+	for i, job := range []string{"a", "b"} {
+		req := &leaseholdv1.ReportRequest{WorkerId: "w", JobId: job, Token: uint64(i + 1), Outcome: leaseholdv1.Outcome_OUTCOME_SUCCEEDED,
+			Next: &leaseholdv1.AcquireRequest{Queues: []string{"q"}}}
+		resp, err := c.Report(context.Background(), req)
+		if err != nil || resp.GetJobId() != job || resp.Next != nil {
+			t.Fatalf("report %s: %v, %v; want its answer without next", job, resp, err)
+		}
+		if req.Next == nil || req.Next.GetRequestId() == "" {
+			t.Fatalf("report %s: the caller's next %v was changed or not given an id", job, req.Next)
+		}
+	}
+	var sent []string
+	for _, r := range n.requests("Report") {
+		m := r.msg.(*leaseholdv1.ReportRequest)
+		sent = append(sent, fmt.Sprintf("%s next=%v", m.GetJobId(), m.Next != nil))
+	}
+	if want := []string{"a next=true", "a next=false", "b next=false"}; !slices.Equal(sent, want) {
+		t.Fatalf("sent %v, want %v", sent, want)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -112,6 +113,15 @@ func (c *Client) heartbeat(ctx context.Context, workerID string, leases []*lease
 // even one that lands on a new leader, gets the first report's answer.
 // ErrStaleToken means the lease had already ended; the server keeps the
 // report as a lease.stale_report event.
+//
+// With req.Next set, the same call then acquires for the worker (an empty
+// Next.WorkerId is the report's worker; an empty Next.RequestId is filled
+// like Acquire's), and the answer's Next carries its grants: one call per
+// job instead of two. The call's deadline covers Next's wait. A refused
+// report makes no acquire. A server from before Next refuses the field
+// having applied nothing; the report is then sent alone, the answer has no
+// Next (acquire apart), and for the next minute this client sends reports
+// without Next.
 func (c *Client) Report(ctx context.Context, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
 	if req == nil {
 		return nil, fmt.Errorf("leasehold: report: %w: nil request", ErrInvalidArgument)
@@ -119,7 +129,34 @@ func (c *Client) Report(ctx context.Context, req *leaseholdv1.ReportRequest) (*l
 	if req.ReportId == "" {
 		req.ReportId = newID()
 	}
-	return unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.Report)
+	next := req.Next
+	if next == nil {
+		return unary(ctx, c, callOpts{}, req, workerSvc, workersAPI.Report)
+	}
+	if next.RequestId == "" {
+		next.RequestId = newID()
+	}
+	if at := c.nextRefused.Load(); at != 0 && time.Since(time.Unix(0, at)) < nextRetry {
+		return c.reportAlone(ctx, req)
+	}
+	resp, err := unary(ctx, c, callOpts{wait: next.GetWait().AsDuration()}, req, workerSvc, workersAPI.Report)
+	if err != nil && refusedField(err, "10", "next") {
+		c.nextRefused.Store(time.Now().UnixNano())
+		return c.reportAlone(ctx, req)
+	}
+	return resp, err
+}
+
+// nextRetry is how long a client that saw ReportRequest.next refused sends
+// reports without it before it tries again (a rolling upgrade may have
+// replaced the node meanwhile).
+const nextRetry = time.Minute
+
+// reportAlone sends req without its Next, leaving req as it was.
+func (c *Client) reportAlone(ctx context.Context, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
+	alone := proto.Clone(req).(*leaseholdv1.ReportRequest)
+	alone.Next = nil
+	return unary(ctx, c, callOpts{}, alone, workerSvc, workersAPI.Report)
 }
 
 // Release gives a lease back: the job is queued again at once and no

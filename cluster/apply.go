@@ -21,6 +21,19 @@ import (
 // state machine accepts count as hearing from it, as of their arrival.
 // Acquire and heartbeats have their own entry points.
 func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
+	ls, err := n.admit(cmd)
+	if err != nil {
+		return nil, err
+	}
+	at := n.clock.Now()
+	res, err := n.raftApply(ctx, cmd)
+	n.afterApply(ls, cmd, at, res, err)
+	return res, err
+}
+
+// admit runs Apply's checks of a command from outside: nothing it refuses
+// reaches the log.
+func (n *Node) admit(cmd fsm.Command) (*leaderState, error) {
 	switch cmd.(type) {
 	case *fsm.Acquire, *fsm.Expire, *fsm.RemoveIdle, *fsm.FireSchedule:
 		// Grants go through Acquire (reachability, long poll), expiries,
@@ -63,8 +76,11 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 			return nil, err
 		}
 	}
-	w, at := workerOf(cmd), n.clock.Now()
-	res, err := n.raftApply(ctx, cmd)
+	return ls, nil
+}
+
+// afterApply notes what an admitted command, which arrived at at, did.
+func (n *Node) afterApply(ls *leaderState, cmd fsm.Command, at time.Time, res any, err error) {
 	switch cmd.(type) {
 	case *fsm.PutSchedule, *fsm.DeleteSchedule:
 		n.wakeSchedules() // its next slot may be the earliest now
@@ -72,13 +88,12 @@ func (n *Node) Apply(ctx context.Context, cmd fsm.Command) (any, error) {
 	if r, ok := res.(fsm.ReportResult); ok && err == nil {
 		n.metrics.reported(r)
 	}
-	if w != "" && err == nil {
+	if w := workerOf(cmd); w != "" && err == nil {
 		// Only a command the state machine took: a stale report
 		// refused, or one sent by anyone in the worker's name about a
 		// lease it no longer holds, says nothing about the worker.
 		ls.table.Load().heard(w, at)
 	}
-	return res, err
 }
 
 func workerOf(cmd fsm.Command) string {
@@ -139,6 +154,29 @@ func (n *Node) raftApply(ctx context.Context, cmd fsm.Command) (any, error) {
 // record of the voters' levels, proposed only when every voter said it
 // applies it (levels.go).
 func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, error) {
+	p, err := n.raftPropose(ctx, cmd)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := cmd.(*fsm.SubmitJob); ok && !commitBeforeAck {
+		// The broken chaos_earlyack build: answered before any quorum
+		// has the entry, as the state machine would answer a new job.
+		return fsm.SubmitResult{Job: fsm.Job{JobSpec: c.Spec, State: fsm.JobQueued}, Created: true}, nil
+	}
+	return p.wait(ctx)
+}
+
+// proposal is a command handed to Raft, not yet waited for.
+type proposal struct {
+	n     *Node
+	cmd   fsm.Command
+	f     raft.ApplyFuture
+	start time.Time
+}
+
+// raftPropose stamps, encodes and hands a command to Raft without
+// waiting: proposals made one after another are applied in that order.
+func (n *Node) raftPropose(ctx context.Context, cmd fsm.Command) (*proposal, error) {
 	data, err := fsm.Encode(n.clock.Wall().UnixNano(), cmd)
 	if err != nil {
 		return nil, err
@@ -154,20 +192,20 @@ func (n *Node) raftApplyUnchecked(ctx context.Context, cmd fsm.Command) (any, er
 		return nil, ErrShutdown // no waiter left behind by a stopping node
 	}
 	start := time.Now()
-	f := n.raft.Apply(data, timeout)
-	if c, ok := cmd.(*fsm.SubmitJob); ok && !commitBeforeAck {
-		// The broken chaos_earlyack build: answered before any quorum
-		// has the entry, as the state machine would answer a new job.
-		return fsm.SubmitResult{Job: fsm.Job{JobSpec: c.Spec, State: fsm.JobQueued}, Created: true}, nil
-	}
-	if err := n.waitRaft(ctx, f); err != nil {
+	return &proposal{n: n, cmd: cmd, f: n.raft.Apply(data, timeout), start: start}, nil
+}
+
+// wait waits for the proposal to apply and returns the state machine's
+// answer.
+func (p *proposal) wait(ctx context.Context) (any, error) {
+	if err := p.n.waitRaft(ctx, p.f); err != nil {
 		return nil, err
 	}
-	r, ok := f.Response().(applyResult)
+	r, ok := p.f.Response().(applyResult)
 	if !ok {
-		return nil, fmt.Errorf("unexpected apply response %T", f.Response())
+		return nil, fmt.Errorf("unexpected apply response %T", p.f.Response())
 	}
-	n.metrics.apply.WithLabelValues(cmd.Type().String()).Observe(time.Since(start).Seconds())
+	p.n.metrics.apply.WithLabelValues(p.cmd.Type().String()).Observe(time.Since(p.start).Seconds())
 	return r.value, r.err
 }
 

@@ -87,6 +87,7 @@ type nodeMetrics struct {
 	queueWait      *prometheus.HistogramVec
 	runTime        *prometheus.HistogramVec
 	logWrite       prometheus.Histogram
+	reportNext     *prometheus.CounterVec
 	// labelled are the queues the histograms name, the first metricQueues
 	// this node observed; the rest share otherQueues.
 	labelMu  sync.Mutex
@@ -146,9 +147,16 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			Name: "leasehold_log_store_write_seconds", Buckets: latencyBuckets,
 			Help: "Time to write and sync one batch of entries to the Raft log store (raft-wal or raft-boltdb).",
 		}),
+		reportNext: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_report_next_total",
+			Help: "Reports that asked for the worker's next lease, by how its acquire went: behind (proposed right behind the report, about one commit for both), after (made once the report applied: the lease was not live, no job was ready, or the one behind granted nothing), or none (the report or the acquire failed or was refused).",
+		}, []string{"acquire"}),
+	}
+	for _, how := range []string{"behind", "after", "none"} {
+		m.reportNext.WithLabelValues(how)
 	}
 	m.reg.MustRegister(m.apply, m.heartbeatAck, m.leaderCheck, m.expiryLateness, m.queueWait, m.runTime, m.logWrite,
-		&nodeCollector{n: n})
+		m.reportNext, &nodeCollector{n: n})
 	return m
 }
 

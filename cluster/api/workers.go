@@ -97,14 +97,48 @@ func (w workerService) Report(ctx context.Context, req *connect.Request[pb.Repor
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
+		if req.Msg.Next != nil {
+			return w.reportNext(ctx, req.Msg)
+		}
 		r, err := applyAs[fsm.ReportResult](w.s, ctx, req.Msg, reportOf)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.ReportResponse{
-			JobId: r.JobID, Token: r.Token, Outcome: pb.Outcome(r.Outcome), State: stateToProto(r.State), Requeued: r.Requeued,
-		}, nil
+		return reportToProto(&r), nil
 	})
+}
+
+// reportNext is a report that also asks for the worker's next lease.
+func (w workerService) reportNext(ctx context.Context, m *pb.ReportRequest) (*pb.ReportResponse, error) {
+	rep, err := reportOf(m)
+	if err != nil {
+		return nil, err
+	}
+	nm := m.GetNext()
+	next, err := acquireOf(nm)
+	if err != nil {
+		return nil, err
+	}
+	if next.WorkerID == "" {
+		next.WorkerID = rep.WorkerID
+	}
+	wait, err := waitOf(nm.GetWait())
+	if err != nil {
+		return nil, err
+	}
+	r, res, err := w.s.node.ReportNext(ctx, rep, *next, wait)
+	if err != nil {
+		return nil, err
+	}
+	out := reportToProto(&r)
+	out.Next = &pb.AcquireResponse{Grants: grantsToProto(res.Grants, w.s.node.Wall()), Replayed: res.Replayed}
+	return out, nil
+}
+
+func reportToProto(r *fsm.ReportResult) *pb.ReportResponse {
+	return &pb.ReportResponse{
+		JobId: r.JobID, Token: r.Token, Outcome: pb.Outcome(r.Outcome), State: stateToProto(r.State), Requeued: r.Requeued,
+	}
 }
 
 func (w workerService) Release(ctx context.Context, req *connect.Request[pb.ReleaseRequest]) (*connect.Response[pb.ReleaseResponse], error) {
