@@ -66,6 +66,9 @@ type Config struct {
 	Jobs int
 	// Submit adds the submit to each job-cycle.
 	Submit bool
+	// Unchained takes each job-cycle's job with an acquire call of its own,
+	// instead of in the report that ends the previous cycle.
+	Unchained bool
 	// Unary heartbeats with one call each instead of a heartbeat stream per
 	// worker (heartbeat, and the held leases of acquire, mixed, failover
 	// and expiry): the path before streams, and the fallback.

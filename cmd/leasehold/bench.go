@@ -66,6 +66,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit", DefaultText: "sized from the warmup's rate"},
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
+		&cli.BoolFlag{Name: "unchained", Usage: "job-cycle: take each job with an acquire call of its own, not in the report that ends the previous cycle"},
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
 		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
@@ -96,7 +97,7 @@ func runBench(c *cli.Context, workload string) error {
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
 		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
-		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
+		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unchained: c.Bool("unchained"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
 	if cfg.Workload == "failover" && c.Int("start") == 0 {
