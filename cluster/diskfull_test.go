@@ -1,6 +1,7 @@
 package cluster_test
 
 import (
+	"context"
 	"bytes"
 	"errors"
 	"fmt"
@@ -245,5 +246,64 @@ func TestDiskFullLeaderOnTmpfs(t *testing.T)   { forEachStore(t, diskFullLeaderO
 func forEachStore(t *testing.T, test func(t *testing.T, store string)) {
 	for _, store := range []string{cluster.LogStoreWAL, cluster.LogStoreBoltDB} {
 		t.Run(store, func(t *testing.T) { test(t, store) })
+	}
+}
+
+// A deposed leader holds an entry the new leader's log contradicts. When it
+// hears the new leader, Raft deletes that tail and appends the leader's
+// entries; here that append fails (the disk filled between the two). Raft
+// then still believes the deleted entry is there. Once the disk takes
+// writes, the node must catch up: before the log store kept the deleted
+// entries readable until an append succeeded, every later append failed on
+// "log not found" and the node stayed behind until restarted (seen in a
+// jepsen-lite mixed run).
+func TestAppendRefusedAfterATruncationCatchesUp(t *testing.T) {
+	c := clustertest.New(t, 3)
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
+	old := c.Leader()
+	var others []int
+	for _, n := range c.Nodes {
+		if n != old {
+			others = append(others, n.Index)
+		}
+	}
+	c.Partition([]int{old.Index}, others)
+	// Appended to the old leader's log only: never committed.
+	before := old.Status().LastIndex
+	go func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = old.Apply(cctx, &fsm.SubmitJob{Spec: spec("stranded", fsm.LostRequeue)})
+	}()
+	c.WaitFor(10*time.Second, "the old leader to append the stranded entry", func() bool { return old.Status().LastIndex > before })
+	var leader *clustertest.Node
+	c.WaitFor(15*time.Second, "a new leader in the majority", func() bool {
+		for _, i := range others {
+			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
+				leader = c.Nodes[i]
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: spec("after", fsm.LostRequeue)}); err != nil {
+		t.Fatal(err)
+	}
+
+	old.Disk.FailAppends(syscall.ENOSPC)
+	c.Heal()
+	c.WaitFor(15*time.Second, "the old leader to delete its tail and fail the append after it", func() bool {
+		return old.Disk.RefusedAfterDelete.Load() > 0
+	})
+	old.Disk.Heal()
+	want := leader.Status().CommitIndex
+	c.WaitFor(15*time.Second, "the old leader to catch up", func() bool {
+		return old.Status().AppliedIndex >= want
+	})
+	if _, err := old.FSM().Job("after"); err != nil {
+		t.Fatalf("the caught-up node lacks the new leader's job: %v", err)
+	}
+	if _, err := old.FSM().Job("stranded"); err == nil {
+		t.Fatal("the stranded entry was applied")
 	}
 }

@@ -286,3 +286,120 @@ func BenchmarkOpenStorage(b *testing.B) {
 		s.Close()
 	}
 }
+
+// failingStores is an in-memory log store whose StoreLogs fails while
+// fail is set, as on a full disk, leaving the store as it was.
+type failingStores struct {
+	*raft.InmemStore
+	fail atomic.Bool
+}
+
+func (f *failingStores) StoreLogs(logs []*raft.Log) error {
+	if f.fail.Load() {
+		return &os.PathError{Op: "write", Path: "wal", Err: syscall.ENOSPC}
+	}
+	return f.InmemStore.StoreLogs(logs)
+}
+
+// Raft deletes a conflicting tail and then appends the leader's entries;
+// when that append fails it still believes the tail is there. The store
+// reads the deleted entries back (ghosts) until an append succeeds: Raft
+// finds the conflict again, deletes again, and catches up once the disk
+// takes writes. An append that follows the ghosts instead of replacing them
+// writes them first. Without ghosts, entry 4 is "not found" for good and
+// the follower never catches up (hashicorp/raft leaves its last index
+// behind after that failure).
+func TestLogStoreKeepsATailRaftStillBelieves(t *testing.T) {
+	inner := &failingStores{InmemStore: raft.NewInmemStore()}
+	s := &logStore{LogStore: inner, path: "wal", disk: testDisk(), corrupt: func(err error) { t.Fatal(err) }}
+	entry := func(i, term uint64) *raft.Log { return &raft.Log{Index: i, Term: term, Type: raft.LogNoop} }
+	if err := s.StoreLogs([]*raft.Log{entry(1, 1), entry(2, 1), entry(3, 1), entry(4, 1), entry(5, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	termAt := func(i uint64) uint64 {
+		t.Helper()
+		var l raft.Log
+		if err := s.GetLog(i, &l); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		return l.Term
+	}
+	leader := []*raft.Log{entry(4, 2), entry(5, 2), entry(6, 2)}
+
+	// The conflicting tail 4..5 deleted, the leader's entries refused.
+	if err := s.DeleteRange(4, 5); err != nil {
+		t.Fatal(err)
+	}
+	inner.fail.Store(true)
+	if err := s.StoreLogs(leader); !errors.Is(err, ErrDiskFull) {
+		t.Fatalf("append on a full disk: %v", err)
+	}
+	if termAt(4) != 1 || termAt(5) != 1 {
+		t.Fatal("the ghosts read back with other terms")
+	}
+	if last, _ := s.LastIndex(); last != 5 {
+		t.Fatalf("last index %d with ghosts to 5", last)
+	}
+	if last, _ := inner.LastIndex(); last != 3 {
+		t.Fatalf("the store's last index %d, want 3: ghosts are not written", last)
+	}
+	// Raft, seeing the conflict again, deletes again (the ghosts only) and
+	// appends again, still refused; then the disk takes writes.
+	for range 2 {
+		if err := s.DeleteRange(4, 5); err != nil {
+			t.Fatalf("deleting the ghosts: %v", err)
+		}
+		err := s.StoreLogs(leader)
+		if !inner.fail.Load() {
+			if err != nil {
+				t.Fatalf("append once the disk takes writes: %v", err)
+			}
+			break
+		}
+		if !errors.Is(err, ErrDiskFull) || termAt(5) != 1 {
+			t.Fatalf("a second refused append: %v; the ghosts must stay", err)
+		}
+		inner.fail.Store(false)
+	}
+	for i := uint64(4); i <= 6; i++ {
+		if termAt(i) != 2 {
+			t.Fatalf("entry %d has term %d after catching up, want 2", i, termAt(i))
+		}
+	}
+	if s.ghost(4) != nil || s.ghost(5) != nil {
+		t.Fatal("ghosts left after a successful append")
+	}
+
+	// Ghosts again (tail 6 deleted, append refused), and then an append
+	// after them (the ghost matched the leader's entry, so Raft kept it):
+	// the ghost is written first.
+	if err := s.DeleteRange(6, 6); err != nil {
+		t.Fatal(err)
+	}
+	inner.fail.Store(true)
+	if err := s.StoreLogs([]*raft.Log{entry(6, 3)}); err == nil {
+		t.Fatal("append on a full disk succeeded")
+	}
+	inner.fail.Store(false)
+	if err := s.StoreLogs([]*raft.Log{entry(7, 3)}); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := inner.GetLog(6, &l); err != nil || l.Term != 2 {
+		t.Fatalf("the ghost before an append after it: %+v, %v; want entry 6 of term 2 written", l, err)
+	}
+	if last, _ := inner.LastIndex(); last != 7 {
+		t.Fatalf("the store's last index %d, want 7", last)
+	}
+
+	// A prefix deletion (compaction) keeps nothing.
+	if err := s.DeleteRange(1, 2); err != nil {
+		t.Fatal(err)
+	}
+	inner.fail.Store(true)
+	_ = s.StoreLogs([]*raft.Log{entry(8, 3)})
+	inner.fail.Store(false)
+	if s.ghost(1) != nil || s.ghost(2) != nil {
+		t.Fatal("a prefix deletion left ghosts")
+	}
+}

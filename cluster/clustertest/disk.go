@@ -13,6 +13,20 @@ import (
 type DiskFaults struct {
 	err atomic.Pointer[error]
 	rot atomic.Uint64
+	// appendsOnly limits Fail to log appends (StoreLogs): deletions and
+	// the stable store go through, as when space runs out between a
+	// truncation and the append after it.
+	appendsOnly atomic.Bool
+	// Refused counts the log appends refused; RefusedAfterDelete those
+	// refused right after a deletion of the log's entries.
+	Refused, RefusedAfterDelete atomic.Uint64
+	deleted                     atomic.Bool
+}
+
+// FailAppends makes every log append (only) return errno, until Heal.
+func (d *DiskFaults) FailAppends(errno error) {
+	d.appendsOnly.Store(true)
+	d.Fail(errno)
 }
 
 // Rot makes the command at index read back with one bit flipped, as if
@@ -27,13 +41,24 @@ func (d *DiskFaults) Fail(errno error) {
 }
 
 // Heal lets writes through again.
-func (d *DiskFaults) Heal() { d.err.Store(nil) }
+func (d *DiskFaults) Heal() {
+	d.err.Store(nil)
+	d.appendsOnly.Store(false)
+}
 
 func (d *DiskFaults) failing() error {
 	if p := d.err.Load(); p != nil {
 		return *p
 	}
 	return nil
+}
+
+// failingOther is failing for a write other than a log append.
+func (d *DiskFaults) failingOther() error {
+	if d.appendsOnly.Load() {
+		return nil
+	}
+	return d.failing()
 }
 
 func (d *DiskFaults) wrap(logs raft.LogStore, stable raft.StableStore) (raft.LogStore, raft.StableStore) {
@@ -66,16 +91,22 @@ func (f *faultyLog) IsMonotonic() bool {
 }
 
 func (f *faultyLog) StoreLogs(logs []*raft.Log) error {
+	deleted := f.d.deleted.Swap(false)
 	if err := f.d.failing(); err != nil {
+		f.d.Refused.Add(1)
+		if deleted {
+			f.d.RefusedAfterDelete.Add(1)
+		}
 		return err
 	}
 	return f.LogStore.StoreLogs(logs)
 }
 
 func (f *faultyLog) DeleteRange(lo, hi uint64) error {
-	if err := f.d.failing(); err != nil {
+	if err := f.d.failingOther(); err != nil {
 		return err
 	}
+	f.d.deleted.Store(true)
 	return f.LogStore.DeleteRange(lo, hi)
 }
 
@@ -85,14 +116,14 @@ type faultyStable struct {
 }
 
 func (f *faultyStable) Set(k, v []byte) error {
-	if err := f.d.failing(); err != nil {
+	if err := f.d.failingOther(); err != nil {
 		return err
 	}
 	return f.StableStore.Set(k, v)
 }
 
 func (f *faultyStable) SetUint64(k []byte, v uint64) error {
-	if err := f.d.failing(); err != nil {
+	if err := f.d.failingOther(); err != nil {
 		return err
 	}
 	return f.StableStore.SetUint64(k, v)
