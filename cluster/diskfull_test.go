@@ -1,8 +1,8 @@
 package cluster_test
 
 import (
-	"context"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
