@@ -397,6 +397,13 @@ func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatRe
 				t.killLocked()
 			}
 		case leaseholdv1.Verdict_VERDICT_LOST:
+			if t.reporting {
+				// The handler has returned and the report in flight
+				// settles the lease: the beat may have found it ended by
+				// that very report, and cancelling the call would drop the
+				// next lease its answer brings.
+				continue
+			}
 			w.loseLocked(t, "the cluster says the lease is not live")
 		}
 	}

@@ -28,6 +28,9 @@ type task struct {
 	endLease context.CancelFunc
 
 	lost bool // guarded by Worker.mu: nothing is reported
+	// reporting is set, under Worker.mu, once the handler has returned and
+	// its report is being sent: a heartbeat's "lost" no longer cancels it.
+	reporting bool
 	// killed closes when the server kills the job, even after a cancel
 	// already ended ctx (see Killed); guarded by Worker.mu.
 	killed     chan struct{}
@@ -160,6 +163,7 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	w.mu.Lock()
 	bound := w.timings.toleration
 	req.Next = w.nextLocked()
+	t.reporting = true
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(t.lease, bound)
 	defer cancel()

@@ -715,9 +715,10 @@ func TestWorkerSnoozeFallsBackBelowLevel5(t *testing.T) {
 
 // A busy worker takes its next job in the report that ends the last
 // (ReportRequest.next): the acquire loop, waiting for room, sends nothing.
-// A heartbeat answered while that report is in flight lists the next
-// lease as unnamed, granted to the report's acquire: it is kept, not
-// released, and runs once the answer brings it. A server from before next
+// A heartbeat answered while that report is in flight says the reported
+// lease is lost (the report ended it) and lists the next lease as unnamed,
+// granted to the report's acquire: the report is not cancelled, the lease
+// is kept, not released, and runs once the answer brings it. A server from before next
 // answers without one: the loop acquires as before.
 func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
 	h := newWorkerHarness(t)
@@ -752,6 +753,8 @@ func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
 		t.Fatalf("ran %s, want j1", id)
 	}
 	waitFor(t, "j1's report", func() bool { return len(h.reports()) == 1 })
+	// The beat finds j1's lease ended, by the report it has not answered.
+	h.setVerdict(11, leaseholdv1.Verdict_VERDICT_LOST, leaseholdv1.Revoke_REVOKE_NONE)
 	h.waitTimerAt(renew)
 	h.advanceTo(renew)
 	waitFor(t, "a heartbeat listing j2 unnamed", func() bool { return h.node.count("Heartbeat") >= 1 })

@@ -118,7 +118,10 @@ func (c *Client) heartbeat(ctx context.Context, workerID string, leases []*lease
 // Next.WorkerId is the report's worker; an empty Next.RequestId is filled
 // like Acquire's), and the answer's Next carries its grants: one call per
 // job instead of two. The call's deadline covers Next's wait. A refused
-// report makes no acquire. A server from before Next refuses the field
+// report makes no acquire, but in one race (the lease ended just as the
+// report arrived) a grant the server already made is listed among the
+// worker's unnamed leases at its next heartbeat (the Worker runtime
+// releases it). A server from before Next refuses the field
 // having applied nothing; the report is then sent alone, the answer has no
 // Next (acquire apart), and for the next minute this client sends reports
 // without Next.

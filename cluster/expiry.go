@@ -143,6 +143,15 @@ func (t *expiryTable) heard(worker string, at time.Time) map[uint64]bool {
 	return out
 }
 
+// expiringLease reports whether the expiry of the worker's lease tok is
+// already decided (it is on its way to the log).
+func (t *expiryTable) expiringLease(worker string, tok uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	w := t.workers[worker]
+	return w != nil && w.expiring[tok]
+}
+
 // reachable reports whether the worker was heard within grace: by the
 // table, or by a request that arrived at `arrived` (a parked long poll's
 // worker may have been forgotten by the table meanwhile).

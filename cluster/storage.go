@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,20 +33,8 @@ import (
 //     itself (raftFSM stops the node too); a follower it is sent to
 //     refuses it at append, so the damage never spreads.
 //
-// It also keeps Raft's view of its log true when a write fails after a
-// truncation. A follower told by a new leader that its last entries
-// conflict deletes them (DeleteRange) and then appends the leader's
-// (StoreLogs). If that append fails (a full disk), Raft returns without
-// moving its idea of the last index back: it still believes the deleted
-// entries are there, asks the store for them at every later append, is
-// told they are not found, and never catches up again until restarted.
-// So the entries a suffix deletion removes are kept in memory until the
-// next append; if that append fails, they are the log's "ghosts": read
-// back as if never deleted (exactly what Raft believes), deleted again
-// when Raft deletes them again, and written before any later append that
-// follows them. Uncommitted entries a leader told the node to drop are all
-// they ever are, so a restart that forgets them loses nothing: the store
-// then holds what Raft asked for, and Raft starts from it.
+// It also keeps Raft's view of its log true when an append fails right
+// after a truncation (ghosts.go).
 type logStore struct {
 	raft.LogStore
 	path    string              // for messages: the store's file
@@ -58,23 +44,20 @@ type logStore struct {
 	writes  atomic.Uint64
 	entries atomic.Uint64
 
-	// gmu guards the entries of the last suffix deletion (cut) and the
-	// ghosts, both in index order, consecutive.
-	gmu    sync.Mutex
-	cut    []*raft.Log
-	ghosts []*raft.Log
+	g ghosts
 }
 
-// maxCut bounds the entries a suffix deletion keeps in memory: a
-// conflicting suffix is a leader's uncommitted tail, far shorter.
-const maxCut = 65536
-
 func (s *logStore) GetLog(index uint64, l *raft.Log) error {
-	if err := s.LogStore.GetLog(index, l); err != nil {
-		if g := s.ghost(index); g != nil {
-			*l = *g
+	seen := s.g.gen.Load()
+	err := s.LogStore.GetLog(index, l)
+	if err != nil && s.g.mayHave(seen) {
+		if s.g.read(index, l) {
 			return nil
 		}
+		// An append may have written the ghosts since the first read.
+		err = s.LogStore.GetLog(index, l)
+	}
+	if err != nil {
 		return err
 	}
 	if l.Type == raft.LogCommand {
@@ -99,19 +82,17 @@ func (s *logStore) StoreLogs(logs []*raft.Log) error {
 			return fmt.Errorf("log entry %d refused before it was written: %w", l.Index, err)
 		}
 	}
-	s.gmu.Lock()
-	defer s.gmu.Unlock()
-	batch := logs
-	if len(s.ghosts) > 0 && len(logs) > 0 && logs[0].Index > s.ghosts[0].Index {
-		// Raft appends after entries it believes written: write them first.
-		var before []*raft.Log
-		for _, g := range s.ghosts {
-			if g.Index < logs[0].Index {
-				before = append(before, g)
-			}
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
+	var storeLast uint64
+	if len(s.g.run) > 0 || len(s.g.cut) > 0 {
+		last, err := s.LogStore.LastIndex()
+		if err != nil {
+			return err
 		}
-		batch = append(before, logs...)
+		storeLast = last
 	}
+	batch := s.g.before(logs, storeLast)
 	s.writes.Add(1)
 	s.entries.Add(uint64(len(batch)))
 	start := time.Now()
@@ -119,67 +100,27 @@ func (s *logStore) StoreLogs(logs []*raft.Log) error {
 	if s.took != nil {
 		s.took.Observe(time.Since(start).Seconds())
 	}
-	if err == nil {
-		s.cut, s.ghosts = nil, nil
-	} else if len(s.cut) > 0 {
-		// Raft still believes the deleted entries are there.
-		s.ghosts, s.cut = s.cut, nil
-	}
+	s.g.stored(err == nil, storeLast)
 	return s.disk.wrote(err, true)
 }
 
-// DeleteRange deletes from the store what it holds of [lo, hi] and the
-// ghosts in it. A deletion of the log's tail keeps what it deletes (cut)
-// until the next append, which makes it ghosts if it fails.
+// DeleteRange deletes [lo, hi] from the store and from the ghosts; a
+// deletion of the log's tail is kept until the next append (ghosts.go).
 func (s *logStore) DeleteRange(lo, hi uint64) error {
-	s.gmu.Lock()
-	defer s.gmu.Unlock()
+	s.g.mu.Lock()
+	defer s.g.mu.Unlock()
 	first, ferr := s.LogStore.FirstIndex()
 	last, lerr := s.LogStore.LastIndex()
 	if ferr != nil || lerr != nil {
 		return errors.Join(ferr, lerr)
 	}
-	var cut []*raft.Log
-	for _, g := range s.ghosts {
-		if g.Index >= lo && g.Index <= hi {
-			cut = append(cut, g)
-		}
-	}
-	suffix := lo > first && hi >= last && hi-lo < maxCut
-	var kept []*raft.Log
-	if suffix {
-		for i := lo; i <= last; i++ {
-			var l raft.Log
-			if s.LogStore.GetLog(i, &l) != nil {
-				kept = nil // keep all of it or nothing
-				suffix = false
-				break
-			}
-			kept = append(kept, &l)
-		}
-	}
+	cut := s.g.cutting(s.LogStore, first, last, lo, hi)
 	if lo <= last {
 		if err := s.disk.wrote(s.LogStore.DeleteRange(lo, min(hi, last)), false); err != nil {
 			return err
 		}
 	}
-	s.ghosts = slices.DeleteFunc(s.ghosts, func(g *raft.Log) bool { return g.Index >= lo && g.Index <= hi })
-	s.cut = nil
-	if suffix || len(cut) > 0 {
-		s.cut = append(kept, cut...)
-	}
-	return nil
-}
-
-// ghost is the ghost entry at index, or nil.
-func (s *logStore) ghost(index uint64) *raft.Log {
-	s.gmu.Lock()
-	defer s.gmu.Unlock()
-	for _, g := range s.ghosts {
-		if g.Index == index {
-			return g
-		}
-	}
+	s.g.deleted(lo, hi, cut)
 	return nil
 }
 
@@ -189,12 +130,7 @@ func (s *logStore) LastIndex() (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.gmu.Lock()
-	defer s.gmu.Unlock()
-	if n := len(s.ghosts); n > 0 {
-		last = max(last, s.ghosts[n-1].Index)
-	}
-	return last, nil
+	return max(last, s.g.last()), nil
 }
 
 // IsMonotonic passes on what the store says (raft.MonotonicLogStore).

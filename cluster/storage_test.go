@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -366,7 +367,7 @@ func TestLogStoreKeepsATailRaftStillBelieves(t *testing.T) {
 			t.Fatalf("entry %d has term %d after catching up, want 2", i, termAt(i))
 		}
 	}
-	if s.ghost(4) != nil || s.ghost(5) != nil {
+	if s.g.any.Load() {
 		t.Fatal("ghosts left after a successful append")
 	}
 
@@ -399,7 +400,122 @@ func TestLogStoreKeepsATailRaftStillBelieves(t *testing.T) {
 	inner.fail.Store(true)
 	_ = s.StoreLogs([]*raft.Log{entry(8, 3)})
 	inner.fail.Store(false)
-	if s.ghost(1) != nil || s.ghost(2) != nil {
+	if s.g.any.Load() {
 		t.Fatal("a prefix deletion left ghosts")
 	}
+}
+
+// Ghosts follow what Raft believes through the less direct paths: a
+// second truncation that starts inside them (a leader whose log matches
+// the first of them) keeps the ones below it when its append fails too;
+// an append after them writes them first, never a gap; an append that
+// does not follow them (a snapshot installed past them) or a deletion of
+// the whole log (after a restore) drops them, unwritten.
+func TestLogStoreGhostsFollowRaft(t *testing.T) {
+	entry := func(i, term uint64) *raft.Log { return &raft.Log{Index: i, Term: term, Type: raft.LogNoop} }
+	setup := func(t *testing.T) (*logStore, *failingStores) {
+		inner := &failingStores{InmemStore: raft.NewInmemStore()}
+		s := &logStore{LogStore: inner, path: "wal", disk: testDisk(), corrupt: func(err error) { t.Fatal(err) }}
+		if err := s.StoreLogs([]*raft.Log{entry(1, 1), entry(2, 1), entry(3, 1), entry(4, 1), entry(5, 1)}); err != nil {
+			t.Fatal(err)
+		}
+		// Tail 3..5 deleted, the append refused: ghosts 3..5.
+		if err := s.DeleteRange(3, 5); err != nil {
+			t.Fatal(err)
+		}
+		inner.fail.Store(true)
+		if err := s.StoreLogs([]*raft.Log{entry(3, 2)}); err == nil {
+			t.Fatal("append on a full disk succeeded")
+		}
+		return s, inner
+	}
+	terms := func(s *logStore, from, to uint64) []uint64 {
+		var out []uint64
+		for i := from; i <= to; i++ {
+			var l raft.Log
+			if err := s.GetLog(i, &l); err != nil {
+				out = append(out, 0)
+				continue
+			}
+			out = append(out, l.Term)
+		}
+		return out
+	}
+
+	t.Run("a second truncation inside them", func(t *testing.T) {
+		s, inner := setup(t)
+		if err := s.DeleteRange(4, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StoreLogs([]*raft.Log{entry(4, 3)}); err == nil {
+			t.Fatal("append on a full disk succeeded")
+		}
+		if got := terms(s, 1, 5); !slices.Equal(got, []uint64{1, 1, 1, 1, 1}) {
+			t.Fatalf("terms %v after a second refused append: ghost 3 must stay with 4 and 5", got)
+		}
+		inner.fail.Store(false)
+		if err := s.DeleteRange(4, 5); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StoreLogs([]*raft.Log{entry(4, 3), entry(5, 3)}); err != nil {
+			t.Fatal(err)
+		}
+		var stored []uint64
+		for i := uint64(1); i <= 5; i++ {
+			var l raft.Log
+			if err := inner.GetLog(i, &l); err != nil {
+				t.Fatalf("the store lacks %d: %v", i, err)
+			}
+			stored = append(stored, l.Term)
+		}
+		if !slices.Equal(stored, []uint64{1, 1, 1, 3, 3}) || s.g.any.Load() {
+			t.Fatalf("stored terms %v, ghosts left %v", stored, s.g.any.Load())
+		}
+	})
+	t.Run("an append after them", func(t *testing.T) {
+		s, inner := setup(t)
+		inner.fail.Store(false)
+		if err := s.StoreLogs([]*raft.Log{entry(6, 3)}); err != nil {
+			t.Fatal(err)
+		}
+		if last, _ := inner.LastIndex(); last != 6 {
+			t.Fatalf("store ends at %d", last)
+		}
+		for i := uint64(3); i <= 5; i++ {
+			var l raft.Log
+			if err := inner.GetLog(i, &l); err != nil || l.Term != 1 {
+				t.Fatalf("ghost %d not written before 6: %+v %v", i, l, err)
+			}
+		}
+	})
+	t.Run("a snapshot installed past them", func(t *testing.T) {
+		s, inner := setup(t)
+		inner.fail.Store(false)
+		if err := s.StoreLogs([]*raft.Log{entry(101, 4)}); err != nil {
+			t.Fatal(err)
+		}
+		if got := terms(s, 3, 5); !slices.Equal(got, []uint64{0, 0, 0}) || s.g.any.Load() {
+			t.Fatalf("terms %v at 3..5 after an append past the ghosts: they must be dropped, unwritten", got)
+		}
+	})
+	t.Run("the whole log deleted", func(t *testing.T) {
+		s, inner := setup(t)
+		last, _ := s.LastIndex()
+		if err := s.DeleteRange(1, last); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.StoreLogs([]*raft.Log{entry(101, 4)}); err == nil {
+			t.Fatal("append on a full disk succeeded")
+		}
+		if s.g.any.Load() {
+			t.Fatal("a deletion of the whole log left ghosts")
+		}
+		inner.fail.Store(false)
+		if err := s.StoreLogs([]*raft.Log{entry(101, 4)}); err != nil {
+			t.Fatal(err)
+		}
+		if first, _ := inner.FirstIndex(); first != 101 {
+			t.Fatalf("store starts at %d, want 101", first)
+		}
+	})
 }

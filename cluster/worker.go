@@ -197,9 +197,10 @@ func (n *Node) noteGrants(ls *leaderState, worker string, arrived time.Time, res
 // next in one call. Both are checked before either is proposed, so an
 // invalid acquire applies nothing.
 //
-// When the reported lease is live and the acquire would grant (jobs ready,
-// room once the lease ends), the acquire is proposed right behind the
-// report, without waiting for it: the log applies them in that order, so
+// When the reported lease is live, its expiry not decided, and the acquire
+// would grant (jobs ready, room once the lease ends), the acquire is
+// proposed right behind the report, without waiting for it: the log
+// applies them in that order, so
 // the report frees the slot the acquire fills, and the call costs about
 // one commit instead of two. Otherwise (or when that acquire grants
 // nothing) the acquire runs after the report, as Acquire does, long poll
@@ -234,7 +235,7 @@ func (n *Node) ReportNext(ctx context.Context, rep *fsm.Report, next fsm.Acquire
 	if err != nil {
 		return fsm.ReportResult{}, fsm.AcquireResult{}, err
 	}
-	ap, key := n.proposeBehind(ctx, rep, &next)
+	ap, key := n.proposeBehind(ctx, ls, rep, &next)
 	v, err := rp.wait(ctx)
 	n.afterApply(ls, rep, at, v, err)
 	var behind fsm.AcquireResult
@@ -275,11 +276,12 @@ func (n *Node) ReportNext(ctx context.Context, rep *fsm.Report, next fsm.Acquire
 }
 
 // proposeBehind proposes next right behind the report rep, when rep names
-// a live lease of its worker and next would grant once that lease ends;
-// else nil. The gate key it entered is left by the caller.
-func (n *Node) proposeBehind(ctx context.Context, rep *fsm.Report, next *fsm.Acquire) (*proposal, string) {
+// a live lease of its worker whose expiry is not decided and next would
+// grant once that lease ends; else nil. The gate key it entered is left by
+// the caller.
+func (n *Node) proposeBehind(ctx context.Context, ls *leaderState, rep *fsm.Report, next *fsm.Acquire) (*proposal, string) {
 	w, err := n.fsm.Worker(next.WorkerID)
-	if err != nil {
+	if err != nil || ls.table.Load().expiringLease(rep.WorkerID, rep.Token) {
 		return nil, ""
 	}
 	held := n.fsm.WorkerLeases(next.WorkerID)

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"connectrpc.com/connect"
@@ -112,19 +113,19 @@ func TestReportNextTakesTheNextJob(t *testing.T) {
 func TestReportNextRefusals(t *testing.T) {
 	f := newReportNextFixture(t)
 	bad := []struct {
-		name string
-		next *pb.AcquireRequest
+		name, field string
+		next        *pb.AcquireRequest
 	}{
-		{"another worker", &pb.AcquireRequest{WorkerId: "other", RequestId: "r1", Queues: []string{"q"}}},
-		{"a bad queue", &pb.AcquireRequest{RequestId: "r1", Queues: []string{"bad queue\n"}}},
-		{"no request id", &pb.AcquireRequest{Queues: []string{"q"}}},
-		{"a bad wait", &pb.AcquireRequest{RequestId: "r1", Queues: []string{"q"}, Wait: &durationpb.Duration{Nanos: -5, Seconds: 1}}},
+		{"another worker", "next.worker_id", &pb.AcquireRequest{WorkerId: "other", RequestId: "r1", Queues: []string{"q"}}},
+		{"a bad queue", "next.queues", &pb.AcquireRequest{RequestId: "r1", Queues: []string{"bad queue\n"}}},
+		{"no request id", "next.request_id", &pb.AcquireRequest{Queues: []string{"q"}}},
+		{"a bad wait", "next.wait", &pb.AcquireRequest{RequestId: "r1", Queues: []string{"q"}, Wait: &durationpb.Duration{Nanos: -5, Seconds: 1}}},
 	}
 	for _, b := range bad {
 		_, err := f.workers.Report(callCtx(t), connect.NewRequest(&pb.ReportRequest{WorkerId: "w", JobId: "a", Token: f.token,
 			ReportId: "rep-a", Outcome: pb.Outcome_OUTCOME_SUCCEEDED, Next: b.next}))
-		if reasonOf(err) != transport.ReasonInvalidArgument {
-			t.Fatalf("%s: %v, want INVALID_ARGUMENT", b.name, err)
+		if reasonOf(err) != transport.ReasonInvalidArgument || !strings.HasPrefix(transport.DetailOf(err).GetField(), b.field) {
+			t.Fatalf("%s: %v (field %q), want INVALID_ARGUMENT naming %s", b.name, err, transport.DetailOf(err).GetField(), b.field)
 		}
 		if s := f.state(t, "a"); s != pb.JobState_JOB_STATE_RUNNING {
 			t.Fatalf("%s: a is %v: the report applied", b.name, s)

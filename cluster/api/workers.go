@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -117,14 +118,21 @@ func (w workerService) reportNext(ctx context.Context, m *pb.ReportRequest) (*pb
 	nm := m.GetNext()
 	next, err := acquireOf(nm)
 	if err != nil {
-		return nil, err
+		return nil, inNext(err)
 	}
-	if next.WorkerID == "" {
+	switch next.WorkerID {
+	case "":
 		next.WorkerID = rep.WorkerID
+	case rep.WorkerID:
+	default:
+		return nil, rules.Invalid("next.worker_id", "%q is not the report's worker %q", next.WorkerID, rep.WorkerID)
+	}
+	if err := next.Validate(); err != nil {
+		return nil, inNext(err)
 	}
 	wait, err := waitOf(nm.GetWait())
 	if err != nil {
-		return nil, err
+		return nil, inNext(err)
 	}
 	r, res, err := w.s.node.ReportNext(ctx, rep, *next, wait)
 	if err != nil {
@@ -133,6 +141,23 @@ func (w workerService) reportNext(ctx context.Context, m *pb.ReportRequest) (*pb
 	out := reportToProto(&r)
 	out.Next = &pb.AcquireResponse{Grants: grantsToProto(res.Grants, w.s.node.Wall()), Replayed: res.Replayed}
 	return out, nil
+}
+
+// inNext names a refused field of a report's next as next.FIELD.
+func inNext(err error) error {
+	var fe *fsm.FieldError
+	if errors.As(err, &fe) {
+		named := *fe
+		named.Field = "next." + fe.Field
+		return &named
+	}
+	var re *rules.FieldError
+	if errors.As(err, &re) {
+		named := *re
+		named.Field = "next." + re.Field
+		return &named
+	}
+	return err
 }
 
 func reportToProto(r *fsm.ReportResult) *pb.ReportResponse {

@@ -970,7 +970,12 @@ type ReportRequest struct {
 	// is a long poll as an Acquire's. One call per job instead of two. A
 	// server from before this field refuses a request that sets it (strict
 	// decoding), having applied nothing: send the report alone and acquire
-	// apart. If the report is refused, the acquire is not made.
+	// apart. A refused report is answered with its error and no acquire
+	// follows; but when the lease ended (expired, revoked) just as the
+	// report arrived, an acquire the leader had already proposed behind it
+	// may still grant: such a lease is the worker's, listed in its next
+	// heartbeat's unnamed leases under next.request_id, to release or run.
+	// A refused field of next is named next.FIELD.
 	Next          *AcquireRequest `protobuf:"bytes,10,opt,name=next,proto3" json:"next,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
