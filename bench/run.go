@@ -138,23 +138,25 @@ func runID() string {
 }
 
 // cleanup leaves an external cluster as it was, as far as the API allows:
-// queued jobs of this run cancelled, its workers deregistered (releasing
-// their leases). Jobs and events stay until the cluster's retention.
+// its workers deregistered, which releases their leases (a chained job
+// cycle ends holding the job its last report took), and then the run's
+// queued jobs, those released included, cancelled. Jobs and events stay
+// until the cluster's retention.
 func (e *env) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := e.f.first()
-	if n, err := cl.CancelSubmitter(ctx, e.run, "bench run ended"); err != nil {
-		e.logf("cleanup: cancelling queued jobs: %v", err)
-	} else if n > 0 {
-		e.logf("cleanup: cancelled %d queued jobs", n)
-	}
 	err := parallel(ctx, len(e.workers), 32, func(ctx context.Context, i int) error {
 		_, err := cl.DeregisterWorker(ctx, e.workers[i])
 		return err
 	})
 	if err != nil {
 		e.logf("cleanup: deregistering workers: %v", err)
+	}
+	if n, err := cl.CancelSubmitter(ctx, e.run, "bench run ended"); err != nil {
+		e.logf("cleanup: cancelling queued jobs: %v", err)
+	} else if n > 0 {
+		e.logf("cleanup: cancelled %d queued jobs", n)
 	}
 }
 
