@@ -103,3 +103,30 @@ func TestFollowerNamesLeader(t *testing.T) {
 }
 
 func asConfigError(err error, target **cluster.ConfigError) bool { return errors.As(err, target) }
+
+// isolate cuts n off from every other node and returns their indexes.
+func isolate(c *clustertest.Cluster, n *clustertest.Node) []int {
+	var others []int
+	for _, o := range c.Nodes {
+		if o != n {
+			others = append(others, o.Index)
+		}
+	}
+	c.Partition([]int{n.Index}, others)
+	return others
+}
+
+// leaderAmong waits for a ready leader among the nodes of these indexes.
+func leaderAmong(c *clustertest.Cluster, indexes []int) *clustertest.Node {
+	var leader *clustertest.Node
+	c.WaitFor(15*time.Second, "a leader among the majority", func() bool {
+		for _, i := range indexes {
+			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
+				leader = c.Nodes[i]
+				return true
+			}
+		}
+		return false
+	})
+	return leader
+}

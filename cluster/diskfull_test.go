@@ -261,13 +261,7 @@ func TestAppendRefusedAfterATruncationCatchesUp(t *testing.T) {
 	c := clustertest.New(t, 3)
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 10})
 	old := c.Leader()
-	var others []int
-	for _, n := range c.Nodes {
-		if n != old {
-			others = append(others, n.Index)
-		}
-	}
-	c.Partition([]int{old.Index}, others)
+	others := isolate(c, old)
 	// Appended to the old leader's log only: never committed.
 	before := old.Status().LastIndex
 	go func() {
@@ -276,16 +270,7 @@ func TestAppendRefusedAfterATruncationCatchesUp(t *testing.T) {
 		_, _ = old.Apply(cctx, &fsm.SubmitJob{Spec: spec("stranded", fsm.LostRequeue)})
 	}()
 	c.WaitFor(10*time.Second, "the old leader to append the stranded entry", func() bool { return old.Status().LastIndex > before })
-	var leader *clustertest.Node
-	c.WaitFor(15*time.Second, "a new leader in the majority", func() bool {
-		for _, i := range others {
-			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
-				leader = c.Nodes[i]
-				return true
-			}
-		}
-		return false
-	})
+	leader := leaderAmong(c, others)
 	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: spec("after", fsm.LostRequeue)}); err != nil {
 		t.Fatal(err)
 	}

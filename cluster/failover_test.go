@@ -140,13 +140,7 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	g := acquire(t, old, "w", "r1")
 	c.Converged()
 
-	var others []int
-	for _, n := range c.Nodes {
-		if n != old {
-			others = append(others, n.Index)
-		}
-	}
-	c.Partition([]int{old.Index}, others)
+	others := isolate(c, old)
 	before := old.Status().LastIndex
 	if st := old.Status(); st.State != "Leader" || !st.Ready {
 		t.Fatalf("the cut-off leader stepped down at once (%+v): the test proves nothing", st)
@@ -171,16 +165,7 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	if liveToken(old, "a") != g.Lease.Token {
 		t.Fatal("the cut-off leader committed an expiry")
 	}
-	var leader *clustertest.Node
-	c.WaitFor(15*time.Second, "a leader in the majority", func() bool {
-		for _, i := range others {
-			if st := c.Nodes[i].Status(); st.State == "Leader" && st.Ready {
-				leader = c.Nodes[i]
-				return true
-			}
-		}
-		return false
-	})
+	leader := leaderAmong(c, others)
 	if liveToken(leader, "a") != g.Lease.Token {
 		t.Fatal("the lease did not survive the partition")
 	}
