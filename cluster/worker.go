@@ -200,9 +200,8 @@ func (n *Node) noteGrants(ls *leaderState, worker string, arrived time.Time, res
 // When the reported lease is live, its expiry not decided, and the acquire
 // would grant (jobs ready, room once the lease ends), the acquire is
 // proposed right behind the report, without waiting for it: the log
-// applies them in that order, so
-// the report frees the slot the acquire fills, and the call costs about
-// one commit instead of two. Otherwise (or when that acquire grants
+// applies them in that order, so the report frees the slot the acquire
+// fills, and the call costs about one commit instead of two. Otherwise (or when that acquire grants
 // nothing) the acquire runs after the report, as Acquire does, long poll
 // included. A refused report is returned as the error; an acquire proposed
 // with it is still applied (the lease ended under the report, by expiry
