@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
@@ -122,23 +124,32 @@ func TestDeadJobsPurgedAfterRetention(t *testing.T) {
 // applied (leasehold_apply_seconds).
 func appliesOf(t *testing.T, n *clustertest.Node, cmd fsm.Command) uint64 {
 	t.Helper()
+	if m := labelled(t, n, "leasehold_apply_seconds", "command", cmd.Type().String()); m != nil {
+		return m.GetHistogram().GetSampleCount()
+	}
+	return 0
+}
+
+// labelled is the series of family on n whose label is value, or nil.
+func labelled(t *testing.T, n *clustertest.Node, family, label, value string) *dto.Metric {
+	t.Helper()
 	families, err := n.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != "leasehold_apply_seconds" {
+		if f.GetName() != family {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "command" && l.GetValue() == cmd.Type().String() {
-					return m.GetHistogram().GetSampleCount()
+				if l.GetName() == label && l.GetValue() == value {
+					return m
 				}
 			}
 		}
 	}
-	return 0
+	return nil
 }
 
 // A dead job younger than the retention costs no entry: the leader's

@@ -11,24 +11,11 @@ import (
 // reportNextCount reads leasehold_report_next_total{acquire=how} on n.
 func reportNextCount(t *testing.T, n *clustertest.Node, how string) float64 {
 	t.Helper()
-	families, err := n.Gatherer().Gather()
-	if err != nil {
-		t.Fatal(err)
+	m := labelled(t, n, "leasehold_report_next_total", "acquire", how)
+	if m == nil {
+		t.Fatalf("no leasehold_report_next_total{acquire=%q}", how)
 	}
-	for _, f := range families {
-		if f.GetName() != "leasehold_report_next_total" {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "acquire" && l.GetValue() == how {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no leasehold_report_next_total{acquire=%q}", how)
-	return 0
+	return m.GetCounter().GetValue()
 }
 
 // A report of a live lease with a job ready for the slot it frees has its

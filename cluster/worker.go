@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/fsm"
+	"github.com/leasehold/leasehold/transport/rules"
 )
 
 // Verdict is the heartbeat's answer for one lease.
@@ -195,7 +196,7 @@ func (n *Node) noteGrants(ls *leaderState, worker string, arrived time.Time, res
 // ReportNext applies a report and then an acquire for the same worker,
 // waiting up to wait: a worker's report of one job and its request for the
 // next in one call. Both are checked before either is proposed, so an
-// invalid acquire applies nothing.
+// invalid acquire applies nothing (its fields named next.FIELD).
 //
 // When the reported lease is live, its expiry not decided, and the acquire
 // would grant (jobs ready, room once the lease ends), the acquire is
@@ -211,15 +212,15 @@ func (n *Node) noteGrants(ls *leaderState, worker string, arrived time.Time, res
 // sent again with the same report id and request id, both answer as the
 // first time.
 func (n *Node) ReportNext(ctx context.Context, rep *fsm.Report, next fsm.Acquire, wait time.Duration) (fsm.ReportResult, fsm.AcquireResult, error) {
-	if next.WorkerID != rep.WorkerID {
-		return fsm.ReportResult{}, fsm.AcquireResult{}, fmt.Errorf("%w: next: worker_id %q is not the report's %q",
-			fsm.ErrInvalidArgument, next.WorkerID, rep.WorkerID)
-	}
 	if err := rep.Validate(); err != nil {
 		return fsm.ReportResult{}, fsm.AcquireResult{}, err
 	}
+	if next.WorkerID != rep.WorkerID {
+		return fsm.ReportResult{}, fsm.AcquireResult{}, rules.Invalid("next.worker_id", "%q is not the report's worker %q",
+			next.WorkerID, rep.WorkerID)
+	}
 	if err := next.Validate(); err != nil {
-		return fsm.ReportResult{}, fsm.AcquireResult{}, err
+		return fsm.ReportResult{}, fsm.AcquireResult{}, fsm.InField("next", err)
 	}
 	ls, err := n.admit(rep)
 	if err != nil {

@@ -66,6 +66,25 @@ func (e *FieldError) Error() string { return fmt.Sprintf("%s: %s: %s", e.err, e.
 // Unwrap returns the sentinel: ErrInvalidArgument or ErrTooLarge.
 func (e *FieldError) Unwrap() error { return e.err }
 
+// InField names a refused field of a nested message: field F of err (an
+// fsm or rules field error) becomes PREFIX.F. Any other error is returned
+// as it is.
+func InField(prefix string, err error) error {
+	var fe *FieldError
+	if errors.As(err, &fe) {
+		named := *fe
+		named.Field = prefix + "." + fe.Field
+		return &named
+	}
+	var re *rules.FieldError
+	if errors.As(err, &re) {
+		named := *re
+		named.Field = prefix + "." + re.Field
+		return &named
+	}
+	return err
+}
+
 func invalid(field, format string, args ...any) error {
 	return fieldError(rules.Invalid(field, format, args...))
 }

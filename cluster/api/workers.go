@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"connectrpc.com/connect"
@@ -118,21 +117,14 @@ func (w workerService) reportNext(ctx context.Context, m *pb.ReportRequest) (*pb
 	nm := m.GetNext()
 	next, err := acquireOf(nm)
 	if err != nil {
-		return nil, inNext(err)
+		return nil, fsm.InField("next", err)
 	}
-	switch next.WorkerID {
-	case "":
+	if next.WorkerID == "" {
 		next.WorkerID = rep.WorkerID
-	case rep.WorkerID:
-	default:
-		return nil, rules.Invalid("next.worker_id", "%q is not the report's worker %q", next.WorkerID, rep.WorkerID)
-	}
-	if err := next.Validate(); err != nil {
-		return nil, inNext(err)
 	}
 	wait, err := waitOf(nm.GetWait())
 	if err != nil {
-		return nil, inNext(err)
+		return nil, fsm.InField("next", err)
 	}
 	r, res, err := w.s.node.ReportNext(ctx, rep, *next, wait)
 	if err != nil {
@@ -141,23 +133,6 @@ func (w workerService) reportNext(ctx context.Context, m *pb.ReportRequest) (*pb
 	out := reportToProto(&r)
 	out.Next = &pb.AcquireResponse{Grants: grantsToProto(res.Grants, w.s.node.Wall()), Replayed: res.Replayed}
 	return out, nil
-}
-
-// inNext names a refused field of a report's next as next.FIELD.
-func inNext(err error) error {
-	var fe *fsm.FieldError
-	if errors.As(err, &fe) {
-		named := *fe
-		named.Field = "next." + fe.Field
-		return &named
-	}
-	var re *rules.FieldError
-	if errors.As(err, &re) {
-		named := *re
-		named.Field = "next." + re.Field
-		return &named
-	}
-	return err
 }
 
 func reportToProto(r *fsm.ReportResult) *pb.ReportResponse {
