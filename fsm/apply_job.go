@@ -3,6 +3,7 @@ package fsm
 import (
 	"bytes"
 	"fmt"
+	"slices"
 )
 
 func applyRegisterWorker(s *state, cmd Command) (any, error) {
@@ -36,8 +37,9 @@ func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
 	}
 	var res DeregisterResult
-	for _, tok := range s.workerLeases[c.WorkerID].tokens() {
-		j := s.editJob(s.tokens[tok])
+	// A copy: ending each lease drops it from the set.
+	for _, e := range slices.Clone(s.workerLeases[c.WorkerID]) {
+		tok, j := e.token, s.editJob(e.seq)
 		if c.Lost {
 			s.expireLease(j, "worker deregistered as lost")
 		} else {
@@ -79,8 +81,8 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		s.emit(Event{Type: EventSubmitConflict, JobID: spec.ID, Detail: "same job id, another spec"})
 		return nil, fmt.Errorf("%w: job %s exists with another spec", ErrConflict, spec.ID)
 	}
-	if len(s.jobIDs) >= MaxJobs {
-		return nil, fmt.Errorf("%w: %d jobs kept; compact or raise retention", ErrTooLarge, len(s.jobIDs))
+	if s.jobIDs.len() >= MaxJobs {
+		return nil, fmt.Errorf("%w: %d jobs kept; compact or raise retention", ErrTooLarge, s.jobIDs.len())
 	}
 	s.jobSeq++
 	j := &Job{

@@ -104,7 +104,8 @@ func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
 	}
 	res := AcquireResult{Replayed: true}
 	for _, tok := range toks {
-		j := s.job(s.tokens[tok])
+		seq, _ := s.tokens.find(tok)
+		j := s.job(seq)
 		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *findLease(j, tok)})
 	}
 	return res, true

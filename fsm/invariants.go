@@ -102,8 +102,8 @@ func (s *state) check() error {
 		}
 		prevSeq = j.Seq
 		jobs++
-		if s.jobIDs[j.ID] != j.Seq {
-			fail("job %s: id index says seq %d, job has %d", j.ID, s.jobIDs[j.ID], j.Seq)
+		if seq, _ := s.jobIDs.find(j.ID, s); seq != j.Seq {
+			fail("job %s: id index says seq %d, job has %d", j.ID, seq, j.Seq)
 		}
 		if _, ok := jobStateNames[j.State]; !ok {
 			fail("job %s: state %d", j.ID, j.State)
@@ -147,8 +147,8 @@ func (s *state) check() error {
 			if l.Token > s.lastToken {
 				fail("job %s: token %d above the counter %d", j.ID, l.Token, s.lastToken)
 			}
-			if s.tokens[l.Token] != j.Seq {
-				fail("token %d: index says job seq %d, held by %s (seq %d): granted twice?", l.Token, s.tokens[l.Token], j.ID, j.Seq)
+			if seq, _ := s.tokens.find(l.Token); seq != j.Seq {
+				fail("token %d: index says job seq %d, held by %s (seq %d): granted twice?", l.Token, seq, j.ID, j.Seq)
 			}
 			if l.JobID != j.ID {
 				fail("lease %d: job id %q on job %s", l.Token, l.JobID, j.ID)
@@ -236,14 +236,26 @@ func (s *state) check() error {
 		return true
 	})
 
-	if len(s.jobIDs) != jobs {
-		fail("id index has %d entries for %d jobs", len(s.jobIDs), jobs)
+	if s.jobIDs.len() != jobs {
+		fail("id index has %d entries for %d jobs", s.jobIDs.len(), jobs)
 	}
 	if counts != s.counts {
 		fail("state counts %v, recomputed %v", s.counts, counts)
 	}
-	if len(s.tokens) != leases {
-		fail("token index has %d entries for %d kept leases (a token granted twice?)", len(s.tokens), leases)
+	if s.tokens.len() != leases {
+		fail("token index has %d entries for %d kept leases (a token granted twice?)", s.tokens.len(), leases)
+	}
+	dead := 0
+	for i, e := range s.tokens.pairs {
+		if i > 0 && e.token <= s.tokens.pairs[i-1].token {
+			fail("token index: %d after %d", e.token, s.tokens.pairs[i-1].token)
+		}
+		if e.seq == 0 {
+			dead++
+		}
+	}
+	if dead != s.tokens.dead {
+		fail("token index: %d pairs of leases not kept, counted %d", dead, s.tokens.dead)
 	}
 	requestTokens := 0
 	for _, toks := range s.requests {

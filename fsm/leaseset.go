@@ -24,15 +24,6 @@ func (ls leaseSet) seq(tok uint64) (uint64, bool) {
 	return 0, false
 }
 
-// tokens returns the set's tokens in order.
-func (ls leaseSet) tokens() []uint64 {
-	out := make([]uint64, len(ls))
-	for i, e := range ls {
-		out[i] = e.token
-	}
-	return out
-}
-
 // holdLease adds a live lease to its worker's set. room is how many leases
 // the set is about to hold (an acquire knows its grants): a new set is made
 // that large, so a worker's ten leases take ten entries, not sixteen.

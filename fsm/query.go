@@ -31,7 +31,7 @@ func (f *FSM) HasJob(id string) bool {
 func (f *FSM) Lease(token uint64) (Lease, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if seq, ok := f.st.tokens[token]; ok {
+	if seq, ok := f.st.tokens.find(token); ok {
 		if l := findLease(f.st.job(seq), token); l != nil {
 			return *l, nil
 		}

@@ -102,7 +102,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		hdr: snapHeader{
 			lastIndex: s.lastIndex, lastTime: uint64(s.lastTime), lastToken: s.lastToken,
 			jobSeq: s.jobSeq, finishSeq: s.finishSeq, eventSeq: s.eventSeq,
-			workers: uint64(len(s.workers)), jobs: uint64(len(s.jobIDs)), events: uint64(s.events.len()),
+			workers: uint64(len(s.workers)), jobs: uint64(s.jobIDs.len()), events: uint64(s.events.len()),
 			nodes: uint64(len(s.nodes)),
 		},
 		shards:     slices.Clone(s.shards),

@@ -54,8 +54,8 @@ type state struct {
 	schedules map[string]*Schedule
 
 	// --- derived indexes ---
-	jobIDs       map[string]uint64              // job id -> seq
-	tokens       map[uint64]uint64              // token of every kept lease -> job seq
+	jobIDs       idIndex                        // job id -> seq (ids.go)
+	tokens       tokenIndex                     // token of every kept lease -> job seq (ids.go)
 	ready        map[string]map[string]*jobHeap // queue -> kind -> queued jobs
 	queues       map[string]*queueCounts        // queue -> its counts, while it holds a job (queues.go)
 	workerLeases map[string]leaseSet            // worker -> its live leases (leaseset.go)
@@ -84,8 +84,7 @@ func newState() *state {
 		workers:       map[string]*Worker{},
 		nodes:         map[string]*Node{},
 		schedules:     map[string]*Schedule{},
-		jobIDs:        map[string]uint64{},
-		tokens:        map[uint64]uint64{},
+		jobIDs:        newIDIndex(),
 		ready:         map[string]map[string]*jobHeap{},
 		queues:        map[string]*queueCounts{},
 		queueSettings: map[string]QueueSettings{},
@@ -147,10 +146,19 @@ func (s *state) job(seq uint64) *Job {
 }
 
 func (s *state) jobByID(id string) *Job {
-	if seq, ok := s.jobIDs[id]; ok {
+	if seq, ok := s.jobIDs.find(id, s); ok {
 		return s.job(seq)
 	}
 	return nil
+}
+
+// idOf is the id of a kept job, "" for a seq not kept: what the id index
+// compares.
+func (s *state) idOf(seq uint64) string {
+	if j := s.job(seq); j != nil {
+		return j.ID
+	}
+	return ""
 }
 
 // mutableShard returns the shard holding seq, copied first if a snapshot
@@ -204,7 +212,7 @@ func (s *state) insertJob(j *Job) {
 	sh := s.mutableShard(j.Seq, true)
 	sh.jobs[j.Seq&shardMask] = j
 	sh.n++
-	s.jobIDs[j.ID] = j.Seq
+	s.jobIDs.set(j.ID, j.Seq, s)
 	s.counts[j.State]++
 	s.jobEntered(j)
 	if j.timed() {
@@ -218,6 +226,7 @@ func (s *state) insertJob(j *Job) {
 // removeJob deletes a job and every index entry that names it.
 func (s *state) removeJob(j *Job) {
 	s.touch(j.Seq, jobBytes(j))
+	s.jobIDs.remove(j.ID, s) // before the job goes: the index reads its id
 	sh := s.mutableShard(j.Seq, false)
 	sh.jobs[j.Seq&shardMask] = nil
 	sh.n--
@@ -225,7 +234,6 @@ func (s *state) removeJob(j *Job) {
 		i, _ := s.shardIndex(sh.num)
 		s.shards = slices.Delete(s.shards, i, i+1)
 	}
-	delete(s.jobIDs, j.ID)
 	for i := range j.Leases {
 		s.forgetLease(&j.Leases[i])
 	}
@@ -242,7 +250,7 @@ func (s *state) removeJob(j *Job) {
 // forgetLease removes a lease that is no longer kept from the token and
 // request indexes.
 func (s *state) forgetLease(l *Lease) {
-	delete(s.tokens, l.Token)
+	s.tokens.remove(l.Token)
 	key := requestKey{l.WorkerID, l.RequestID}
 	if toks, ok := s.requests[key]; ok {
 		toks = slices.DeleteFunc(toks, func(t uint64) bool { return t == l.Token })
@@ -415,7 +423,7 @@ func (s *state) addLease(j *Job, l Lease, room int) {
 		j.Leases = append(j.Leases[:0], j.Leases[1:]...)
 	}
 	j.Leases = append(j.Leases, l)
-	s.tokens[l.Token] = j.Seq
+	s.tokens.add(l.Token, j.Seq)
 	s.timeoutStarts(j, &l)
 	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
 	s.queues[j.Queue].leases++
@@ -443,10 +451,11 @@ func (s *state) rebuildIndexes() {
 	s.eventVersions = s.countEventVersions()
 	type fin struct{ fseq, seq uint64 }
 	var finished, dead []fin
+	var tokens []leaseEntry
 	eachJob(s.shards, func(j *Job) bool {
 		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
 		j.Retry = s.internRetry(j.Retry)
-		s.jobIDs[j.ID] = j.Seq
+		s.jobIDs.set(j.ID, j.Seq, s)
 		s.counts[j.State]++
 		s.jobEntered(j)
 		if j.timed() {
@@ -458,7 +467,7 @@ func (s *state) rebuildIndexes() {
 		for i := range j.Leases {
 			l := &j.Leases[i]
 			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
-			s.tokens[l.Token] = j.Seq
+			tokens = append(tokens, leaseEntry{token: l.Token, seq: j.Seq})
 			key := requestKey{l.WorkerID, l.RequestID}
 			s.requests[key] = append(s.requests[key], l.Token)
 		}
@@ -479,6 +488,7 @@ func (s *state) rebuildIndexes() {
 		}
 		return true
 	})
+	s.tokens = restoredTokens(tokens)
 	// Request ids are keyed per worker, and a worker's tokens for one request
 	// were granted in one acquire: jobs visited in seq order may list them out
 	// of token order, so sort.

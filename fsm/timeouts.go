@@ -43,7 +43,7 @@ type timeoutHeap = timeHeap[timeoutItem]
 
 // timing returns the lease an entry names while the entry is live.
 func (s *state) timing(it timeoutItem) (*Job, *Lease, bool) {
-	seq, ok := s.tokens[it.token]
+	seq, ok := s.tokens.find(it.token)
 	if !ok {
 		return nil, nil, false
 	}

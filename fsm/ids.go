@@ -1,0 +1,205 @@
+package fsm
+
+import (
+	"hash/maphash"
+	"slices"
+)
+
+// The two largest indexes, one entry per kept job and one per kept lease,
+// are tables of their own rather than Go maps: a map[string]uint64 costs
+// about 56 bytes a job and a map[uint64]uint64 about 38 a lease, where
+// these cost about 25 and 18 (BenchmarkMemoryPerLiveLease). Each is a few
+// large arrays, not a million small objects among the API's garbage.
+
+// idIndex finds a job's seq from its id: an open-addressing hash table,
+// probed linearly, of seqs and 32 bits of their id's hash. The ids stay in
+// the jobs; a probe compares the hash bits first and reads the job's id
+// only when they match. Zero is never a seq (seqs start at 1), so it marks
+// an empty slot.
+type idIndex struct {
+	seed   maphash.Seed
+	seqs   []uint64 // len is a power of two, or zero
+	hashes []uint32 // the id's hash, low bits: its home slot is hash & mask
+	n      int
+}
+
+// idSource gives the id of a kept job: the index reads it to tell two ids
+// of equal hash bits apart, and when it deletes.
+type idSource interface{ idOf(seq uint64) string }
+
+func newIDIndex() idIndex { return idIndex{seed: maphash.MakeSeed()} }
+
+func (x *idIndex) len() int { return x.n }
+
+func (x *idIndex) hash(id string) uint32 { return uint32(maphash.String(x.seed, id)) }
+
+// find returns the seq of id, if kept.
+func (x *idIndex) find(id string, src idSource) (uint64, bool) {
+	if x.n == 0 {
+		return 0, false
+	}
+	h := x.hash(id)
+	mask := uint32(len(x.seqs) - 1)
+	for i := h & mask; ; i = (i + 1) & mask {
+		switch seq := x.seqs[i]; {
+		case seq == 0:
+			return 0, false
+		case x.hashes[i] == h && src.idOf(seq) == id:
+			return seq, true
+		}
+	}
+}
+
+// set makes id name seq, replacing what it named before (as a map's
+// assignment does: a restore's check counts the entries to find ids kept
+// twice).
+func (x *idIndex) set(id string, seq uint64, src idSource) {
+	if seq == 0 {
+		panic("fsm: job seq 0")
+	}
+	if (x.n+1)*4 > len(x.seqs)*3 {
+		x.resize(max(16, 2*len(x.seqs)))
+	}
+	h := x.hash(id)
+	mask := uint32(len(x.seqs) - 1)
+	i := h & mask
+	for ; x.seqs[i] != 0; i = (i + 1) & mask {
+		if x.hashes[i] == h && src.idOf(x.seqs[i]) == id {
+			x.seqs[i] = seq
+			return
+		}
+	}
+	x.seqs[i], x.hashes[i] = seq, h
+	x.n++
+}
+
+// remove deletes id, if kept. Linear probing needs no tombstones: the
+// entries after the hole that could live in it move back.
+func (x *idIndex) remove(id string, src idSource) {
+	if x.n == 0 {
+		return
+	}
+	h := x.hash(id)
+	mask := uint32(len(x.seqs) - 1)
+	i := h & mask
+	for {
+		seq := x.seqs[i]
+		if seq == 0 {
+			return
+		}
+		if x.hashes[i] == h && src.idOf(seq) == id {
+			break
+		}
+		i = (i + 1) & mask
+	}
+	for j := i; ; {
+		j = (j + 1) & mask
+		if x.seqs[j] == 0 {
+			break
+		}
+		// The entry at j stays unless its home is cyclically outside
+		// (i, j]: then a probe from its home passes i, and it moves there.
+		home := x.hashes[j] & mask
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			x.seqs[i], x.hashes[i] = x.seqs[j], x.hashes[j]
+			i = j
+		}
+	}
+	x.seqs[i], x.hashes[i] = 0, 0
+	x.n--
+	if len(x.seqs) > 1024 && x.n*8 < len(x.seqs) {
+		x.resize(len(x.seqs) / 4)
+	}
+}
+
+// resize moves every entry into a table of size slots (a power of two);
+// the stored hash bits place them, without reading a job.
+func (x *idIndex) resize(size int) {
+	seqs, hashes := x.seqs, x.hashes
+	x.seqs, x.hashes = make([]uint64, size), make([]uint32, size)
+	mask := uint32(size - 1)
+	for k, seq := range seqs {
+		if seq == 0 {
+			continue
+		}
+		i := hashes[k] & mask
+		for x.seqs[i] != 0 {
+			i = (i + 1) & mask
+		}
+		x.seqs[i], x.hashes[i] = seq, hashes[k]
+	}
+}
+
+// tokenIndex finds the job of a kept lease from its token: (token, seq)
+// pairs in ascending token order, searched by bisection. Tokens are
+// granted in ascending order, so a grant appends; a lease no longer kept
+// leaves its pair behind with seq zero until half the pairs are such, when
+// they are squeezed out at once.
+type tokenIndex struct {
+	pairs []leaseEntry
+	dead  int
+}
+
+func (t *tokenIndex) len() int { return len(t.pairs) - t.dead }
+
+func (t *tokenIndex) search(tok uint64) (int, bool) {
+	return slices.BinarySearchFunc(t.pairs, tok, func(e leaseEntry, tok uint64) int { return cmpU64(e.token, tok) })
+}
+
+// find returns the seq of the job keeping lease tok.
+func (t *tokenIndex) find(tok uint64) (uint64, bool) {
+	if i, ok := t.search(tok); ok && t.pairs[i].seq != 0 {
+		return t.pairs[i].seq, true
+	}
+	return 0, false
+}
+
+// add records a kept lease. A token below the last one (which only a
+// restore adds: see sorted) is put in its place.
+func (t *tokenIndex) add(tok, seq uint64) {
+	if n := len(t.pairs); n == 0 || t.pairs[n-1].token < tok {
+		t.pairs = append(t.pairs, leaseEntry{token: tok, seq: seq})
+		return
+	}
+	i, ok := t.search(tok)
+	if ok {
+		if t.pairs[i].seq == 0 {
+			t.dead--
+		}
+		t.pairs[i].seq = seq
+		return
+	}
+	t.pairs = slices.Insert(t.pairs, i, leaseEntry{token: tok, seq: seq})
+}
+
+// remove forgets a lease no longer kept.
+func (t *tokenIndex) remove(tok uint64) {
+	i, ok := t.search(tok)
+	if !ok || t.pairs[i].seq == 0 {
+		return
+	}
+	t.pairs[i].seq = 0
+	t.dead++
+	if t.dead >= 64 && t.dead*2 >= len(t.pairs) {
+		t.squeeze()
+	}
+}
+
+// squeeze drops the pairs of leases no longer kept, and the array's spare
+// room when it is most of it.
+func (t *tokenIndex) squeeze() {
+	t.pairs = slices.DeleteFunc(t.pairs, func(e leaseEntry) bool { return e.seq == 0 })
+	t.dead = 0
+	if cap(t.pairs) > 2*len(t.pairs)+64 {
+		t.pairs = slices.Clone(t.pairs)
+	}
+}
+
+// restored builds the index from pairs in any order (a restore visits
+// leases by job, not by token). A token listed twice is kept once, so the
+// restore's count of kept leases finds it.
+func restoredTokens(pairs []leaseEntry) tokenIndex {
+	slices.SortFunc(pairs, func(a, b leaseEntry) int { return cmpU64(a.token, b.token) })
+	pairs = slices.CompactFunc(pairs, func(a, b leaseEntry) bool { return a.token == b.token })
+	return tokenIndex{pairs: slices.Clip(pairs)}
+}
