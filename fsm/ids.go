@@ -154,8 +154,11 @@ func (t *tokenIndex) find(tok uint64) (uint64, bool) {
 	return 0, false
 }
 
-// add records a kept lease. A token below the last one (which only a
-// restore adds: see sorted) is put in its place.
+// add records a kept lease. Grants come in ascending token order and
+// append; a token at or below the last one (granted only by the
+// chaos_tokenreuse build, which breaks that order on purpose) is put in
+// its place, or takes over its pair. A restore builds the index with
+// restoredTokens instead.
 func (t *tokenIndex) add(tok, seq uint64) {
 	if n := len(t.pairs); n == 0 || t.pairs[n-1].token < tok {
 		t.pairs = append(t.pairs, leaseEntry{token: tok, seq: seq})

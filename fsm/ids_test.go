@@ -152,3 +152,106 @@ func TestTokenIndexAgainstAMap(t *testing.T) {
 		t.Fatalf("find(0) = %d, %v after adding it below the rest", got, ok)
 	}
 }
+
+// TestIDIndexWrapsAround fills the last slots of a small table with ids
+// whose home is the last slot, so their probe runs wrap to the front, and
+// removes them in an order that moves entries back across the end.
+func TestIDIndexWrapsAround(t *testing.T) {
+	x := newIDIndex()
+	src := seqIDs{}
+	var seq uint64
+	set := func(id string) {
+		seq++
+		src[seq] = id
+		x.set(id, seq, src)
+	}
+	set("grow") // a table of 16 slots
+	const last = 15
+	if len(x.seqs) != last+1 {
+		t.Fatalf("%d slots, want %d", len(x.seqs), last+1)
+	}
+	var wrapped, front []string // homes at the last slot; at slot 0
+	for i := 0; len(wrapped) < 4 || len(front) < 2; i++ {
+		id := "w" + strconv.Itoa(i)
+		switch x.hash(id) & last {
+		case last:
+			if len(wrapped) < 4 {
+				wrapped = append(wrapped, id)
+			}
+		case 0:
+			if len(front) < 2 {
+				front = append(front, id)
+			}
+		}
+	}
+	x.remove("grow", src)
+	// Slots 15, 0, 1, 2 take the wrapped ids; then the front ids, homed
+	// at 0, go to 3 and 4.
+	for _, id := range append(append([]string{}, wrapped...), front...) {
+		set(id)
+	}
+	if x.seqs[last] == 0 || x.seqs[0] == 0 || x.seqs[4] == 0 {
+		t.Fatalf("probe runs did not wrap: slots %v", x.seqs)
+	}
+	kept := map[string]bool{}
+	for _, id := range append(append([]string{}, wrapped...), front...) {
+		kept[id] = true
+	}
+	for _, id := range []string{wrapped[0], front[0], wrapped[2], wrapped[1], front[1], wrapped[3]} {
+		x.remove(id, src)
+		delete(kept, id)
+		for k := range kept {
+			if _, ok := x.find(k, src); !ok {
+				t.Fatalf("after removing %s: %s is lost (slots %v)", id, k, x.seqs)
+			}
+		}
+		if _, ok := x.find(id, src); ok || x.len() != len(kept) {
+			t.Fatalf("after removing %s: still found, or %d entries for %d", id, x.len(), len(kept))
+		}
+	}
+}
+
+// TestTokenIndexAddsOutOfOrder: a token added again takes over its pair,
+// a forgotten one's pair comes back to life, and a token below the last
+// is put in its place among the dead pairs; the count stays right through
+// all three and the next squeeze.
+func TestTokenIndexAddsOutOfOrder(t *testing.T) {
+	var x tokenIndex
+	for tok := uint64(10); tok <= 200; tok += 10 {
+		x.add(tok, tok)
+	}
+	x.remove(50)
+	x.remove(60)
+	x.add(40, 7) // again, live: its seq changes
+	x.add(50, 8) // again, dead: it lives again
+	x.add(55, 9) // below the last, beside a dead pair
+	want := map[uint64]uint64{40: 7, 50: 8, 55: 9}
+	for tok := uint64(10); tok <= 200; tok += 10 {
+		if _, ok := want[tok]; !ok && tok != 60 {
+			want[tok] = tok
+		}
+	}
+	check := func(when string) {
+		t.Helper()
+		if x.len() != len(want) {
+			t.Fatalf("%s: %d kept, want %d", when, x.len(), len(want))
+		}
+		for tok := range uint64(210) {
+			got, ok := x.find(tok)
+			if w, kept := want[tok]; ok != kept || got != w {
+				t.Fatalf("%s: find(%d) = %d, %v; want %d, %v", when, tok, got, ok, w, kept)
+			}
+		}
+		for i := 1; i < len(x.pairs); i++ {
+			if x.pairs[i].token <= x.pairs[i-1].token {
+				t.Fatalf("%s: pairs out of order at %d: %v", when, i, x.pairs)
+			}
+		}
+	}
+	check("after the adds")
+	x.squeeze()
+	check("after a squeeze")
+	if len(x.pairs) != len(want) {
+		t.Fatalf("%d pairs after a squeeze, %d kept", len(x.pairs), len(want))
+	}
+}

@@ -89,6 +89,17 @@ func TestRestoreRefusesLies(t *testing.T) {
 		"token above counter": func(h *snapHeader, jobs []*Job, _ []*Event) {
 			leased(jobs).Leases[0].Token = h.lastToken + 1
 		},
+		"one id, two jobs": func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[1].ID = jobs[0].ID },
+		"one token, two leases": func(_ *snapHeader, jobs []*Job, _ []*Event) {
+			first := leased(jobs)
+			for _, j := range jobs {
+				if j != first && len(j.Leases) > 0 {
+					j.Leases[0].Token = first.Leases[0].Token
+					return
+				}
+			}
+			panic("one job with a lease")
+		},
 	}
 	target := busyMachine(t)
 	target.do(&SubmitJob{Spec: spec("only-in-target")})
