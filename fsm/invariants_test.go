@@ -1,0 +1,88 @@
+package fsm
+
+import (
+	"math"
+	"strings"
+	"testing"
+)
+
+// TestCheckFindsQueueIndexDamage: the state's check finds a queued job
+// missing from its ready heap or from its queue's ready order, and lets
+// pass what those may hold besides (a job listed twice, a stale entry).
+func TestCheckFindsQueueIndexDamage(t *testing.T) {
+	readyJob := func(s *state, seq uint64) *Job {
+		if j := s.job(seq); j != nil && j.State == JobQueued && !s.delayedJob(j) {
+			return j
+		}
+		return nil
+	}
+	damage := map[string]struct {
+		edit func(t *testing.T, s *state)
+		want string // in the error; "" for none
+	}{
+		"ready heap loses a job": {func(t *testing.T, s *state) {
+			for _, kinds := range s.ready {
+				for _, h := range kinds {
+					for i, it := range h.items {
+						if readyJob(s, it.seq) != nil {
+							h.items = append(h.items[:i], h.items[i+1:]...)
+							return
+						}
+					}
+				}
+			}
+			t.Fatal("no ready job in a ready heap")
+		}, "belong to it"},
+		"ready heap lists a job twice": {func(t *testing.T, s *state) {
+			for _, kinds := range s.ready {
+				for _, h := range kinds {
+					for _, it := range h.items {
+						if readyJob(s, it.seq) != nil {
+							h.items = append(h.items, it)
+							return
+						}
+					}
+				}
+			}
+			t.Fatal("no ready job in a ready heap")
+		}, ""},
+		"ready order loses a job": {func(t *testing.T, s *state) {
+			for _, qc := range s.queues {
+				// The last entry goes without breaking the heap's order.
+				if n := len(qc.since); n > 1 {
+					if it := qc.since[n-1]; readyJob(s, it.seq) != nil && readySince(s.job(it.seq)) == it.at {
+						qc.since = qc.since[:n-1]
+						return
+					}
+				}
+			}
+			t.Fatal("no queue whose ready order ends with a ready job")
+		}, "missing from its ready order"},
+		"ready order holds a stale entry": {func(t *testing.T, s *state) {
+			for _, qc := range s.queues {
+				if len(qc.since) > 0 {
+					qc.since = append(qc.since, readyItem{at: math.MaxInt64, seq: 1})
+					return
+				}
+			}
+			t.Fatal("no queue with a ready order")
+		}, ""},
+	}
+	for name, d := range damage {
+		t.Run(name, func(t *testing.T) {
+			m := busyMachine(t)
+			s := m.f.st
+			if err := s.check(); err != nil {
+				t.Fatalf("before the damage: %v", err)
+			}
+			d.edit(t, s)
+			err := s.check()
+			switch {
+			case d.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case d.want != "" && (err == nil || !strings.Contains(err.Error(), d.want)):
+				t.Fatalf("check: %v; want an error naming %q", err, d.want)
+			}
+		})
+	}
+}
