@@ -77,7 +77,13 @@ type Config struct {
 	CommitTimeout      time.Duration
 	// Snapshots: every SnapshotInterval, if SnapshotThreshold entries were
 	// written since the last; TrailingLogs entries stay after a snapshot;
-	// SnapshotRetain snapshots are kept on disk.
+	// SnapshotRetain snapshots are kept on disk. A node that starts reads
+	// every entry after its newest snapshot twice before it serves (its
+	// storage check, then Raft's search for configurations), and applies
+	// them after: the interval bounds that log under load. 30 s (as
+	// Consul's default) rather than Raft's 120 s: a follower restarted
+	// with a million jobs, after 3 minutes of writes at 1,300 entries a
+	// second, spent 6 of its 12 s to ready reading those entries.
 	SnapshotInterval  time.Duration
 	SnapshotThreshold uint64
 	TrailingLogs      uint64
@@ -149,7 +155,7 @@ func DefaultConfig() Config {
 		ElectionTimeout:    300 * time.Millisecond,
 		LeaderLeaseTimeout: 300 * time.Millisecond,
 		CommitTimeout:      50 * time.Millisecond,
-		SnapshotInterval:   120 * time.Second,
+		SnapshotInterval:   30 * time.Second,
 		SnapshotThreshold:  8192,
 		TrailingLogs:       10240,
 		SnapshotRetain:     2,
