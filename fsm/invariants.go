@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -433,14 +434,21 @@ func (s *state) checkQueues(want map[string]*queueCounts, fail func(string, ...a
 			}
 		}
 		// Every ready job is in the ready order (which may also hold stale
-		// entries): both sorted and walked together. A map of the order's
-		// entries would cost several times the sorts at a million jobs.
+		// entries): both sorted by seq, then time, and walked together. A
+		// map of the order's entries would cost several times the sort at
+		// a million jobs.
 		held := slices.Clone(qc.since)
-		slices.SortFunc(held, readyItem.compare)
-		slices.SortFunc(w.since, readyItem.compare)
+		bySeq := func(a, b readyItem) int {
+			if c := cmp.Compare(a.seq, b.seq); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.at, b.at)
+		}
+		slices.SortFunc(held, bySeq)
+		slices.SortFunc(w.since, bySeq) // in seq order already: a sort's check
 		k := 0
 		for _, it := range w.since {
-			for k < len(held) && held[k].compare(it) < 0 {
+			for k < len(held) && bySeq(held[k], it) < 0 {
 				k++
 			}
 			if k == len(held) || held[k] != it {
