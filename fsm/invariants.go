@@ -436,7 +436,10 @@ func (s *state) checkQueues(want map[string]*queueCounts, fail func(string, ...a
 		// Every ready job is in the ready order (which may also hold stale
 		// entries): both sorted by seq, then time, and walked together. A
 		// map of the order's entries would cost several times the sort at
-		// a million jobs.
+		// a million jobs. Seq first, not the queue's own order (time first),
+		// because w.since comes in seq order: its sort then costs nothing
+		// (BenchmarkRestore1M: the check 0.8-1.1 s, against 1.1-1.2 s
+		// sorting both by readyItem.compare).
 		held := slices.Clone(qc.since)
 		bySeq := func(a, b readyItem) int {
 			if c := cmp.Compare(a.seq, b.seq); c != 0 {
