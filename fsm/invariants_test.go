@@ -58,10 +58,22 @@ func TestCheckFindsQueueIndexDamage(t *testing.T) {
 			}
 			t.Fatal("no queue whose ready order ends with a ready job")
 		}, "missing from its ready order"},
+		"ready order lists a job at the wrong time": {func(t *testing.T, s *state) {
+			for _, qc := range s.queues {
+				// A later time on the last entry keeps the heap's order.
+				if n := len(qc.since); n > 1 {
+					if it := qc.since[n-1]; readyJob(s, it.seq) != nil && readySince(s.job(it.seq)) == it.at {
+						qc.since[n-1].at++
+						return
+					}
+				}
+			}
+			t.Fatal("no queue whose ready order ends with a ready job")
+		}, "missing from its ready order"},
 		"ready order holds a stale entry": {func(t *testing.T, s *state) {
 			for _, qc := range s.queues {
 				if len(qc.since) > 0 {
-					qc.since = append(qc.since, readyItem{at: math.MaxInt64, seq: 1})
+					qc.since = append(qc.since, readyItem{at: math.MaxInt64, seq: qc.since[0].seq})
 					return
 				}
 			}
