@@ -226,7 +226,9 @@ func (h *workerHarness) newWorker(opts client.WorkerOptions) *client.Worker {
 	if opts.ID == "" {
 		opts.ID = workerID
 	}
-	opts.Logger = hclog.New(&hclog.LoggerOptions{Name: h.t.Name(), Output: h.t.Output(), Level: hclog.Warn})
+	if opts.Logger == nil {
+		opts.Logger = hclog.New(&hclog.LoggerOptions{Name: h.t.Name(), Output: h.t.Output(), Level: hclog.Warn})
+	}
 	w, err := client.NewWorker(opts)
 	if err != nil {
 		h.t.Fatalf("NewWorker: %v", err)

@@ -31,6 +31,10 @@ type task struct {
 	// reporting is set, under Worker.mu, once the handler has returned and
 	// its report is being sent: a heartbeat's "lost" no longer cancels it.
 	reporting bool
+	// answered is set, under Worker.mu, when the cluster answers the
+	// report: the lease has ended and its slot is free, though the task
+	// stays in Worker.tasks until its goroutine ends (Worker.answered).
+	answered bool
 	// killed closes when the server kills the job, even after a cancel
 	// already ended ctx (see Killed); guarded by Worker.mu.
 	killed     chan struct{}
@@ -128,6 +132,9 @@ func (w *Worker) runTask(t *task) {
 	t.endLease()
 	w.mu.Lock()
 	delete(w.tasks, t.job.Token)
+	if t.answered {
+		w.answered--
+	}
 	broadcast(&w.freed)
 	w.mu.Unlock()
 }
@@ -168,20 +175,20 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 	ctx, cancel := context.WithTimeout(t.lease, bound)
 	defer cancel()
 
-	resp, err := w.reportNext(ctx, req)
+	resp, err := w.reportNext(ctx, t, req)
 	if err != nil && req.RetryAfter != nil && (errors.Is(err, ErrUpgradeRequired) || refusedField(err, "9", "retry_after")) {
 		// A cluster whose voters cannot all apply a snooze yet (or a node
 		// of a build before it): the same report without its delay, so the
 		// job retries by its policy instead of its lease being dropped.
 		w.log.Warn("snooze refused by the cluster; reporting a plain retryable failure", "job_id", t.job.ID, "token", t.job.Token, "error", err)
 		req.RetryAfter = nil
-		resp, err = w.reportNext(ctx, req)
+		resp, err = w.reportNext(ctx, t, req)
 	}
 	if err != nil && req.Next != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
 		// A refused next acquire is no reason to fail the job: the
 		// report alone.
 		req.Next = nil
-		resp, err = w.reportNext(ctx, req)
+		resp, err = w.reportNext(ctx, t, req)
 	}
 	if err != nil && (errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLarge)) {
 		// Refused by validation, so never recorded: end the lease with a
@@ -195,7 +202,7 @@ func (w *Worker) report(t *task, res Result, herr, cause error) {
 			Outcome:  leaseholdv1.Outcome_OUTCOME_FAILED,
 			Message:  clip("the handler's report was refused: "+err.Error(), rules.MaxMessageLen),
 		}
-		resp, err = w.reportNext(ctx, req)
+		resp, err = w.reportNext(ctx, t, req)
 	}
 	switch {
 	case err == nil:
@@ -218,7 +225,10 @@ func (w *Worker) nextLocked() *leaseholdv1.AcquireRequest {
 	if w.acquiring != "" || w.selfStopped || w.soft == nil || w.soft.Err() != nil {
 		return nil
 	}
-	room := w.capacity - len(w.tasks) + 1 - len(w.nexts)
+	// The reporting task's own slot, and those of tasks whose reports
+	// were answered but which have not yet left w.tasks (a report's next
+	// job can finish and report before the task it replaced has gone).
+	room := w.capacity - (len(w.tasks) - w.answered) + 1 - len(w.nexts)
 	if room <= 0 {
 		return nil
 	}
@@ -236,7 +246,7 @@ func (w *Worker) nextLocked() *leaseholdv1.AcquireRequest {
 
 // reportNext sends a report, and its next acquire when it has one, whose
 // grants it admits as the acquire loop does its own.
-func (w *Worker) reportNext(ctx context.Context, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
+func (w *Worker) reportNext(ctx context.Context, t *task, req *leaseholdv1.ReportRequest) (*leaseholdv1.ReportResponse, error) {
 	next := req.Next
 	var nextDone func(proto.Message, error)
 	if next != nil {
@@ -251,6 +261,11 @@ func (w *Worker) reportNext(ctx context.Context, req *leaseholdv1.ReportRequest)
 	resp, err := w.c.Report(ctx, req)
 	ended(done, resp, err)
 	if next == nil {
+		if err == nil {
+			w.mu.Lock()
+			w.answeredLocked(t)
+			w.mu.Unlock()
+		}
 		return resp, err
 	}
 	granted := resp.GetNext()
@@ -263,10 +278,19 @@ func (w *Worker) reportNext(ctx context.Context, req *leaseholdv1.ReportRequest)
 	w.mu.Lock()
 	delete(w.nexts, next.RequestId)
 	if err == nil {
+		w.answeredLocked(t)
 		w.admitLocked(w.soft, granted.GetGrants())
 	}
 	w.mu.Unlock()
 	return resp, err
+}
+
+// answeredLocked counts t's slot free: the cluster answered its report.
+func (w *Worker) answeredLocked(t *task) {
+	if !t.answered {
+		t.answered = true
+		w.answered++
+	}
 }
 
 // release gives a lease back and waits for the answer.

@@ -117,6 +117,7 @@ type Worker struct {
 	acquiring   string             // request id of the acquire in flight
 	stopAcquire context.CancelFunc // cancels it
 	nexts       map[string]bool    // request ids of reports' next acquires in flight
+	answered    int                // tasks in tasks whose reports were answered (task.answered)
 	// soft is Run's context: once it ends, grants are released, not run.
 	soft  context.Context
 	acked chan struct{} // closed and replaced at every ack

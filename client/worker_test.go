@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
@@ -722,7 +723,7 @@ func TestWorkerSnoozeFallsBackBelowLevel5(t *testing.T) {
 // answers without one: the loop acquires as before.
 func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
 	h := newWorkerHarness(t)
-	hold := make(chan struct{})
+	hold, secondReport := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
 	var nexts []*leaseholdv1.AcquireRequest
 	h.node.on("Report", func(_ context.Context, msg proto.Message, _ http.Header) (proto.Message, error) {
@@ -732,6 +733,9 @@ func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
 		mu.Lock()
 		nexts = append(nexts, req.GetNext())
 		first := len(nexts) == 1
+		if len(nexts) == 2 {
+			close(secondReport)
+		}
 		mu.Unlock()
 		if first && req.GetNext() != nil {
 			// j2 goes to the report's acquire; a heartbeat sees it first.
@@ -745,7 +749,21 @@ func TestWorkerTakesTheNextJobInItsReport(t *testing.T) {
 	})
 	ran := make(chan string, 4)
 	h.grants <- grant("j1", "k", 11, "")
-	w := h.run(client.WorkerOptions{Handlers: map[string]client.Handler{"k": func(_ context.Context, job *client.Job) (client.Result, error) {
+	// The worker logs j1's report once answered, before j1's task has left
+	// it. Held there until j2's report is sent, j2's report must still see
+	// a free slot: j1's, answered (it failed so: "report 2 carried next
+	// <nil>").
+	gate := writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "reported") && strings.Contains(string(p), "job_id=j1") {
+			select {
+			case <-secondReport:
+			case <-time.After(5 * time.Second):
+			}
+		}
+		return len(p), nil
+	})
+	logger := hclog.New(&hclog.LoggerOptions{Name: "worker", Output: gate, Level: hclog.Info})
+	w := h.run(client.WorkerOptions{Logger: logger, Handlers: map[string]client.Handler{"k": func(_ context.Context, job *client.Job) (client.Result, error) {
 		ran <- job.ID
 		return client.Result{}, nil
 	}}})
@@ -819,3 +837,8 @@ func TestReportNextFallsBackOnAnOlderServer(t *testing.T) {
 		t.Fatalf("sent %v, want %v", sent, want)
 	}
 }
+
+// writerFunc is an io.Writer made of a function.
+type writerFunc func(p []byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
