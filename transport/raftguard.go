@@ -57,6 +57,14 @@ type RaftGuard struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	// Heartbeats run raft's handler on the transport's own goroutines,
+	// which raft's Shutdown does not wait for: Close waits for those in
+	// flight (hb), and refuses later ones, so that nothing writes a term
+	// to a store closed after Close returns.
+	hbMu     sync.Mutex
+	hbClosed bool
+	hb       sync.WaitGroup
+
 	drops [numRaftKinds]atomic.Uint64
 }
 
@@ -130,6 +138,10 @@ func (g *RaftGuard) Close() error {
 		if c, ok := g.inner.(raft.WithClose); ok {
 			err = c.Close()
 		}
+		g.hbMu.Lock()
+		g.hbClosed = true
+		g.hbMu.Unlock()
+		g.hb.Wait()
 		close(g.done)
 		g.wg.Wait()
 		// A closed inner queues nothing new; answer what it already holds.
@@ -161,6 +173,15 @@ func (g *RaftGuard) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
 		return
 	}
 	g.inner.SetHeartbeatHandler(func(rpc raft.RPC) {
+		g.hbMu.Lock()
+		if g.hbClosed {
+			g.hbMu.Unlock()
+			rpc.Respond(nil, raft.ErrTransportShutdown)
+			return
+		}
+		g.hb.Add(1)
+		g.hbMu.Unlock()
+		defer g.hb.Done()
 		if r, ok := checkRaftCommand(rpc.Command); !ok {
 			if r.kind == kindAppendEntries {
 				r.kind = kindHeartbeat

@@ -679,6 +679,58 @@ func TestRaftGuard_HeartbeatHandler(t *testing.T) {
 	}
 }
 
+// Raft's heartbeat handler runs on the transport's goroutines, which raft's
+// Shutdown does not wait for: one still running after the node closed its
+// stores wrote a term to a closed store (a panic in make test: "failed to
+// save current term: closed"). Close waits for the heartbeats in flight and
+// refuses later ones.
+func TestRaftGuard_CloseWaitsForHeartbeats(t *testing.T) {
+	inner := newFakeInner(0)
+	g, err := GuardRaft(inner, testLogger(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var calls atomic.Int32
+	g.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if calls.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+	})
+	hb := inner.heartbeatHandler()
+	rpc, answer := rpcWithAnswer(&raft.AppendEntriesRequest{Term: 3})
+	go hb(rpc)
+	<-entered
+
+	closed := make(chan struct{})
+	go func() {
+		g.Close()
+		close(closed)
+	}()
+	waitFor(t, "Close to refuse new heartbeats", func() bool {
+		g.hbMu.Lock()
+		defer g.hbMu.Unlock()
+		return g.hbClosed
+	})
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a heartbeat was in raft's handler")
+	default:
+	}
+	late, lateAnswer := rpcWithAnswer(&raft.AppendEntriesRequest{Term: 3})
+	hb(late)
+	if resp := <-lateAnswer; !errors.Is(resp.Error, raft.ErrTransportShutdown) || calls.Load() != 1 {
+		t.Fatalf("heartbeat after Close: answer %+v, handler called %d times", resp, calls.Load())
+	}
+	close(release)
+	if resp := <-answer; resp.Error != nil {
+		t.Fatalf("the heartbeat in flight: %+v", resp)
+	}
+	<-closed
+}
+
 // A refusal is logged once at Warn with the field, the value and the
 // sender, whose name is bounded and printable whatever the header holds.
 func TestRaftGuard_LogsRefusal(t *testing.T) {
