@@ -16,59 +16,53 @@ func TestCheckFindsQueueIndexDamage(t *testing.T) {
 		}
 		return nil
 	}
+	// readyInHeap finds a ready heap and the index of a ready job in it.
+	readyInHeap := func(t *testing.T, s *state) (*jobHeap, int) {
+		for _, kinds := range s.ready {
+			for _, h := range kinds {
+				for i, it := range h.items {
+					if readyJob(s, it.seq) != nil {
+						return h, i
+					}
+				}
+			}
+		}
+		t.Fatal("no ready job in a ready heap")
+		return nil, 0
+	}
+	// endsReady finds a queue whose ready order ends with a ready job's
+	// entry: its last entry, which can go or take a later time without
+	// breaking the heap's order.
+	endsReady := func(t *testing.T, s *state) *queueCounts {
+		for _, qc := range s.queues {
+			if n := len(qc.since); n > 1 {
+				if it := qc.since[n-1]; readyJob(s, it.seq) != nil && readySince(s.job(it.seq)) == it.at {
+					return qc
+				}
+			}
+		}
+		t.Fatal("no queue whose ready order ends with a ready job")
+		return nil
+	}
 	damage := map[string]struct {
 		edit func(t *testing.T, s *state)
 		want string // in the error; "" for none
 	}{
 		"ready heap loses a job": {func(t *testing.T, s *state) {
-			for _, kinds := range s.ready {
-				for _, h := range kinds {
-					for i, it := range h.items {
-						if readyJob(s, it.seq) != nil {
-							h.items = append(h.items[:i], h.items[i+1:]...)
-							return
-						}
-					}
-				}
-			}
-			t.Fatal("no ready job in a ready heap")
+			h, i := readyInHeap(t, s)
+			h.items = append(h.items[:i], h.items[i+1:]...)
 		}, "belong to it"},
 		"ready heap lists a job twice": {func(t *testing.T, s *state) {
-			for _, kinds := range s.ready {
-				for _, h := range kinds {
-					for _, it := range h.items {
-						if readyJob(s, it.seq) != nil {
-							h.items = append(h.items, it)
-							return
-						}
-					}
-				}
-			}
-			t.Fatal("no ready job in a ready heap")
+			h, i := readyInHeap(t, s)
+			h.items = append(h.items, h.items[i])
 		}, ""},
 		"ready order loses a job": {func(t *testing.T, s *state) {
-			for _, qc := range s.queues {
-				// The last entry goes without breaking the heap's order.
-				if n := len(qc.since); n > 1 {
-					if it := qc.since[n-1]; readyJob(s, it.seq) != nil && readySince(s.job(it.seq)) == it.at {
-						qc.since = qc.since[:n-1]
-						return
-					}
-				}
-			}
-			t.Fatal("no queue whose ready order ends with a ready job")
+			qc := endsReady(t, s)
+			qc.since = qc.since[:len(qc.since)-1]
 		}, "missing from its ready order"},
 		"ready order lists a job at the wrong time": {func(t *testing.T, s *state) {
-			for _, qc := range s.queues {
-				// A later time on the last entry keeps the heap's order.
-				if n := len(qc.since); n > 1 {
-					if it := qc.since[n-1]; readyJob(s, it.seq) != nil && readySince(s.job(it.seq)) == it.at {
-						qc.since[n-1].at++
-						return
-					}
-				}
-			}
-			t.Fatal("no queue whose ready order ends with a ready job")
+			qc := endsReady(t, s)
+			qc.since[len(qc.since)-1].at++
 		}, "missing from its ready order"},
 		"ready order holds a stale entry": {func(t *testing.T, s *state) {
 			for _, qc := range s.queues {
