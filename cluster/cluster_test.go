@@ -35,14 +35,27 @@ func spec(id string, policy fsm.LostPolicy) fsm.JobSpec {
 // do proposes on the current leader, retrying while leadership moves.
 func do(t testing.TB, c *clustertest.Cluster, cmd fsm.Command) any {
 	t.Helper()
+	var v any
+	err := retryOnLeader(c, func(n *clustertest.Node) (err error) {
+		v, err = n.Apply(ctx(t), cmd)
+		return err
+	})
+	if err != nil {
+		t.Fatalf("%T: %v", cmd, err)
+	}
+	return v
+}
+
+// retryOnLeader runs op on the current leader until it succeeds or fails
+// for a reason other than leadership moving (not the leader, none yet, not
+// ready, or lost while committing: a proposal whose outcome was lost is
+// proposed again, so op must be idempotent), and returns its last error.
+func retryOnLeader(c *clustertest.Cluster, op func(*clustertest.Node) error) error {
 	for try := 0; ; try++ {
-		v, err := c.Leader().Apply(ctx(t), cmd)
-		if err == nil {
-			return v
-		}
-		if try > 20 || !(errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader) ||
+		err := op(c.Leader())
+		if err == nil || try > 20 || !(errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader) ||
 			errors.Is(err, cluster.ErrNotReady) || errors.Is(err, cluster.ErrLeadershipLost)) {
-			t.Fatalf("%T: %v", cmd, err)
+			return err
 		}
 	}
 }

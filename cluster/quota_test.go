@@ -29,18 +29,25 @@ func eventsOf(n *clustertest.Node, typ fsm.EventType) int {
 func TestStateQuota(t *testing.T) {
 	const quota = 4 << 20
 	c := clustertest.New(t, 3, func(_ int, cfg *cluster.Config) { cfg.StateQuotaBytes = quota })
-	leader := c.Leader()
 	big := func(id string) fsm.JobSpec {
 		s := spec(id, fsm.LostRequeue)
 		s.Payload = make([]byte, fsm.MaxPayloadLen)
 		return s
 	}
+	// Entries of 256 KiB under -race on two cores can cost the leader its
+	// lease (CI lost it once, 13 submits in); a submit is idempotent, so one
+	// whose outcome was lost is proposed again on the next leader.
+	submit := func(id string) error {
+		return retryOnLeader(c, func(n *clustertest.Node) error {
+			_, err := n.Apply(ctx(t), &fsm.SubmitJob{Spec: big(id)})
+			return err
+		})
+	}
 	var accepted []string
 	var refused error
 	for i := range 100 {
 		id := fmt.Sprintf("big-%03d", i)
-		_, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big(id)})
-		if err != nil {
+		if err := submit(id); err != nil {
 			refused = err
 			break
 		}
@@ -49,13 +56,15 @@ func TestStateQuota(t *testing.T) {
 	if !errors.Is(refused, cluster.ErrQuotaExceeded) {
 		t.Fatalf("after %d submits: %v, want ErrQuotaExceeded", len(accepted), refused)
 	}
+	leader := c.Leader()
 	if size := leader.FSM().Bytes(); size > quota+fsm.MaxPayloadLen+4096 {
 		t.Fatalf("state %d bytes, quota %d", size, quota)
 	}
 	// An idempotent resubmit of an existing job still passes.
-	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big(accepted[0])}); err != nil {
+	if err := submit(accepted[0]); err != nil {
 		t.Fatalf("resubmit of an existing job: %v", err)
 	}
+	leader = c.Leader()
 	c.Step(leader.Index, c.Tick(leader.Index))
 	c.WaitFor(10*time.Second, "the alarm", func() bool { return eventsOf(leader, fsm.EventQuotaExceeded) == 1 })
 
@@ -64,9 +73,10 @@ func TestStateQuota(t *testing.T) {
 		do(t, c, &fsm.Cancel{JobID: id})
 	}
 	do(t, c, &fsm.Compact{JobsBefore: time.Now().Add(time.Hour).UnixNano(), EventsBefore: 0, Limit: fsm.MaxCompactBatch})
+	leader = c.Leader()
 	c.Step(leader.Index, c.Tick(leader.Index))
 	c.WaitFor(10*time.Second, "the alarm cleared", func() bool { return eventsOf(leader, fsm.EventQuotaCleared) == 1 })
-	if _, err := leader.Apply(ctx(t), &fsm.SubmitJob{Spec: big("after")}); err != nil {
+	if err := submit("after"); err != nil {
 		t.Fatalf("submit after the state shrank: %v", err)
 	}
 	c.Converged()

@@ -98,15 +98,8 @@ func busyCluster(t *testing.T) (*clustertest.Cluster, []byte) {
 // leadership moves.
 func onLeader(t testing.TB, c *clustertest.Cluster, op func(*clustertest.Node) error) {
 	t.Helper()
-	for try := 0; ; try++ {
-		err := op(c.Leader())
-		if err == nil {
-			return
-		}
-		if try > 20 || !(errors.Is(err, cluster.ErrNotLeader) || errors.Is(err, cluster.ErrNoLeader) ||
-			errors.Is(err, cluster.ErrNotReady) || errors.Is(err, cluster.ErrLeadershipLost)) {
-			t.Fatal(err)
-		}
+	if err := retryOnLeader(c, op); err != nil {
+		t.Fatal(err)
 	}
 }
 
