@@ -148,7 +148,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return s.guardHost(s.authenticate(mux))
+	return grownStack(s.guardHost(s.authenticate(mux)))
 }
 
 // peerClients are Connect clients of one other node's API, reached over
