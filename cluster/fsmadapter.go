@@ -83,9 +83,10 @@ func (a *raftFSM) Restore(rc io.ReadCloser) error {
 	if a.stopped.Load() {
 		return ErrShutdown
 	}
-	done := raiseGCForRestore()
+	if a.starting.Load() {
+		defer raiseGCForRestore()()
+	}
 	err := a.f.Restore(rc)
-	done()
 	if err != nil && a.starting.Load() {
 		a.restoreErr.CompareAndSwap(nil, &err)
 	}

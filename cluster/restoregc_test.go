@@ -10,13 +10,6 @@ import (
 	"github.com/leasehold/leasehold/fsm"
 )
 
-// gcPercent reads the collector's target (setting it back at once).
-func gcPercent() int {
-	p := debug.SetGCPercent(100)
-	debug.SetGCPercent(p)
-	return p
-}
-
 // readSpy records the collector's target when the restore first reads.
 type readSpy struct {
 	io.Reader
@@ -31,29 +24,33 @@ func (r *readSpy) Read(p []byte) (int, error) {
 
 func (r *readSpy) Close() error { return nil }
 
-// A restore runs with the collector's target raised to restoreGCPercent,
-// and puts back the operator's afterwards: a lower one, a higher one kept
-// as it is, and GOGC=off left off. A failed restore puts it back too.
+// The restore of a starting node runs with the collector's target raised
+// to restoreGCPercent and puts back the operator's afterwards: a lower one,
+// a higher one kept as it is, GOGC=off left off. A failed restore puts it
+// back too. A running node's restore (a snapshot from the leader, its old
+// state still live) keeps the operator's target.
 func TestRestoreRaisesTheGCTarget(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
 	var snap bytes.Buffer
-	src := fsm.New()
-	if _, err := src.Snapshot().WriteTo(&snap); err != nil {
+	if _, err := fsm.New().Snapshot().WriteTo(&snap); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
 		name        string
+		starting    bool
 		set, during int
 		data        []byte
 	}{
-		{"default", 100, restoreGCPercent, snap.Bytes()},
-		{"higher kept", 800, 800, snap.Bytes()},
-		{"off kept", -1, -1, snap.Bytes()},
-		{"failed restore", 50, restoreGCPercent, []byte("not a snapshot")},
+		{"default", true, 100, restoreGCPercent, snap.Bytes()},
+		{"higher kept", true, 800, 800, snap.Bytes()},
+		{"off kept", true, -1, -1, snap.Bytes()},
+		{"failed restore", true, 50, restoreGCPercent, []byte("not a snapshot")},
+		{"running node", false, 100, 100, snap.Bytes()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetGCPercent(tc.set)
 			a := &raftFSM{f: fsm.New(), halt: func(error) {}}
+			a.starting.Store(tc.starting)
 			spy := &readSpy{Reader: bytes.NewReader(tc.data)}
 			err := a.Restore(spy)
 			if (err != nil) != (tc.name == "failed restore") {
@@ -73,13 +70,22 @@ func TestRestoreRaisesTheGCTarget(t *testing.T) {
 // last one ends.
 func TestOverlappingRestoresPutBackTheTarget(t *testing.T) {
 	defer debug.SetGCPercent(debug.SetGCPercent(100))
-	first := raiseGCForRestore()
-	second := raiseGCForRestore()
+	first, second := raiseGCForRestore(), raiseGCForRestore()
+	defer func() { // a failed check must not leave a restore counted
+		if first != nil {
+			first()
+		}
+		if second != nil {
+			second()
+		}
+	}()
 	first()
+	first = nil
 	if got := gcPercent(); got != restoreGCPercent {
 		t.Fatalf("one restore still running, the target is %d", got)
 	}
 	second()
+	second = nil
 	if got := gcPercent(); got != 100 {
 		t.Fatalf("after both, the target is %d, want 100", got)
 	}

@@ -12,9 +12,10 @@ import "net/http"
 // the chain instead, at once to the size the call needs, while it holds
 // only the HTTP/2 server's few frames.
 
-// handlerStackBytes is the frame growStack asks for. From any smaller
-// starting stack the runtime doubles to 16 KiB, a size it keeps in its
-// per-CPU caches, and a call through the API fits in it.
+// handlerStackBytes is the frame growStack asks for. Called at the top of
+// the chain, with at most a few KiB of the stack used, it makes the
+// runtime double a smaller stack to 16 KiB (a size it keeps in per-CPU
+// caches on Linux), in which a call through the API fits.
 const handlerStackBytes = 8 << 10
 
 // stackIndex is read by growStack so that the compiler cannot drop its

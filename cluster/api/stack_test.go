@@ -3,6 +3,8 @@ package api
 import (
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"runtime/debug"
 	"runtime/metrics"
 	"testing"
 	"unsafe"
@@ -40,6 +42,10 @@ func stackMoved(grow bool, depth int) bool {
 // After growStack, a call as deep as a handler's does not grow the stack
 // again; without it, the same call on a fresh goroutine does.
 func TestGrowStackGrowsOnce(t *testing.T) {
+	// A collection may change the size new goroutines start with, or
+	// shrink a stack: none runs during the test.
+	runtime.GC()
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	start := []metrics.Sample{{Name: "/gc/stack/starting-size:bytes"}}
 	metrics.Read(start)
 	if start[0].Value.Kind() == metrics.KindUint64 && start[0].Value.Uint64() >= 2*handlerStackBytes {
@@ -47,7 +53,7 @@ func TestGrowStackGrowsOnce(t *testing.T) {
 	}
 	const depth = handlerStackBytes
 	if !stackMoved(false, depth) {
-		t.Fatalf("a fresh goroutine held %d bytes of calls without growing its stack: the check below would prove nothing", depth)
+		t.Skipf("a fresh goroutine held %d bytes of calls without growing its stack: the check below would prove nothing", depth)
 	}
 	if stackMoved(true, depth) {
 		t.Fatalf("the stack grew again for %d bytes of calls after growStack", depth)
