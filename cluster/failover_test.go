@@ -197,8 +197,12 @@ func runWithWitness(t *testing.T, c *clustertest.Cluster, leader *clustertest.No
 // over seconds.
 func TestMassExpiryInOneTick(t *testing.T) {
 	const workers, per = 2, 2500 // more than one Expire command holds
-	c := clustertest.New(t, 3)
+	// Slow timings: the leases are timed on the leader's clock, so the
+	// leader must stay the leader through thousands of writes (under -race
+	// on two busy cores, 200 ms Raft timings lost it part way).
+	c := clustertest.New(t, 3, clustertest.SlowRaft())
 	leader := c.Leader()
+	tol := c.Config(leader.Index).Toleration
 	do(t, c, &fsm.RegisterWorker{WorkerID: "witness", Capacity: 1})
 	for w := range workers {
 		id := fmt.Sprintf("w%d", w)
@@ -214,7 +218,7 @@ func TestMassExpiryInOneTick(t *testing.T) {
 			}
 		}
 	}
-	runWithWitness(t, c, leader, clustertest.Toleration)
+	runWithWitness(t, c, leader, tol)
 	if n := countEvents(leader, fsm.EventLeaseExpired); n != 0 {
 		t.Fatalf("%d leases expired before their deadline", n)
 	}
