@@ -138,6 +138,11 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
 	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
 	g := acquire(t, old, "w", "r1")
+	// The takeover's own proposals (the voters' level records, the join
+	// audits) are decided while the quorum answers and may land after the
+	// cut: the log is measured once they are in it.
+	levelsRecorded(t, c, old)
+	drainAudits(t, c, old)
 	c.Converged()
 
 	others := isolate(c, old)
@@ -178,6 +183,16 @@ func TestDeposedLeaderCannotAckOrExpire(t *testing.T) {
 	if !errors.Is(err, cluster.ErrNotLeader) {
 		t.Fatalf("deposed leader's apply: %v", err)
 	}
+}
+
+// drainAudits waits until every audit record queued on n before the call
+// is recorded: n records them one at a time, in order, so it waits for
+// one of its own queued behind them.
+func drainAudits(t *testing.T, c *clustertest.Cluster, n *clustertest.Node) {
+	t.Helper()
+	marker := fmt.Sprint(time.Now().UnixNano())
+	n.AuditAsync(fsm.Audit{Action: "test.drain", Actor: "test", Detail: marker})
+	c.WaitFor(10*time.Second, "the audit queue drained", func() bool { return len(auditEvents(n, "test.drain: "+marker)) == 1 })
 }
 
 // runWithWitness advances the leader's clock by total in ticks, with a
