@@ -115,6 +115,16 @@ func TestWorkerListGetDeregister(t *testing.T) {
 	if err := os.WriteFile(never, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The commands end now, and their supervisors (which outlived the
+	// worker) write each job's result into the worker's state directory,
+	// last: waited for, so they write nothing while the test removes it.
+	for _, token := range []uint64{running.Token, runJob.Token} {
+		result := filepath.Join(c.jobsDir("ws"), fmt.Sprint(token), "result")
+		waitFor(t, jobBound, "the supervisor's result", func() error {
+			_, err := os.Stat(result)
+			return err
+		})
+	}
 }
 
 // rowOf returns the fields of the table row whose first field is id.
