@@ -240,10 +240,7 @@ func New(cfg Config) (_ *Node, err error) {
 
 	n.peers = n.mux.RPCClient()
 
-	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.mux.RaftLayer(), MaxPool: 3, Timeout: 10 * time.Second,
-		Logger: n.logger.Named("raft-net"),
-	})
+	n.trans = raft.NewNetworkTransportWithConfig(raftTransportConfig(n.mux.RaftLayer(), n.logger.Named("raft-net")))
 	closers = append(closers, n.trans.Close)
 	// Raft adds to terms without checking for overflow: the guard refuses
 	// RPCs whose terms and indexes no real cluster reaches.
@@ -462,4 +459,26 @@ func sourceDialer(bound net.Addr) transport.Dialer {
 	}
 	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: tcp.IP}}
 	return d.DialContext
+}
+
+// raftTransportConfig is how Raft's RPCs travel to the other members: over
+// the stream layer given, three idle connections kept per member, each
+// RPC bounded by 10 s.
+//
+// Pipelined replication is off (MaxRPCsInFlight below 2). With it on,
+// hashicorp/raft 1.7's pipeline can deadlock: when a follower answers an
+// append with failure (a full disk, a storage error), the pipeline's
+// reader stops, and the sender's next append waits forever on a channel
+// no one reads, while the heartbeats to that follower go on. The follower
+// then never receives another entry and never starts an election that
+// would heal it; the leader's shutdown hangs on the stuck sender. Under
+// -race on two cores our tests hit it several times in an hour. Without
+// the pipeline, the leader sends each follower its next batch when the
+// last is answered, carrying every entry written meanwhile;
+// docs/performance.md has what that costs.
+func raftTransportConfig(stream raft.StreamLayer, logger hclog.Logger) *raft.NetworkTransportConfig {
+	return &raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 3, Timeout: 10 * time.Second, Logger: logger,
+		MaxRPCsInFlight: 1,
+	}
 }
