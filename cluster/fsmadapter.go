@@ -83,9 +83,6 @@ func (a *raftFSM) Restore(rc io.ReadCloser) error {
 	if a.stopped.Load() {
 		return ErrShutdown
 	}
-	if a.starting.Load() {
-		defer raiseGCForRestore()()
-	}
 	err := a.f.Restore(rc)
 	if err != nil && a.starting.Load() {
 		a.restoreErr.CompareAndSwap(nil, &err)
