@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/proccpu"
 )
 
 // Run runs one workload and returns its figures. It cleans up after itself
@@ -180,7 +181,7 @@ type mark struct {
 }
 
 func (e *env) mark(ctx context.Context) mark {
-	m := mark{at: time.Now(), nodes: make([]nodeSample, len(e.cfg.Endpoints)), gen: selfCPU(),
+	m := mark{at: time.Now(), nodes: make([]nodeSample, len(e.cfg.Endpoints)), gen: proccpu.Self(),
 		wire: [2]int64{e.f.wire.requests.Load(), e.f.wire.failures.Load()}}
 	m.host, m.hostOK = hostCPU()
 	for i := range m.nodes {

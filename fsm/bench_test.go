@@ -34,6 +34,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/leasehold/leasehold/internal/proccpu"
 )
 
 const benchPayloadLen = 64
@@ -789,11 +791,11 @@ func BenchmarkRestore1M(b *testing.B) {
 		stop, most := make(chan struct{}), make(chan uint64)
 		go func() { most <- sampleHeapPeak(stop) }()
 		g = New()
-		used := processCPU()
+		used := proccpu.Self()
 		b.StartTimer()
 		err = g.Restore(bufio.NewReaderSize(f, 64<<10))
 		b.StopTimer()
-		cpu += processCPU() - used
+		cpu += proccpu.Self() - used
 		close(stop)
 		peak = max(peak, <-most)
 		f.Close()

@@ -1,15 +1,15 @@
 //go:build unix
 
-package fsm
+package proccpu
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time the process has used, every thread's
-// (getrusage), or 0 where it cannot be read.
-func processCPU() time.Duration {
+// Self is this process's user and system CPU time, every thread's
+// (getrusage); 0 when it cannot be read.
+func Self() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
