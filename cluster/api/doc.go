@@ -15,7 +15,9 @@
 //
 // What a request may say is decided before anything is proposed or
 // forwarded: the codecs refuse fields and enum values the schema does not
-// name (decode.go), each handler's translation refuses missing fields and
+// name (decode.go; a binary request is cleared from its wire bytes,
+// wirecheck.go, and only what that cannot clear is walked field by field),
+// each handler's translation refuses missing fields and
 // what its command cannot say, and the command is validated against the
 // field rules of transport/rules. Every refusal is INVALID_ARGUMENT or
 // TOO_LARGE naming the field in its ErrorDetail.
