@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"hash/maphash"
+	"math/bits"
 	"slices"
 )
 
@@ -71,6 +72,138 @@ func (x *idIndex) set(id string, seq uint64, src idSource) {
 	}
 	x.seqs[i], x.hashes[i] = seq, h
 	x.n++
+}
+
+// idEntry is a job's entry in the id index: its seq and its id's hash.
+type idEntry struct {
+	hash uint32
+	seq  uint64
+}
+
+// entry is the index entry of job seq with id.
+func (x *idIndex) entry(id string, seq uint64) idEntry { return idEntry{hash: x.hash(id), seq: seq} }
+
+// sizeFor is the table size set arrives at for n entries: the smallest
+// power of two, at least 16, at most three quarters full.
+func sizeFor(n int) int {
+	size := 16
+	for n*4 > size*3 {
+		size *= 2
+	}
+	return size
+}
+
+// byHome orders entries by their home slot in a table of mask+1 slots:
+// the order in which build and verify sweep the table. It sorts in place,
+// so that a million entries need no second 16 MB: one American flag pass
+// moves each entry into the bucket of the top 11 bits of its home, then
+// each bucket (about 500 entries at a million) is sorted on its own. A
+// comparison sort of the whole slice cost more than the random reads it
+// saved.
+func byHome(entries []idEntry, mask uint32) {
+	const top = 11
+	if len(entries) < 2 {
+		return
+	}
+	shift := max(bits.Len32(mask)-top, 0)
+	digit := func(e idEntry) int { return int((e.hash & mask) >> shift) }
+	var next, end [1 << top]int
+	for _, e := range entries {
+		end[digit(e)]++
+	}
+	at := 0
+	for d, n := range end {
+		next[d], end[d] = at, at+n
+		at += n
+	}
+	for d := range next {
+		for next[d] < end[d] {
+			// The entry at the bucket's next place goes to its own bucket's,
+			// and whatever was there comes here to be placed in turn.
+			if k := digit(entries[next[d]]); k != d {
+				entries[next[d]], entries[next[k]] = entries[next[k]], entries[next[d]]
+				next[k]++
+				continue
+			}
+			next[d]++
+		}
+	}
+	if shift == 0 {
+		return // one home per bucket: sorted
+	}
+	byLow := func(a, b idEntry) int { return cmpU64(uint64(a.hash&mask), uint64(b.hash&mask)) }
+	lo := 0
+	for _, hi := range end {
+		if hi-lo > 1 {
+			slices.SortFunc(entries[lo:hi], byLow)
+		}
+		lo = hi
+	}
+}
+
+// build fills an empty index with entries (a restore's jobs, in any order;
+// the slice is reordered) as set would one by one in seq order: an id
+// given twice names the higher seq. But the table is sized for all of them at once,
+// and they go in in the order of their home slots, so the writes sweep
+// the table once instead of landing at random: a million jobs' table is
+// 24 MB, far beyond the caches.
+func (x *idIndex) build(entries []idEntry, src idSource) {
+	if x.n != 0 {
+		panic("fsm: build on a non-empty id index")
+	}
+	if len(entries) == 0 {
+		return
+	}
+	size := sizeFor(len(entries))
+	x.seqs, x.hashes = make([]uint64, size), make([]uint32, size)
+	mask := uint32(size - 1)
+	byHome(entries, mask)
+	for _, e := range entries {
+		if e.seq == 0 {
+			panic("fsm: job seq 0")
+		}
+		i := e.hash & mask
+		for ; x.seqs[i] != 0; i = (i + 1) & mask {
+			if x.hashes[i] == e.hash && src.idOf(x.seqs[i]) == src.idOf(e.seq) {
+				break
+			}
+		}
+		switch {
+		case x.seqs[i] == 0:
+			x.seqs[i], x.hashes[i] = e.seq, e.hash
+			x.n++
+		case e.seq > x.seqs[i]: // the same id again: the higher seq names it
+			x.seqs[i] = e.seq
+		}
+	}
+}
+
+// verify calls bad for each entry (a check's, one per kept job; the slice
+// is reordered) that find would not answer with the entry's own seq, with
+// what find answers instead. It answers as find does, entry by entry, but
+// in the order of their home slots, so its reads sweep the table once.
+func (x *idIndex) verify(entries []idEntry, src idSource, bad func(seq, found uint64)) {
+	if len(x.seqs) == 0 {
+		for _, e := range entries {
+			bad(e.seq, 0)
+		}
+		return
+	}
+	mask := uint32(len(x.seqs) - 1)
+	byHome(entries, mask)
+	for _, e := range entries {
+		var found uint64
+		for i := e.hash & mask; x.seqs[i] != 0; i = (i + 1) & mask {
+			// The job's own seq needs no reading of its id.
+			if x.hashes[i] == e.hash && (x.seqs[i] == e.seq || src.idOf(x.seqs[i]) == src.idOf(e.seq)) {
+				found = x.seqs[i]
+				break
+			}
+		}
+		if found != e.seq {
+			bad(e.seq, found)
+		}
+	}
 }
 
 // remove deletes id, if kept. Linear probing needs no tombstones: the

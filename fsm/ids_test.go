@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"testing"
 )
@@ -253,5 +254,113 @@ func TestTokenIndexAddsOutOfOrder(t *testing.T) {
 	check("after a squeeze")
 	if len(x.pairs) != len(want) {
 		t.Fatalf("%d pairs after a squeeze, %d kept", len(x.pairs), len(want))
+	}
+}
+
+// TestIDIndexBuild: an index built at once from a restore's entries finds
+// what one filled by set in seq order finds (an id given twice names the
+// higher seq), and verify finds nothing wrong with
+// either; on small tables, so that probe runs wrap and overlap.
+func TestIDIndexBuild(t *testing.T) {
+	// The size set arrives at after n sets of distinct ids.
+	sizedFor := func(n int) []uint64 {
+		x, src := newIDIndex(), seqIDs{}
+		for i := range n {
+			src[uint64(i+1)] = strconv.Itoa(i)
+			x.set(src[uint64(i+1)], uint64(i+1), src)
+		}
+		return x.seqs
+	}
+	for _, n := range []int{0, 1, 12, 13, 40, 3000} {
+		t.Run(strconv.Itoa(n), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(n), 2))
+			src := seqIDs{}
+			bySet := newIDIndex()
+			built := idIndex{seed: bySet.seed}
+			want := map[string]uint64{}
+			var entries []idEntry
+			for i := range n {
+				seq := uint64(i + 1)
+				id := "job-" + strconv.Itoa(rng.IntN(n*3/4+1)) // some ids twice
+				src[seq] = id
+				bySet.set(id, seq, src)
+				want[id] = seq
+				entries = append(entries, built.entry(id, seq))
+			}
+			rng.Shuffle(len(entries), func(i, k int) { entries[i], entries[k] = entries[k], entries[i] })
+			built.build(slices.Clone(entries), src)
+			// build sizes the table for every entry it is given, duplicates
+			// included (a restore's check refuses those anyway).
+			if built.len() != len(want) || bySet.len() != len(want) || len(built.seqs) != len(sizedFor(n)) {
+				t.Fatalf("built: %d entries in %d slots; by set: %d in %d; want %d entries",
+					built.len(), len(built.seqs), bySet.len(), len(bySet.seqs), len(want))
+			}
+			for id, seq := range want {
+				if got, ok := built.find(id, src); !ok || got != seq {
+					t.Fatalf("find(%s) = %d, %v in the built index; want %d", id, got, ok, seq)
+				}
+			}
+			// verify takes one entry per kept job: the seqs the ids name.
+			var kept []idEntry
+			for id, seq := range want {
+				kept = append(kept, built.entry(id, seq))
+			}
+			for name, x := range map[string]*idIndex{"built": &built, "by set": &bySet} {
+				x.verify(slices.Clone(kept), src, func(seq, found uint64) {
+					t.Errorf("%s: verify says id %s of seq %d leads to %d", name, src[seq], seq, found)
+				})
+			}
+			// A seq its id does not name (the lower of a twice-given id) is
+			// reported with the seq find answers instead.
+			for _, e := range entries {
+				if id := src[e.seq]; want[id] != e.seq {
+					var reported [][2]uint64
+					built.verify([]idEntry{e}, src, func(seq, found uint64) { reported = append(reported, [2]uint64{seq, found}) })
+					if len(reported) != 1 || reported[0] != [2]uint64{e.seq, want[id]} {
+						t.Fatalf("verify of seq %d (id %s, named by %d): reported %v", e.seq, id, want[id], reported)
+					}
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestByHome: byHome puts entries in the order of their home slots and
+// loses or repeats none, for tables smaller and larger than its buckets.
+func TestByHome(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		n    int
+		mask uint32
+	}{{0, 15}, {1, 15}, {2, 15}, {100, 15}, {5000, 1<<11 - 1}, {5000, 1<<12 - 1}, {100000, 1<<21 - 1}} {
+		entries := make([]idEntry, tc.n)
+		for i := range entries {
+			entries[i] = idEntry{hash: rng.Uint32(), seq: uint64(i + 1)}
+		}
+		want := slices.Clone(entries)
+		slices.SortFunc(want, func(a, b idEntry) int {
+			if c := cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)); c != 0 {
+				return c
+			}
+			return cmpU64(a.seq, b.seq)
+		})
+		byHome(entries, tc.mask)
+		if !slices.IsSortedFunc(entries, func(a, b idEntry) int { return cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)) }) {
+			t.Fatalf("%d entries, mask %#x: not in home order", tc.n, tc.mask)
+		}
+		slices.SortStableFunc(entries, func(a, b idEntry) int { return cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)) })
+		// Within a home the order is free: compare as sets, by seq.
+		for lo := 0; lo < len(entries); {
+			hi := lo + 1
+			for hi < len(entries) && entries[hi].hash&tc.mask == entries[lo].hash&tc.mask {
+				hi++
+			}
+			slices.SortFunc(entries[lo:hi], func(a, b idEntry) int { return cmpU64(a.seq, b.seq) })
+			lo = hi
+		}
+		if !slices.Equal(entries, want) {
+			t.Fatalf("%d entries, mask %#x: entries lost or repeated", tc.n, tc.mask)
+		}
 	}
 }

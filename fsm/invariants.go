@@ -72,6 +72,7 @@ func (s *state) check() error {
 		}
 	}
 	var withTimeout, timing int
+	ids := make([]idEntry, 0, s.jobIDs.len())
 	prevSeq := uint64(0)
 	inTime := func(t int64) bool { return t >= 0 && t <= s.lastTime }
 	if s.lastTime < 0 {
@@ -103,9 +104,7 @@ func (s *state) check() error {
 		}
 		prevSeq = j.Seq
 		jobs++
-		if seq, _ := s.jobIDs.find(j.ID, s); seq != j.Seq {
-			fail("job %s: id index says seq %d, job has %d", j.ID, seq, j.Seq)
-		}
+		ids = append(ids, s.jobIDs.entry(j.ID, j.Seq))
 		if _, ok := jobStateNames[j.State]; !ok {
 			fail("job %s: state %d", j.ID, j.State)
 			return true
@@ -237,6 +236,11 @@ func (s *state) check() error {
 		return true
 	})
 
+	// Every job's id must lead to it: find's answer for each, worked out in
+	// the table's order (ids.go).
+	s.jobIDs.verify(ids, s, func(seq, found uint64) {
+		fail("job %s: id index says seq %d, job has %d", s.idOf(seq), found, seq)
+	})
 	if s.jobIDs.len() != jobs {
 		fail("id index has %d entries for %d jobs", s.jobIDs.len(), jobs)
 	}

@@ -2,14 +2,16 @@ package fsm
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
 )
 
-// TestCheckFindsQueueIndexDamage: the state's check finds a queued job
-// missing from its ready heap or from its queue's ready order, and lets
-// pass what those may hold besides (a job listed twice, a stale entry).
-func TestCheckFindsQueueIndexDamage(t *testing.T) {
+// TestCheckFindsIndexDamage: the state's check finds a queued job missing
+// from its ready heap or from its queue's ready order, and lets pass what
+// those may hold besides (a job listed twice, a stale entry); and it finds
+// a job its id no longer leads to.
+func TestCheckFindsIndexDamage(t *testing.T) {
 	readyJob := func(s *state, seq uint64) *Job {
 		if j := s.job(seq); j != nil && j.State == JobQueued && !s.delayedJob(j) {
 			return j
@@ -64,6 +66,19 @@ func TestCheckFindsQueueIndexDamage(t *testing.T) {
 			qc := endsReady(t, s)
 			qc.since[len(qc.since)-1].at++
 		}, "missing from its ready order"},
+		"id index loses a job": {func(t *testing.T, s *state) {
+			i := slices.IndexFunc(s.jobIDs.seqs, func(seq uint64) bool { return seq != 0 })
+			s.jobIDs.seqs[i] = 0 // a hole the probe stops at, the count unchanged
+		}, "id index says"},
+		"id index swaps two jobs": {func(t *testing.T, s *state) {
+			x := &s.jobIDs
+			i := slices.IndexFunc(x.seqs, func(seq uint64) bool { return seq != 0 })
+			k := len(x.seqs) - 1
+			for x.seqs[k] == 0 {
+				k--
+			}
+			x.seqs[i], x.seqs[k] = x.seqs[k], x.seqs[i]
+		}, "id index says"},
 		"ready order holds a stale entry": {func(t *testing.T, s *state) {
 			for _, qc := range s.queues {
 				if len(qc.since) > 0 {

@@ -452,10 +452,15 @@ func (s *state) rebuildIndexes() {
 	type fin struct{ fseq, seq uint64 }
 	var finished, dead []fin
 	var tokens []leaseEntry
+	njobs := 0
+	for _, sh := range s.shards {
+		njobs += sh.n
+	}
+	ids := make([]idEntry, 0, njobs) // the id index is built at once, after the loop
 	eachJob(s.shards, func(j *Job) bool {
 		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
 		j.Retry = s.internRetry(j.Retry)
-		s.jobIDs.set(j.ID, j.Seq, s)
+		ids = append(ids, s.jobIDs.entry(j.ID, j.Seq))
 		s.counts[j.State]++
 		s.jobEntered(j)
 		if j.timed() {
@@ -489,6 +494,7 @@ func (s *state) rebuildIndexes() {
 		return true
 	})
 	s.tokens = restoredTokens(tokens)
+	s.jobIDs.build(ids, s)
 	// Request ids are keyed per worker, and a worker's tokens for one request
 	// were granted in one acquire: jobs visited in seq order may list them out
 	// of token order, so sort.
