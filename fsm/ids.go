@@ -95,19 +95,30 @@ func sizeFor(n int) int {
 
 // byHome orders entries by their home slot in a table of mask+1 slots:
 // the order in which build and verify sweep the table. It sorts in place,
-// so that a million entries need no second 16 MB: one American flag pass
-// moves each entry into the bucket of the top 11 bits of its home, then
-// each bucket (about 500 entries at a million) is sorted on its own. A
-// comparison sort of the whole slice cost more than the random reads it
-// saved.
+// so that a million entries need no second 16 MB, by radix: a comparison
+// sort of them cost more time than the random reads it saved.
 func byHome(entries []idEntry, mask uint32) {
-	const top = 11
-	if len(entries) < 2 {
+	homeSort(entries, mask, bits.Len32(mask))
+}
+
+// homeSort sorts entries by the bits below hi of their home slot (the
+// bits above are alike): American flag passes, most significant digit
+// first, each digit about as wide as the entries are many, down to runs
+// short enough for insertion.
+func homeSort(entries []idEntry, mask uint32, hi int) {
+	if len(entries) <= 16 || hi == 0 {
+		for i := 1; i < len(entries); i++ {
+			for k := i; k > 0 && entries[k].hash&mask < entries[k-1].hash&mask; k-- {
+				entries[k], entries[k-1] = entries[k-1], entries[k]
+			}
+		}
 		return
 	}
-	shift := max(bits.Len32(mask)-top, 0)
-	digit := func(e idEntry) int { return int((e.hash & mask) >> shift) }
-	var next, end [1 << top]int
+	width := min(hi, bits.Len(uint(len(entries))), 11)
+	shift := hi - width
+	digit := func(e idEntry) int { return int((e.hash & mask) >> shift & (1<<width - 1)) }
+	var nextBuf, endBuf [1 << 11]int
+	next, end := nextBuf[:1<<width], endBuf[:1<<width]
 	for _, e := range entries {
 		end[digit(e)]++
 	}
@@ -129,15 +140,14 @@ func byHome(entries []idEntry, mask uint32) {
 		}
 	}
 	if shift == 0 {
-		return // one home per bucket: sorted
+		return
 	}
-	byLow := func(a, b idEntry) int { return cmpU64(uint64(a.hash&mask), uint64(b.hash&mask)) }
 	lo := 0
-	for _, hi := range end {
-		if hi-lo > 1 {
-			slices.SortFunc(entries[lo:hi], byLow)
+	for _, e := range end {
+		if e-lo > 1 {
+			homeSort(entries[lo:e], mask, shift)
 		}
-		lo = hi
+		lo = e
 	}
 }
 
