@@ -456,9 +456,21 @@ func (s *state) rebuildIndexes() {
 	for _, sh := range s.shards {
 		njobs += sh.n
 	}
-	ids := make([]idEntry, 0, njobs) // the id index is built at once, after the loop
+	ids := make([]idEntry, 0, njobs)  // the id index is built at once, after the loop
+	var queue, kind, submitter string // the job before's, interned
 	eachJob(s.shards, func(j *Job) bool {
-		j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
+		// Jobs in a row mostly share their queue, kind and submitter: the
+		// table is asked only when a name changes.
+		if j.Queue != queue {
+			queue = s.intern(j.Queue)
+		}
+		if j.Kind != kind {
+			kind = s.intern(j.Kind)
+		}
+		if j.Submitter != submitter {
+			submitter = s.intern(j.Submitter)
+		}
+		j.Queue, j.Kind, j.Submitter = queue, kind, submitter
 		j.Retry = s.internRetry(j.Retry)
 		ids = append(ids, s.jobIDs.entry(j.ID, j.Seq))
 		s.counts[j.State]++
