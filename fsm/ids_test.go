@@ -310,6 +310,19 @@ func TestIDIndexBuild(t *testing.T) {
 					t.Errorf("%s: verify says id %s of seq %d leads to %d", name, src[seq], seq, found)
 				})
 			}
+			// An index that counts no entry finds nothing, as find would say,
+			// whatever its slots still hold.
+			emptied := built
+			emptied.n = 0
+			reported := 0
+			emptied.verify(slices.Clone(kept), src, func(_, found uint64) {
+				if found == 0 {
+					reported++
+				}
+			})
+			if reported != len(kept) {
+				t.Fatalf("an index counting no entry: verify reported %d of %d as not found", reported, len(kept))
+			}
 			// A seq its id does not name (the lower of a twice-given id) is
 			// reported with the seq find answers instead.
 			for _, e := range entries {
