@@ -153,10 +153,10 @@ func homeSort(entries []idEntry, mask uint32, hi int) {
 
 // build fills an empty index with entries (a restore's jobs, in any order;
 // the slice is reordered) as set would one by one in seq order: an id
-// given twice names the higher seq. But the table is sized for all of them at once,
-// and they go in in the order of their home slots, so the writes sweep
-// the table once instead of landing at random: a million jobs' table is
-// 24 MB, far beyond the caches.
+// given twice names the higher seq. But the table is sized for all of them
+// at once, and they go in in the order of their home slots, so the writes
+// sweep the table once instead of landing at random: a million jobs' table
+// is 24 MB, far beyond the caches.
 func (x *idIndex) build(entries []idEntry, src idSource) {
 	if x.n != 0 {
 		panic("fsm: build on a non-empty id index")
