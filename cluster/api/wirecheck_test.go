@@ -2,6 +2,7 @@ package api
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,6 +31,11 @@ func apiMessages(t testing.TB) []proto.Message {
 	if len(out) < 20 {
 		t.Fatalf("found only %d API messages", len(out))
 	}
+	// The registry ranges in no fixed order: sort, so a run's mutations
+	// meet the same messages every time.
+	slices.SortFunc(out, func(a, b proto.Message) int {
+		return strings.Compare(string(a.ProtoReflect().Descriptor().FullName()), string(b.ProtoReflect().Descriptor().FullName()))
+	})
 	return out
 }
 
