@@ -138,8 +138,9 @@ func wirePlanOf(md protoreflect.MessageDescriptor) *wirePlan {
 	building := map[protoreflect.MessageDescriptor]*wirePlan{}
 	p := buildWirePlan(md, building)
 	// Published only once complete: a plan under construction is never read.
+	// The mutex is held, so no other plan for these types can appear meanwhile.
 	for d, q := range building {
-		wirePlans.LoadOrStore(d, q)
+		wirePlans.Store(d, q)
 	}
 	return p
 }
