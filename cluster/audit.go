@@ -134,10 +134,8 @@ func (n *Node) leaderPeer() (id, raftAddr string, err error) {
 	if lid == "" {
 		return "", "", ErrNoLeader
 	}
-	for _, s := range n.voters() {
-		if s.ID == lid {
-			return string(s.ID), string(s.Address), nil
-		}
+	if addr, ok := n.voterAddr(lid); ok {
+		return string(lid), addr, nil
 	}
 	return "", "", fmt.Errorf("%w: leader %s is not in the configuration", ErrNoLeader, lid)
 }

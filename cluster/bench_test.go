@@ -136,3 +136,18 @@ func BenchmarkHeartbeat(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkClusterLevel is the leader's answer to "may this entry be
+// proposed": every command's level check, and the API's before it adds a
+// default retry policy to a submitted job, ask it.
+func BenchmarkClusterLevel(b *testing.B) {
+	c := clustertest.New(b, 3)
+	leader := c.Leader()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if leader.ClusterLevel() == 0 {
+			b.Fatal("no level")
+		}
+	}
+}

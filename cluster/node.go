@@ -389,6 +389,21 @@ func (n *Node) stop() error {
 	return errors.Join(errs...)
 }
 
+// voterAddr is the Raft address of the voter id, if id is one. Every
+// response's leader hint asks it, so it copies no list.
+func (n *Node) voterAddr(id raft.ServerID) (string, bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return "", false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == id && s.Suffrage == raft.Voter {
+			return string(s.Address), true
+		}
+	}
+	return "", false
+}
+
 func (n *Node) voters() []raft.Server {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
