@@ -14,9 +14,15 @@
 #   WARMUP    --warmup                             (1s)
 #   NODES     --start                              (3)
 #   OUTDIR    RESULT lines and logs                (bin/compare)
+#   DRIVER    own: each binary's bench drives its own servers (default);
+#             new: NEW_BIN's bench drives both, starting OLD_BIN's servers
+#             with --server-bin, so one load generator serves both (OLD_BIN
+#             must take the flags NEW_BIN's bench starts servers with)
 #
 # Figures: ops/s, p50 and p99 latency, the servers' CPU per operation
-# (ms of CPU over all nodes), and the workload's own headline (expiry
+# (ms of CPU over all nodes), the servers' heap allocations per operation
+# (over all nodes: a count a busy machine does not blur; shown when the
+# driving bench reports it), and the workload's own headline (expiry
 # lateness p99, failover's longest write gap); cpu_other_pct is the highest
 # seen in any run (other processes' CPU: a busy machine makes every figure
 # worse). `bench/compare.sh table FILE` prints the table of a RESULT file
@@ -50,23 +56,24 @@ table() {
 		add(c SUBSEP b SUBSEP "p50", kv["p50_ms"])
 		add(c SUBSEP b SUBSEP "p99", kv["p99_ms"])
 		if (kv["cpu_srv_pct"] != "NA" && kv["ops_s"] + 0 > 0) add(c SUBSEP b SUBSEP "cpu", sprintf("%.4f", kv["cpu_srv_pct"] * 10 / kv["ops_s"]))
+		if ("allocs_per_op" in kv) add(c SUBSEP b SUBSEP "alloc", kv["allocs_per_op"])
 		if ("late_p99_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["late_p99_ms"])
 		else if ("write_gap_max_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["write_gap_max_ms"])
 		if (kv["cpu_other_pct"] + 0 > other) other = kv["cpu_other_pct"] + 0
 	}
 	END {
 		printf "%-30s %-5s %10s %10s %6s   %-40s\n", "case", "fig", "old", "new", "new/old", ""
-		split("ops p50 p99 cpu own", figs, " ")
-		name["ops"] = "ops/s"; name["p50"] = "p50ms"; name["p99"] = "p99ms"; name["cpu"] = "cpums"; name["own"] = "own"
+		split("ops p50 p99 cpu alloc own", figs, " ")
+		name["ops"] = "ops/s"; name["p50"] = "p50ms"; name["p99"] = "p99ms"; name["cpu"] = "cpums"; name["alloc"] = "alloc"; name["own"] = "own"
 		for (i = 1; i <= ncases; i++) {
 			c = order[i]
-			for (f = 1; f <= 5; f++) {
+			for (f = 1; f <= 6; f++) {
 				o = med(vals[c SUBSEP "old" SUBSEP figs[f]]); n = med(vals[c SUBSEP "new" SUBSEP figs[f]])
 				if (o == "" && n == "") continue
 				printf "%-30s %-5s %10s %10s %6s\n", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n)
 			}
 		}
-		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op\n"
+		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op;\nalloc: servers heap allocations per op\n"
 		printf "highest cpu_other_pct seen: %s\n", other
 	}' "$@"
 }
@@ -87,6 +94,14 @@ DURATION=${DURATION:-5s}
 WARMUP=${WARMUP:-1s}
 NODES=${NODES:-3}
 OUTDIR=${OUTDIR:-bin/compare}
+DRIVER=${DRIVER:-own}
+case $DRIVER in
+own | new) ;;
+*)
+	echo "DRIVER=$DRIVER: own or new" >&2
+	exit 2
+	;;
+esac
 mkdir -p "$OUTDIR/logs"
 OUT="$OUTDIR/results.txt"
 FAILED="$OUTDIR/failed.txt"
@@ -96,15 +111,21 @@ FAILED="$OUTDIR/failed.txt"
 one() { # bin-label bin case-number case...
 	label=$1 bin=$2 n=$3
 	shift 3
-	tag=$(echo "$*" | tr ' ' '_')
+	words="$*"
+	tag=$(echo "$words" | tr ' ' '_')
 	log="$OUTDIR/logs/$n-$label-$tag.log"
-	echo "compare: $label $*" >&2
-	# shellcheck disable=SC2068 # the case's words are the flags
-	if line=$("$bin" bench "$@" --start "$NODES" -d "$DURATION" --warmup "$WARMUP" -o result 2>>"$log"); then
+	echo "compare: $label $words" >&2
+	driver=$bin
+	set -- "$@" --start "$NODES" -d "$DURATION" --warmup "$WARMUP" -o result
+	if [ "$DRIVER" = new ]; then
+		driver=$NEW
+		set -- "$@" --server-bin "$bin"
+	fi
+	if line=$("$driver" bench "$@" 2>>"$log"); then
 		echo "$line case=$tag bin=$label" >>"$OUT"
 	else
-		echo "compare: $label $* FAILED; its log: $log" >&2
-		echo "$label $*" >>"$FAILED"
+		echo "compare: $label $words FAILED; its log: $log" >&2
+		echo "$label $words" >>"$FAILED"
 	fi
 }
 

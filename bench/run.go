@@ -218,6 +218,7 @@ type window struct {
 	leader    int     // the node leading at the end (at the start if unknown)
 	writes    []float64
 	entries   []float64 // NaN where unknown
+	allocs    []float64 // heap objects each node allocated, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -249,6 +250,11 @@ func between(a, b mark) window {
 		}
 		w.writes = append(w.writes, wr)
 		w.entries = append(w.entries, en)
+		al := math.NaN()
+		if na.ok && nb.ok && na.metrics.mallocsOK && nb.metrics.mallocsOK && nb.metrics.mallocs >= na.metrics.mallocs { // a restarted process counts afresh
+			al = float64(nb.metrics.mallocs - na.metrics.mallocs)
+		}
+		w.allocs = append(w.allocs, al)
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
 		}
@@ -310,6 +316,21 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	for i, wr := range w.writes {
 		r.add(fmt.Sprintf("fsyncs_s_node%d", i+1), num(wr/w.elapsed.Seconds(), 1))
 	}
+	// Heap allocations per op, all servers and the leader: they count work
+	// the way CPU time does, but a busy host does not change them, so a
+	// change that saves allocations shows in one run.
+	allocs, leaderAllocs := 0.0, math.NaN()
+	for _, a := range w.allocs {
+		allocs += a // NaN when any node's is unknown
+	}
+	if w.leader >= 0 && w.leader < len(w.allocs) {
+		leaderAllocs = w.allocs[w.leader]
+	}
+	if p.ops == 0 {
+		allocs, leaderAllocs = math.NaN(), math.NaN()
+	}
+	r.add("allocs_per_op", num(allocs/float64(p.ops), 1))
+	r.add("allocs_per_op_leader", num(leaderAllocs/float64(p.ops), 1))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))

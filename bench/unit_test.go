@@ -93,9 +93,13 @@ leasehold_raft_log_writes_total 42
 leasehold_raft_log_entries_total 99
 leasehold_leader 1
 leasehold_jobs{state="queued"} 3
+go_memstats_mallocs_total 1.2345678e+07
 `))
-	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader {
+	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader || m.mallocs != 12345678 || !m.mallocsOK {
 		t.Fatalf("%+v %v", m, err)
+	}
+	if m, err := parseMetrics(strings.NewReader("leasehold_raft_log_writes_total 1\n")); err != nil || m.mallocsOK {
+		t.Fatalf("metrics without go_memstats_mallocs_total: %+v %v, want mallocs unknown", m, err)
 	}
 	if _, err := parseMetrics(strings.NewReader("leasehold_leader 0\n")); err == nil {
 		t.Fatal("metrics without the writes counter accepted")
@@ -196,5 +200,38 @@ func TestErrKind(t *testing.T) {
 		if got := errKind(err); got != want {
 			t.Errorf("errKind(%v) = %s, want %s", err, got, want)
 		}
+	}
+}
+
+// The servers' allocations per op come from each node's
+// go_memstats_mallocs_total at the two ends of the window: summed over
+// the nodes, and the leader's alone; unknown when a node's count is
+// unknown or went back (a restarted process counts afresh).
+func TestAllocsPerOp(t *testing.T) {
+	at := time.Unix(1000, 0)
+	node := func(mallocs uint64, leader bool) nodeSample {
+		return nodeSample{ok: true, metrics: nodeMetrics{logWrites: 1, leader: leader, mallocs: mallocs, mallocsOK: true}}
+	}
+	a := mark{at: at, nodes: []nodeSample{node(1000, false), node(5000, true), node(100, false)}}
+	b := mark{at: at.Add(time.Second), nodes: []nodeSample{node(1300, false), node(9000, true), node(400, false)}}
+	e := &env{cfg: &Config{Workload: "job-cycle", Concurrency: 1, Endpoints: []string{"a", "b", "c"}}}
+	p := &phase{start: at, end: at.Add(time.Second), ops: 100, hist: newHist()}
+	get := func(r *Result, k string) string {
+		v, _ := r.Get(k)
+		return v
+	}
+	r := e.result(p, between(a, b), 1)
+	if all, lead := get(r, "allocs_per_op"), get(r, "allocs_per_op_leader"); all != "46.0" || lead != "40.0" {
+		t.Fatalf("allocs_per_op %s, leader %s; want 46.0 and 40.0", all, lead)
+	}
+	b.nodes[2] = node(50, false) // node 3 restarted
+	r = e.result(p, between(a, b), 1)
+	if all, lead := get(r, "allocs_per_op"), get(r, "allocs_per_op_leader"); all != "NA" || lead != "40.0" {
+		t.Fatalf("a node's count went back: allocs_per_op %s, leader %s; want NA and 40.0", all, lead)
+	}
+	b.nodes[1].metrics.mallocsOK = false // an old server without the Go collector's count
+	r = e.result(p, between(a, b), 1)
+	if lead := get(r, "allocs_per_op_leader"); lead != "NA" {
+		t.Fatalf("the leader's count unknown: allocs_per_op_leader %s, want NA", lead)
 	}
 }

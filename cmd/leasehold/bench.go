@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,6 +72,7 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
 		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
+		&cli.StringFlag{Name: "server-bin", Usage: "with --start: the leasehold executable the nodes run, so one build's load generator can measure another build's servers (bench/compare.sh DRIVER=new)", DefaultText: "this one"},
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
 		&cli.IntFlag{Name: "rounds", Value: 3, Usage: "fencing: grants per job (all but the last reported stale)"},
 		&cli.DurationFlag{Name: "drain-timeout", Value: time.Minute, Usage: "expiry: wait this long after the last deadline"},
@@ -113,6 +116,14 @@ func runBench(c *cli.Context, workload string) error {
 		exe, err := os.Executable()
 		if err != nil {
 			return fmt.Errorf("bench --start: finding this binary: %w", err)
+		}
+		if bin := c.String("server-bin"); bin != "" {
+			if exe, err = exec.LookPath(bin); err == nil {
+				exe, err = filepath.Abs(exe)
+			}
+			if err != nil {
+				return usageOf(c, "--server-bin %q: %v", bin, err)
+			}
 		}
 		t0 := time.Now()
 		if cfg.Flood {
