@@ -148,6 +148,9 @@ func (n *Node) eachVoterLevel(skip string, fn func(id string, l heardLevel)) uin
 // new cluster, a new voter).
 func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, error) {
 	err := n.requireLevel(ctx, fsm.CodecOf(cmd))
+	if err == nil {
+		return cmd, nil // before errors.As, whose target would escape on every proposal
+	}
 	var upgrade *UpgradeError
 	if r, ok := cmd.(*fsm.RegisterWorker); ok && errors.As(err, &upgrade) {
 		plain := *r
@@ -156,10 +159,7 @@ func (n *Node) checkLevel(ctx context.Context, cmd fsm.Command) (fsm.Command, er
 			return &plain, nil
 		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	return cmd, nil
+	return nil, err
 }
 
 // requireLevel returns nil when every voter applies entries of codec need

@@ -362,8 +362,14 @@ func (g *acquireGate) leave(key string) {
 
 // gateKey names the set of queues and kinds an acquire picks from.
 func gateKey(req *fsm.Acquire) string {
-	q, k := slices.Clone(req.Queues), slices.Clone(req.Kinds)
-	slices.Sort(q)
-	slices.Sort(k)
-	return strings.Join(q, ",") + "|" + strings.Join(k, ",")
+	return sortedJoin(req.Queues) + "|" + sortedJoin(req.Kinds)
+}
+
+// sortedJoin joins the names in sorted order, copying them only when
+// they are not sorted already (one queue, the usual acquire, costs nothing).
+func sortedJoin(names []string) string {
+	if !slices.IsSorted(names) {
+		names = slices.Sorted(slices.Values(names))
+	}
+	return strings.Join(names, ",")
 }
