@@ -182,11 +182,26 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 		seen    int64 // answers at the last idle check
 		batch   []*beat
 		res     cluster.HeartbeatResult
+		// A client that stops reading blocks Send on flow control, where
+		// neither the idle bound nor the term's end reaches it: a write
+		// deadline on the stream cuts such a Send off. Setting one is a
+		// message to the connection's serving goroutine and a timer, so
+		// it is not set and cleared around every batch (two thirds of
+		// a beat's cost in allocations, docs/performance.md): while
+		// answers are written it is kept between 1.5 and 2 idle bounds
+		// ahead, and each idle tick, which comes within one bound,
+		// clears it, as a write deadline that passes resets the stream
+		// even when nothing is being written.
+		deadline time.Time // the stream's write deadline; zero: none
+		rc       = requestOf(ctx).answers
+		bound    = s.streamIdle()
 	)
-	if bound := s.streamIdle(); bound > 0 {
+	if bound > 0 {
 		t := time.NewTicker(bound)
 		defer t.Stop()
 		idle = t.C
+	} else {
+		rc = nil
 	}
 	out := newBeatAnswer(s.timingsPB)
 	for {
@@ -198,9 +213,13 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			return toWire(hb.NotLeader())
 		case <-idle:
 			if answers == seen {
-				return toWire(fmt.Errorf("%w: no heartbeat on the stream for %s", cluster.ErrTimeout, s.streamIdle()))
+				return toWire(fmt.Errorf("%w: no heartbeat on the stream for %s", cluster.ErrTimeout, bound))
 			}
 			seen = answers
+			if rc != nil && !deadline.IsZero() {
+				_ = rc.SetWriteDeadline(time.Time{}) // nothing is being written
+				deadline = time.Time{}
+			}
 			continue
 		}
 		var stopped bool
@@ -210,16 +229,10 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			if err := hb.Confirm(ctx); err != nil {
 				return toWire(err)
 			}
-			// A client that stops reading blocks Send on flow control,
-			// where neither the idle bound nor the term's end reaches it:
-			// the batch's answers must be written within the idle bound.
-			rc := requestOf(ctx).answers
-			bound := s.streamIdle()
-			if bound <= 0 {
-				rc = nil
-			}
-			if rc != nil {
-				_ = rc.SetWriteDeadline(time.Now().Add(bound))
+			// The batch's answers must be written within 1.5 idle bounds.
+			if now := time.Now(); rc != nil && (deadline.IsZero() || deadline.Sub(now) < 3*bound/2) {
+				deadline = now.Add(2 * bound)
+				_ = rc.SetWriteDeadline(deadline)
 			}
 			for _, b := range batch {
 				h := b.req.GetHeartbeat()
@@ -228,9 +241,6 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 					return err // the client went away
 				}
 				answers++
-			}
-			if rc != nil {
-				_ = rc.SetWriteDeadline(time.Time{}) // idle now: the idle bound's business
 			}
 			q.release(batch)
 		}

@@ -436,6 +436,30 @@ func TestHeartbeatStreamEnds(t *testing.T) {
 	})
 }
 
+// A worker that beats a little more often than the idle bound keeps its
+// stream for many bounds: the write deadline that cuts off a client that
+// stops reading is kept ahead while answers are written, so it never
+// passes on a stream that is read (set once, at 2 bounds, it would reset
+// this stream after its third beat).
+func TestHeartbeatStreamSlowBeatsLiveOn(t *testing.T) {
+	c := idleBoundCluster(t)
+	leader := c.Leader()
+	refs := holding(t, leader, "", "w1", "j1")
+	bound := max(idleBound, 3*clustertest.Renew) // the server's streamIdle
+	s := openBeats(t, leader, "")
+	start := time.Now()
+	for seq := uint64(1); seq <= 5; seq++ {
+		if seq > 1 {
+			time.Sleep(9 * bound / 10) // the worker's cadence, not a wait for a condition
+		}
+		sendBeat(t, s, seq, "w1", refs...)
+		ack(t, s, seq)
+	}
+	if lived := time.Since(start); lived < 3*bound {
+		t.Fatalf("the stream lived %s, want at least %s to prove anything", lived, 3*bound)
+	}
+}
+
 // A credential removed by a reload (SIGHUP) stops heartbeating on a stream
 // it opened before: each beat acts with the credentials the node has now.
 func TestHeartbeatStreamReloadReachesOpenStreams(t *testing.T) {
