@@ -177,24 +177,14 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 	}()
 
 	var (
-		idle    <-chan time.Time
-		answers int64 // beats answered, for the idle check
-		seen    int64 // answers at the last idle check
-		batch   []*beat
-		res     cluster.HeartbeatResult
-		// A client that stops reading blocks Send on flow control, where
-		// neither the idle bound nor the term's end reaches it: a write
-		// deadline on the stream cuts such a Send off. Setting one is a
-		// message to the connection's serving goroutine and a timer, so
-		// it is not set and cleared around every batch (two thirds of
-		// a beat's cost in allocations, docs/performance.md): while
-		// answers are written it is kept between 1.5 and 2 idle bounds
-		// ahead, and each idle tick, which comes within one bound,
-		// clears it, as a write deadline that passes resets the stream
-		// even when nothing is being written.
-		deadline time.Time // the stream's write deadline; zero: none
+		idle     <-chan time.Time
+		answers  int64 // beats answered, for the idle check
+		seen     int64 // answers at the last idle check
+		batch    []*beat
+		res      cluster.HeartbeatResult
 		rc       = requestOf(ctx).answers
 		bound    = s.streamIdle()
+		deadline = answerDeadline{bound: bound}
 	)
 	if bound > 0 {
 		t := time.NewTicker(bound)
@@ -216,9 +206,8 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 				return toWire(fmt.Errorf("%w: no heartbeat on the stream for %s", cluster.ErrTimeout, bound))
 			}
 			seen = answers
-			if rc != nil && !deadline.IsZero() {
-				_ = rc.SetWriteDeadline(time.Time{}) // nothing is being written
-				deadline = time.Time{}
+			if rc != nil && deadline.idle(time.Now()) {
+				_ = rc.SetWriteDeadline(time.Time{})
 			}
 			continue
 		}
@@ -229,10 +218,10 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			if err := hb.Confirm(ctx); err != nil {
 				return toWire(err)
 			}
-			// The batch's answers must be written within 1.5 idle bounds.
-			if now := time.Now(); rc != nil && (deadline.IsZero() || deadline.Sub(now) < 3*bound/2) {
-				deadline = now.Add(2 * bound)
-				_ = rc.SetWriteDeadline(deadline)
+			if rc != nil {
+				if at, set := deadline.batch(time.Now()); set {
+					_ = rc.SetWriteDeadline(at)
+				}
 			}
 			for _, b := range batch {
 				h := b.req.GetHeartbeat()
@@ -317,6 +306,43 @@ func (s *Server) streamIdle() time.Duration {
 	}
 	renew, _, _ := s.node.Timings()
 	return max(s.limits.BodyTimeout, 3*renew)
+}
+
+// answerDeadline keeps a heartbeat stream's write deadline. A client that
+// stops reading blocks Send on flow control, where neither the idle bound
+// nor the term's end reaches it: a write deadline on the stream cuts such
+// a Send off. Setting one is a message to the connection's serving
+// goroutine and a timer, so it is not set and cleared around every batch
+// of answers (docs/performance.md). A batch finds it 1.5 to 2 idle bounds
+// ahead, or sets it 2 bounds ahead; an idle tick, which comes every bound,
+// clears it once it is less than 1.5 bounds ahead, since a write deadline
+// that passes resets the stream even when nothing is being written. So it
+// never passes between batches, a Send that flow control holds is cut off
+// 1.5 to 2 bounds after its batch began, and a worker that beats steadily
+// has it set about once per half bound.
+type answerDeadline struct {
+	bound time.Duration
+	at    time.Time // the deadline set; zero: none
+}
+
+// batch is called before a batch of answers is written at now: it says
+// whether to set the deadline, and to when.
+func (d *answerDeadline) batch(now time.Time) (time.Time, bool) {
+	if !d.at.IsZero() && d.at.Sub(now) >= 3*d.bound/2 {
+		return time.Time{}, false
+	}
+	d.at = now.Add(2 * d.bound)
+	return d.at, true
+}
+
+// idle is called at an idle tick, while nothing is written: it says
+// whether to clear the deadline, which might pass before the next tick.
+func (d *answerDeadline) idle(now time.Time) bool {
+	if d.at.IsZero() || d.at.Sub(now) >= 3*d.bound/2 {
+		return false
+	}
+	d.at = time.Time{}
+	return true
 }
 
 // beatAnswer is a stream's answer message, reused for every beat: Send

@@ -487,8 +487,8 @@ func TestHeartbeatStreamReloadReachesOpenStreams(t *testing.T) {
 }
 
 // A client that sends beats and never reads the answers cannot hold its
-// stream: once flow control stops the answers, they must be written within
-// the idle bound, and the stream ends.
+// stream: once flow control stops the answers, the write deadline (1.5 to
+// 2 idle bounds after the batch began) ends the stream.
 func TestHeartbeatStreamUnreadAnswersEnd(t *testing.T) {
 	c := idleBoundCluster(t)
 	leader := c.Leader()
