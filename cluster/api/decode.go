@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/rules"
 )
 
@@ -99,14 +100,10 @@ func (c strictCodec) Unmarshal(b []byte, v any) error {
 
 func (c strictCodec) decode(b []byte, m proto.Message) error {
 	if !c.json {
-		if err := proto.Unmarshal(b, m); err != nil {
-			return rules.Invalid("request", "%s", clipText(err.Error()))
+		if r, ok := m.(*pb.HeartbeatStreamRequest); ok && decodeBeat(b, r) {
+			return nil // the usual beat, decoded in place (beatdecode.go)
 		}
-		pm := m.ProtoReflect()
-		if wireClean(b, pm.Descriptor()) {
-			return nil // what checkDecoded would find, shown from the bytes (wirecheck.go)
-		}
-		return checkDecoded(pm, "")
+		return c.decodeGeneral(b, m)
 	}
 	if len(b) == 0 {
 		return rules.Invalid("request", "zero-length payload is not a valid JSON object")
@@ -121,6 +118,19 @@ func (c strictCodec) decode(b []byte, m proto.Message) error {
 	}
 	// protojson takes an enum's number as well as its name.
 	return checkDecoded(m.ProtoReflect(), "")
+}
+
+// decodeGeneral decodes binary b into m, any message, afresh (m is reset
+// first), and refuses what the schema does not name.
+func (c strictCodec) decodeGeneral(b []byte, m proto.Message) error {
+	if err := proto.Unmarshal(b, m); err != nil {
+		return rules.Invalid("request", "%s", clipText(err.Error()))
+	}
+	pm := m.ProtoReflect()
+	if wireClean(b, pm.Descriptor()) {
+		return nil // what checkDecoded would find, shown from the bytes (wirecheck.go)
+	}
+	return checkDecoded(pm, "")
 }
 
 // checkDecoded refuses what a decoded message holds that its schema does

@@ -1,0 +1,185 @@
+package api
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+)
+
+// randomBeat is a stream beat as a worker sends it: a worker of a few, up
+// to a dozen leases of a small pool of jobs (so beats in a row share
+// strings, and differ), now and then no heartbeat, empty ids, or notes.
+func randomBeat(rng *rand.Rand) *pb.HeartbeatStreamRequest {
+	r := &pb.HeartbeatStreamRequest{Seq: rng.Uint64N(1 << 40)}
+	if rng.IntN(20) == 0 {
+		return r
+	}
+	hb := &pb.HeartbeatRequest{}
+	if rng.IntN(10) != 0 {
+		hb.WorkerId = fmt.Sprintf("worker-%d", rng.IntN(3))
+	}
+	for range rng.IntN(13) {
+		ref := &pb.LeaseRef{Token: rng.Uint64N(1 << 33)}
+		if rng.IntN(10) != 0 {
+			ref.JobId = fmt.Sprintf("job-%d", rng.IntN(20))
+		}
+		hb.Leases = append(hb.Leases, ref)
+	}
+	if rng.IntN(10) == 0 && len(hb.Leases) > 0 {
+		hb.Notes = []*pb.ProgressNote{{Token: hb.Leases[0].Token, Note: "half way"}}
+	}
+	r.Heartbeat = hb
+	return r
+}
+
+// The stream's beats, decoded one after another into one message as the
+// stream does: decodeBeat takes every beat without notes, and leaves the
+// message equal to what proto.Unmarshal makes of the bytes, whatever the
+// beat before it held.
+func TestDecodeBeatMatchesProto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var into pb.HeartbeatStreamRequest
+	taken := 0
+	for i := range 20000 {
+		want := randomBeat(rng)
+		b := marshal(want)
+		if !decodeBeat(b, &into) {
+			if len(want.GetHeartbeat().GetNotes()) == 0 {
+				t.Fatalf("beat %d declined: %v", i, want)
+			}
+			into.Reset() // as the general decoder does
+			continue
+		}
+		taken++
+		if len(want.GetHeartbeat().GetNotes()) > 0 {
+			t.Fatalf("beat %d with notes taken", i)
+		}
+		fresh := new(pb.HeartbeatStreamRequest)
+		if err := proto.Unmarshal(b, fresh); err != nil {
+			t.Fatal(err)
+		}
+		if !proto.Equal(&into, fresh) || (into.Heartbeat == nil) != (fresh.Heartbeat == nil) {
+			t.Fatalf("beat %d decoded as %v, proto.Unmarshal makes %v", i, &into, fresh)
+		}
+	}
+	if taken < 15000 {
+		t.Fatalf("only %d of 20,000 beats taken", taken)
+	}
+}
+
+// Whatever the bytes, the codec's answer is the one it gave before
+// decodeBeat: the same message or the same refusal, decoded into a
+// message that held the previous beat.
+func TestDecodeBeatKeepsTheCodecsAnswers(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	codec := strictCodec{name: "proto"}
+	var into pb.HeartbeatStreamRequest
+	var fast, refused, accepted int
+	for range 50000 {
+		b := marshal(randomBeat(rng))
+		for range rng.IntN(3) {
+			b = mutate(rng, b)
+		}
+		if rng.IntN(4) == 0 { // a field repeated, as a client may send
+			b = append(b, marshal(randomBeat(rng))...)
+		}
+		if decodeBeat(b, proto.Clone(&into).(*pb.HeartbeatStreamRequest)) {
+			fast++
+		}
+		if err := codec.Unmarshal(b, &into); err != nil {
+			t.Fatal(err)
+		}
+		// The old path: a fresh message, proto.Unmarshal, the strict
+		// check, and a refusal marked in the message (compared with it).
+		want := new(pb.HeartbeatStreamRequest)
+		if err := codec.decodeGeneral(b, want); err != nil {
+			mark(want, err)
+		}
+		if !proto.Equal(&into, want) || (into.Heartbeat == nil) != (want.Heartbeat == nil) {
+			t.Fatalf("bytes % x: decoded %v (refusal %v), the general decoder %v (refusal %v)", b, &into, refusalOf(&into), want, refusalOf(want))
+		}
+		if refusalOf(want) != nil {
+			refused++
+			continue
+		}
+		accepted++
+	}
+	if fast < 10000 || refused < 1000 || accepted-fast < 1000 {
+		t.Fatalf("decodeBeat took %d, the codec refused %d and accepted %d: the mutations did not exercise every outcome", fast, refused, accepted)
+	}
+	t.Logf("decodeBeat took %d; the codec accepted %d, refused %d", fast, accepted, refused)
+}
+
+// Declined: a field decodeBeat does not take exactly is left to the
+// general decoder, whatever the beat before held.
+func TestDecodeBeatDeclines(t *testing.T) {
+	beat := marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: &pb.HeartbeatRequest{WorkerId: "w", Leases: []*pb.LeaseRef{{JobId: "j", Token: 2}}}})
+	ref := marshal(&pb.LeaseRef{JobId: "j", Token: 2})
+	hb := func(fields []byte) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 1), 2, protowire.BytesType), fields)
+	}
+	lease := func(fields []byte) []byte {
+		return hb(protowire.AppendBytes(protowire.AppendTag(nil, 2, protowire.BytesType), fields))
+	}
+	for name, b := range map[string][]byte{
+		"seq twice":        append(slicesClone(beat), protowire.AppendVarint(protowire.AppendTag(nil, 1, protowire.VarintType), 9)...),
+		"heartbeat twice":  append(slicesClone(beat), beat[2:]...),
+		"seq as bytes":     protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "x"),
+		"unknown field":    protowire.AppendVarint(protowire.AppendTag(slicesClone(beat), 7, protowire.VarintType), 1),
+		"notes":            hb(protowire.AppendBytes(protowire.AppendTag(nil, 3, protowire.BytesType), nil)),
+		"worker twice":     hb(protowire.AppendString(protowire.AppendTag(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "a"), 1, protowire.BytesType), "b")),
+		"worker not UTF-8": hb(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff")),
+		"job not UTF-8":    lease(protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "\xff")),
+		"token twice":      lease(protowire.AppendVarint(protowire.AppendTag(slicesClone(ref), 2, protowire.VarintType), 3)),
+		"token as fixed64": lease(protowire.AppendFixed64(protowire.AppendTag(nil, 2, protowire.Fixed64Type), 3)),
+		"lease field 3":    lease(protowire.AppendVarint(protowire.AppendTag(nil, 3, protowire.VarintType), 3)),
+		"truncated":        beat[:len(beat)-1],
+		"overlong varint":  append([]byte{0x08}, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02),
+	} {
+		into := new(pb.HeartbeatStreamRequest)
+		if err := proto.Unmarshal(beat, into); err != nil {
+			t.Fatal(err)
+		}
+		if decodeBeat(b, into) {
+			t.Errorf("%s: taken, as %v", name, into)
+		}
+	}
+}
+
+func slicesClone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// A steady stream's beat decodes without allocating.
+func TestDecodeBeatReusesTheLastBeat(t *testing.T) {
+	b := marshal(&pb.HeartbeatStreamRequest{Seq: 7, Heartbeat: heartbeatRequest(10)})
+	var into pb.HeartbeatStreamRequest
+	if !decodeBeat(b, &into) {
+		t.Fatal("declined")
+	}
+	if n := testing.AllocsPerRun(100, func() { decodeBeat(b, &into) }); n != 0 {
+		t.Fatalf("a beat like the last one: %.0f allocations, want 0", n)
+	}
+}
+
+// A beat of a heartbeat stream, decoded by the codec into the message that
+// held the stream's previous beat, as the stream decodes every beat:
+// go test -run '^$' -bench StreamBeat ./cluster/api/
+func BenchmarkDecodeStreamBeat(b *testing.B) {
+	codec := strictCodec{name: "proto"}
+	for _, n := range []int{1, 10} {
+		b.Run(fmt.Sprintf("leases=%d", n), func(b *testing.B) {
+			wire := marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: heartbeatRequest(n)})
+			var into pb.HeartbeatStreamRequest
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := codec.Unmarshal(wire, &into); err != nil || len(into.GetHeartbeat().GetLeases()) != n {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
