@@ -16,7 +16,10 @@
 // What a request may say is decided before anything is proposed or
 // forwarded: the codecs refuse fields and enum values the schema does not
 // name (decode.go; a binary request is cleared from its wire bytes,
-// wirecheck.go, and only what that cannot clear is walked field by field),
+// wirecheck.go, and only what that cannot clear is walked field by field;
+// a heartbeat stream's beat of the usual shape is decoded in place into
+// the message of the stream's previous beat, beatdecode.go, and anything
+// else goes the general way),
 // each handler's translation refuses missing fields and
 // what its command cannot say, and the command is validated against the
 // field rules of transport/rules. Every refusal is INVALID_ARGUMENT or
@@ -29,4 +32,10 @@
 // to the leader. Reads are linearizable unless CONSISTENCY_STALE is asked
 // for; fence checks always are. Admin actions are audited with the
 // caller's identity.
+//
+// A heartbeat stream (heartbeats.go) has a reader that decodes, checks
+// and records each beat, and an answerer that confirms the leadership
+// once per batch of beats and answers each; a write deadline that the
+// answerer keeps ahead of its writes (answerDeadline) ends a stream whose
+// client stops reading.
 package api
