@@ -138,9 +138,14 @@ func Profile(name string, b Builds, self, out string, seed int64) ([]Config, err
 		noselfstop := mk("broken-noselfstop", b.Real, 3, "worker-cut", 10*time.Second)
 		noselfstop.Self = b.NoSelfStop
 		noselfstop.Expect = []string{"I3", "I4"}
-		// The leader cut off (or killed) acknowledges the submits it
-		// took before it steps down; the majority never had them (I7).
-		earlyack := mk("broken-earlyack", b.EarlyAck, 3, "partition-leader,kill-leader", 10*time.Second)
+		// The leader cut off acknowledges the submits it took before it
+		// steps down; the majority never had them (I7). A leader killed
+		// loses only what it acknowledged in its last milliseconds, which
+		// was rarely anything: with kills beside the partitions, 10 s of
+		// faults lost 0 to 6 submits, and none in 2 runs of 16 (3
+		// December). Partitions alone, over 20 s (three or four of them),
+		// lose a few each.
+		earlyack := mk("broken-earlyack", b.EarlyAck, 3, "partition-leader", 20*time.Second)
 		earlyack.Expect = []string{"I7"}
 		// The leader cut off keeps answering linearizable reads from its
 		// state as it was when cut off, after it stepped down and while
