@@ -90,6 +90,11 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 			return false // notes, or a field it does not name
 		}
 	}
+	// The references a shorter beat no longer names are let go: one large
+	// beat is not held for the stream's life.
+	if len(leases) < len(old) {
+		clear(old[len(leases):])
+	}
 	r.Reset()
 	r.Seq = seq
 	if !beatSeen {

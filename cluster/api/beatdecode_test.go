@@ -3,6 +3,7 @@ package api
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -162,6 +163,14 @@ func TestDecodeBeatReusesTheLastBeat(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { decodeBeat(b, &into) }); n != 0 {
 		t.Fatalf("a beat like the last one: %.0f allocations, want 0", n)
+	}
+	// A shorter beat lets the references it no longer names go.
+	if !decodeBeat(marshal(&pb.HeartbeatStreamRequest{Seq: 8, Heartbeat: heartbeatRequest(2)}), &into) {
+		t.Fatal("declined")
+	}
+	leases := into.Heartbeat.Leases
+	if len(leases) != 2 || slices.ContainsFunc(leases[2:cap(leases)], func(r *pb.LeaseRef) bool { return r != nil }) {
+		t.Fatalf("after a beat of two leases, the array holds %d beyond them", len(slices.DeleteFunc(slices.Clone(leases[2:cap(leases)]), func(r *pb.LeaseRef) bool { return r == nil })))
 	}
 }
 
