@@ -251,7 +251,7 @@ func (b *hb) finish(msec int64, eventsComplete bool) []history.Entry {
 		}
 		b.raw(history.Entry{Kind: history.KindFinalState, Ns: at(msec + 1 + int64(k)), Process: "runner", Final: &history.FinalState{
 			Node: node, AppliedIndex: 100 + b.seq, LastToken: b.last, Complete: true, Jobs: jobs,
-			StateHash: history.HashJobs(b.last, jobs), Term: finalTerm, Members: testMembers(), Events: log,
+			StateHash: history.HashJobs(b.last, jobs), Term: finalTerm, Members: testMembers(), Events: log, CutEventSeq: b.seq,
 		}})
 	}
 	return b.e

@@ -28,7 +28,9 @@ import (
 //     run's event watch saw (it reads from seq 0), hold every seq from its
 //     first to its last, end at or after the last seq the watch saw, and
 //     still hold every lease.stale_report the watch saw (I5's record of a
-//     refused stale report). This holds in every run, flood or not.
+//     refused stale report). This holds in every run, flood or not. What
+//     the watch saw beyond the final states' cut (FinalState.CutEventSeq)
+//     was made after they were read, and is not asked of them.
 //   - (c) an event naming one of the flood's made-up workers: ghosts are
 //     never timed, so they never become unreachable or anything else.
 //   - (d) more audit events from the flood's address than the refusals'
@@ -179,11 +181,20 @@ func checkEventsKept(v *view, r *Result) {
 			r.add(fmt.Sprintf("node %s's event log holds %d events from seq %d to %d: %d are missing in between",
 				f.fs.Node, log.Count, log.FirstSeq, log.LastSeq, int(log.LastSeq-log.FirstSeq+1)-log.Count), "", 0, f.idx)
 		}
-		if log.LastSeq < seenLast {
-			r.add(fmt.Sprintf("node %s's event log ends at seq %d, before seq %d the run saw", f.fs.Node, log.LastSeq, seenLast), "", 0, f.idx)
+		// Only what was made before the final states were read can be
+		// asked of them.
+		last := seenLast
+		if cut := f.fs.CutEventSeq; cut != 0 && cut < last {
+			last = cut
+			if fi == 0 {
+				r.Stats["watch_events_after_cut"] = float64(seenLast - cut)
+			}
+		}
+		if log.LastSeq < last {
+			r.add(fmt.Sprintf("node %s's event log ends at seq %d, before seq %d the run saw", f.fs.Node, log.LastSeq, last), "", 0, f.idx)
 		}
 		for _, e := range stale {
-			if !slices.Contains(log.StaleReports, e.ev.Seq) {
+			if e.ev.Seq <= last && !slices.Contains(log.StaleReports, e.ev.Seq) {
 				r.add(fmt.Sprintf("node %s's event log no longer holds the stale report of job %s token %d (seq %d)",
 					f.fs.Node, e.ev.JobID, e.ev.Token, e.ev.Seq), e.ev.JobID, e.ev.Token, e.idx, f.idx)
 			}

@@ -153,6 +153,47 @@ func TestEventsEvicted(t *testing.T) {
 	}
 }
 
+// Events the watch saw after the final states were read (a schedule that
+// fired meanwhile) are not asked of them; one at or before the cut still
+// is.
+func TestEventsAfterTheCut(t *testing.T) {
+	after := func(t *testing.T, edit func(log *history.EventLog)) Report {
+		t.Helper()
+		entries := scenario(t, defaults).finish(5000, true)
+		var cut uint64
+		for i := range entries {
+			if f := entries[i].Final; f != nil {
+				cut = f.CutEventSeq
+				if f.Node == "n3" && edit != nil {
+					log := *f.Events
+					edit(&log)
+					f.Events = &log
+				}
+			}
+		}
+		if cut == 0 {
+			t.Fatal("the final states carry no cut")
+		}
+		for k, typ := range []string{history.EventAudit, history.EventStaleReport} {
+			entries = append(entries, history.Entry{Kind: history.KindClusterEvent, Ns: at(5100 + int64(k)), Process: "events",
+				Event: &history.ClusterEvent{Seq: cut + 1 + uint64(k), Type: typ, JobID: "j9", Token: 9}})
+		}
+		return Check(entries, Options{RequireAllFinished: true})
+	}
+	rep := after(t, nil)
+	expectOnly(t, rep)
+	if res := f1(t, rep); res.Stats["watch_events_after_cut"] != 2 {
+		t.Fatalf("stats %v", res.Stats)
+	}
+	rep = after(t, func(log *history.EventLog) { log.LastSeq, log.Count = log.LastSeq-1, log.Count-1 })
+	expectOnly(t, rep, "F1")
+	res := f1(t, rep)
+	violationsMention(t, res, "node n3's event log ends at seq 14, before seq 15 the run saw")
+	if len(res.Violations) != 1 {
+		t.Fatalf("violations %+v", res.Violations)
+	}
+}
+
 // Final states without event logs (an older history) are noted.
 func TestEventsNotRecorded(t *testing.T) {
 	entries := scenario(t, defaults).finish(5000, true)

@@ -345,6 +345,12 @@ type FinalState struct {
 	// Events is the node's event log as it ends, read from its first
 	// retained event.
 	Events *EventLog `json:"events,omitempty"`
+	// CutEventSeq is the highest last event seq the nodes' statuses gave
+	// at the applied index every final state was read at (0 in histories
+	// written before it was recorded). An event the run's watch saw beyond
+	// it was made after the final states were read: the cluster went on
+	// (a schedule fired) while the watch was still open.
+	CutEventSeq uint64 `json:"cut_event_seq,omitempty"`
 }
 
 // EventLog sums up one node's event log at the end of a run: what it

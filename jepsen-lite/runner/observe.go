@@ -185,6 +185,9 @@ func (c *cluster) readFinals(ctx context.Context) ([]history.FinalState, uint64,
 			AppliedIndex: idx, LastToken: st.GetLastToken(), Complete: true, Jobs: jobs, Term: st.GetTerm(), Members: members,
 			Events: events}
 	}
+	for i := range out {
+		out[i].CutEventSeq = lastSeq
+	}
 	for i, st := range c.statuses(ctx, 2*time.Second, false) {
 		if st == nil || st.GetAppliedIndex() != idx {
 			return nil, 0, fmt.Errorf("%s: %w", c.nodes[i].name, errMoving)
