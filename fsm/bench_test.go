@@ -769,7 +769,37 @@ func BenchmarkRestore1M(b *testing.B) {
 		b.Skip("1,000,000-job benchmark: not in -short mode")
 	}
 	b.StopTimer()
-	data, wantHash, wantStats, stateHeap := bigSnapshot(b)
+	data, hash, stats, stateHeap := bigSnapshot(b)
+	benchRestore(b, data, hash, stats, stateHeap)
+}
+
+// BenchmarkRestoreLeased1M restores the state of the scale workload: a
+// million jobs, every one leased, ten to a worker and to an acquire (the
+// shape BenchmarkMemoryPerLiveLease builds), where each lease names its
+// worker and its acquire's request. restored-state-MB against
+// applied-state-MB is what a node restarted from a snapshot holds against
+// the leader that built the state by applying it.
+func BenchmarkRestoreLeased1M(b *testing.B) {
+	if testing.Short() {
+		b.Skip("1,000,000-lease benchmark: not in -short mode")
+	}
+	b.StopTimer()
+	heapEmpty := liveHeap()
+	d := buildLeased(b, bigJobs(b)/10*10, 10)
+	stateHeap := liveHeap() - heapEmpty
+	var buf bytes.Buffer
+	if _, err := d.f.Snapshot().WriteTo(&buf); err != nil {
+		b.Fatal(err)
+	}
+	hash, stats := d.f.Hash(), d.f.Stats()
+	d = nil
+	benchRestore(b, buf.Bytes(), hash, stats, stateHeap)
+}
+
+// benchRestore times the restore of data into a fresh FSM and checks the
+// result against the state that wrote it.
+func benchRestore(b *testing.B, data []byte, wantHash [32]byte, wantStats Stats, stateHeap uint64) {
+	b.Helper()
 	path := filepath.Join(b.TempDir(), "snapshot")
 	if err := os.WriteFile(path, data, 0o600); err != nil {
 		b.Fatal(err)
@@ -901,23 +931,7 @@ func BenchmarkMemoryPerLiveLease(b *testing.B) {
 	for range b.N {
 		b.StopTimer()
 		before, beforeInuse := liveHeap(), heapInuse()
-		d := newBenchDriver()
-		const run = "bench-0a1b2c3d"
-		for i := range leases {
-			// The API's defaults for what the bench leaves out.
-			spec := JobSpec{ID: run + "-scale-" + strconv.Itoa(i), Queue: run + "-scale", Kind: "bench", Submitter: run,
-				OnWorkerLost: LostRequeue, MaxAttempts: 3, MaxWorkerLosses: 5}
-			d.must(b, &SubmitJob{Spec: spec})
-		}
-		for w := range leases / per {
-			id := run + "-w" + strconv.Itoa(w)
-			d.must(b, &RegisterWorker{WorkerID: id, Capacity: per})
-			res := d.must(b, &Acquire{WorkerID: id, RequestID: fmt.Sprintf("%032x", w), Queues: []string{run + "-scale"},
-				Max: per, Start: true}).(AcquireResult)
-			if len(res.Grants) != per {
-				b.Fatalf("worker %d granted %d leases", w, len(res.Grants))
-			}
-		}
+		d := buildLeased(b, leases, per)
 		withEvents, withEventsInuse := liveHeap(), heapInuse()
 		d.must(b, &Compact{JobsBefore: 0, EventsBefore: math.MaxInt64, Limit: 1})
 		noEvents := liveHeap()
@@ -932,6 +946,31 @@ func BenchmarkMemoryPerLiveLease(b *testing.B) {
 	b.ReportMetric(perLease, "bytes/lease")
 	b.ReportMetric(inusePerLease, "inuse-bytes/lease")
 	b.ReportMetric(perLeaseNoEvents, "bytes/lease-no-events")
+}
+
+// buildLeased builds, through Apply, what the bench's scale workload
+// holds: leases jobs in one queue, with the API's defaults for what the
+// bench leaves out, every one leased and started, per to a worker and to
+// an acquire.
+func buildLeased(b *testing.B, leases, per int) *benchDriver {
+	b.Helper()
+	d := newBenchDriver()
+	const run = "bench-0a1b2c3d"
+	for i := range leases {
+		spec := JobSpec{ID: run + "-scale-" + strconv.Itoa(i), Queue: run + "-scale", Kind: "bench", Submitter: run,
+			OnWorkerLost: LostRequeue, MaxAttempts: 3, MaxWorkerLosses: 5}
+		d.must(b, &SubmitJob{Spec: spec})
+	}
+	for w := range leases / per {
+		id := run + "-w" + strconv.Itoa(w)
+		d.must(b, &RegisterWorker{WorkerID: id, Capacity: uint32(per)})
+		res := d.must(b, &Acquire{WorkerID: id, RequestID: fmt.Sprintf("%032x", w), Queues: []string{run + "-scale"},
+			Max: uint32(per), Start: true}).(AcquireResult)
+		if len(res.Grants) != per {
+			b.Fatalf("worker %d granted %d leases", w, len(res.Grants))
+		}
+	}
+	return d
 }
 
 // heapInuse is the bytes of heap spans in use, fragmentation included, as

@@ -57,7 +57,23 @@ type decoder struct {
 	// codec is the command codec version being read (commands only): a
 	// field added in a version is read only from it on.
 	codec byte
+	// kept, when set, holds the last string read for each field that
+	// records in a row mostly repeat (a snapshot's jobs share their queue,
+	// the leases of one acquire its worker and request id): see keptStr.
+	kept *keptStrings
 }
+
+// keptStrings are the fields whose last string a snapshot's reader keeps.
+type keptStrings [nKept]string
+
+const (
+	keptQueue = iota
+	keptKind
+	keptSubmitter
+	keptWorker
+	keptRequest
+	nKept
+)
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
@@ -155,6 +171,25 @@ func (d *decoder) span(max int) []byte {
 }
 
 func (d *decoder) str(max int) string { return string(d.span(max)) }
+
+// keptStr reads a string of the field f. When the decoder keeps strings
+// and the bytes equal the last string kept for f, it returns that string
+// and allocates nothing: a million leases restored from a snapshot share
+// their acquires' hundred thousand request ids, as they did in the state
+// that wrote it, and no queue or worker name is allocated only to be
+// thrown away for the state's interned copy.
+func (d *decoder) keptStr(f int, max int) string {
+	p := d.span(max)
+	if d.kept == nil {
+		return string(p)
+	}
+	if last := d.kept[f]; string(p) == last {
+		return last
+	}
+	v := string(p)
+	d.kept[f] = v
+	return v
+}
 
 // bytes copies, so the result does not pin the whole input in memory.
 func (d *decoder) bytes(max int) []byte {

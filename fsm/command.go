@@ -727,11 +727,11 @@ func encodeSpec(e *encoder, s *JobSpec) {
 
 func decodeSpec(d *decoder, s *JobSpec) {
 	s.ID = d.str(MaxIDLen)
-	s.Queue = d.str(MaxNameLen)
-	s.Kind = d.str(MaxNameLen)
+	s.Queue = d.keptStr(keptQueue, MaxNameLen)
+	s.Kind = d.keptStr(keptKind, MaxNameLen)
 	s.Payload = d.bytes(MaxPayloadLen)
 	s.Priority = d.i32()
-	s.Submitter = d.str(MaxIDLen)
+	s.Submitter = d.keptStr(keptSubmitter, MaxIDLen)
 	s.MaxAttempts = d.u32()
 	s.OnWorkerLost = LostPolicy(d.byte1())
 	s.MaxWorkerLosses = d.u32()

@@ -393,6 +393,7 @@ func readState(r io.Reader) (*state, error) {
 	s.jobSeq, s.finishSeq, s.eventSeq = hdr.jobSeq, hdr.finishSeq, hdr.eventSeq
 	var workers, jobs, lastSeq uint64
 	var lastQueue string
+	var kept keptStrings // the jobs' repeated strings (decoder.keptStr)
 	order := byte(tagWorker)
 	for {
 		tag, body, err := sr.next()
@@ -421,7 +422,9 @@ func readState(r io.Reader) (*state, error) {
 			}
 		case tagJob:
 			j := new(Job)
-			if err := decodeRecord(body, func(d *decoder) { decodeJob(d, j, sr.version) }); err != nil {
+			d := decoder{b: body, kept: &kept}
+			decodeJob(&d, j, sr.version)
+			if err := d.done(); err != nil {
 				return nil, err
 			}
 			if j.Seq <= lastSeq || j.Seq > s.jobSeq {
@@ -677,8 +680,8 @@ func encodeLease(e *encoder, l *Lease) {
 
 func decodeLease(d *decoder, l *Lease) {
 	l.Token = d.uvarint()
-	l.WorkerID = d.str(MaxIDLen)
-	l.RequestID = d.str(MaxIDLen)
+	l.WorkerID = d.keptStr(keptWorker, MaxIDLen)
+	l.RequestID = d.keptStr(keptRequest, MaxIDLen)
 	l.State = LeaseState(d.byte1())
 	l.Revoke = Revoke(d.byte1())
 	l.GrantedAt = d.varint()

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // busyMachine returns a machine with jobs in every state, two workers and
@@ -608,5 +609,62 @@ func TestSnapshotVersionCoversKeptEvents(t *testing.T) {
 	}
 	if v := m.snapVersionOf(); v != 5 {
 		t.Fatalf("job.scheduled kept at level 4: version %d, want 5", v)
+	}
+}
+
+// A restored state shares its repeated strings as the state that wrote it
+// does: the leases of one acquire share their request id and worker id,
+// and the jobs of one queue its name. Strings of different bytes stay
+// apart, and the state is the one written.
+func TestRestoreSharesRepeatedStrings(t *testing.T) {
+	d := newBenchDriver()
+	for i := range 12 {
+		q := "qa"
+		if i >= 6 {
+			q = "qb"
+		}
+		d.must(t, &SubmitJob{Spec: JobSpec{ID: fmt.Sprintf("j%02d", i), Queue: q, Kind: "k", Submitter: "s", OnWorkerLost: LostRequeue,
+			MaxAttempts: 3, MaxWorkerLosses: 5}})
+	}
+	for _, a := range []struct {
+		worker, request, queue string
+		max                    uint32
+	}{{"w1", "r1", "qa", 3}, {"w2", "r2", "qa", 3}, {"w1", "r3", "qb", 6}} {
+		d.must(t, &RegisterWorker{WorkerID: a.worker, Capacity: 16})
+		d.must(t, &Acquire{WorkerID: a.worker, RequestID: a.request, Queues: []string{a.queue}, Max: a.max})
+	}
+	g := New()
+	if err := g.Restore(bytes.NewReader(snapshotBytes(t, d.f))); err != nil {
+		t.Fatal(err)
+	}
+	if g.Hash() != d.f.Hash() {
+		t.Fatal("hash differs after restore")
+	}
+	jobs := make([]Job, 12)
+	for i := range jobs {
+		var err error
+		if jobs[i], err = g.Job(fmt.Sprintf("j%02d", i)); err != nil || len(jobs[i].Leases) != 1 {
+			t.Fatalf("job %d: %+v %v", i, jobs[i], err)
+		}
+	}
+	same := func(what string, a, b string) {
+		t.Helper()
+		if a != b || unsafe.StringData(a) != unsafe.StringData(b) {
+			t.Errorf("%s %q and %q are not one string", what, a, b)
+		}
+	}
+	for _, group := range [][]int{{0, 1, 2}, {3, 4, 5}, {6, 7, 8, 9, 10, 11}} {
+		for _, i := range group[1:] {
+			same("request ids", jobs[group[0]].Leases[0].RequestID, jobs[i].Leases[0].RequestID)
+			same("worker ids", jobs[group[0]].Leases[0].WorkerID, jobs[i].Leases[0].WorkerID)
+		}
+	}
+	same("worker ids", jobs[0].Leases[0].WorkerID, jobs[6].Leases[0].WorkerID)
+	same("queues", jobs[0].Queue, jobs[5].Queue)
+	same("queues", jobs[6].Queue, jobs[11].Queue)
+	for _, p := range [][2]int{{0, 3}, {3, 6}} {
+		if jobs[p[0]].Leases[0].RequestID == jobs[p[1]].Leases[0].RequestID {
+			t.Errorf("jobs %d and %d: one request id %q", p[0], p[1], jobs[p[0]].Leases[0].RequestID)
+		}
 	}
 }
