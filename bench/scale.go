@@ -194,6 +194,13 @@ func runScale(ctx context.Context, e *env) (*Result, error) {
 		caughtUp = after.caughtUpAfter.Seconds()
 	}
 	r.add("restart_caught_up_s", num(caughtUp, 3))
+	// The restarted follower's heap over the empty leader's, per lease it
+	// holds: a state restored from a snapshot against the leader's, built
+	// by applying the log (mem_per_lease_bytes; live_per_lease_bytes
+	// counts live objects alone, without the spans' free room).
+	r.add("live_per_lease_bytes", num(perLease(after.mem.heap.alloc, base.heap.alloc, after.liveAtMem), 0))
+	r.add("restart_mem_per_lease_bytes", num(perLease(after.restartMem.heap.inuse, base.heap.inuse, after.liveAtRestart), 0))
+	r.add("restart_live_per_lease_bytes", num(perLease(after.restartMem.heap.alloc, base.heap.alloc, after.liveAtRestart), 0))
 
 	r.add("hb_errs_total", errsTotal)
 	// What failed over the whole run (setup and restart included), by kind.
@@ -267,6 +274,12 @@ type scaleAfter struct {
 	behind            int64 // the leader's commit index at ready, less the node's applied index
 	caughtUp          bool
 	caughtUpAfter     time.Duration // from the restart, when caughtUp
+	// restartMem is the restarted follower's memory once caught up (its
+	// state restored from its last snapshot, the log after it applied),
+	// and liveAtRestart the leases its state then held; zero and NaN when
+	// it did not catch up.
+	restartMem    nodeMemory
+	liveAtRestart float64
 }
 
 // restartBound bounds the wait for a restarted node to be ready and to
@@ -349,6 +362,18 @@ func (e *env) restartFollower(ctx context.Context, leader int, out *scaleAfter) 
 		return err == nil && a >= commit
 	})
 	out.caughtUp, out.caughtUpAfter = err == nil, time.Since(t0)
+	out.liveAtRestart = math.NaN()
+	if !out.caughtUp {
+		return nil
+	}
+	if out.restartMem, err = e.memory(ctx, f); err != nil {
+		return err
+	}
+	if out.liveAtRestart, err = e.gauge(ctx, f, "leasehold_live_leases"); err != nil {
+		return err
+	}
+	e.logf("scale: node%d's heap once caught up %.1f MB in use, %.1f MB live, %0.f live leases",
+		f+1, mib(out.restartMem.heap.inuse), mib(out.restartMem.heap.alloc), out.liveAtRestart)
 	return nil
 }
 

@@ -36,7 +36,7 @@ func TestScale(t *testing.T) {
 		"workers_per_renew_s", "expiry_looks_s", "expiry_looks_per_worker_grace", "expiry_full_scan_looks_s",
 		"heap_base_bytes", "heap_inuse_bytes", "heap_alloc_bytes", "mem_per_lease_bytes", "rss_base_bytes", "rss_bytes",
 		"rss_per_lease_bytes", "snapshot_s", "snapshot_bytes", "restart_ready_s", "restart_applied_behind",
-		"restart_caught_up_s"} {
+		"restart_caught_up_s", "live_per_lease_bytes", "restart_mem_per_lease_bytes", "restart_live_per_lease_bytes"} {
 		v, err := strconv.ParseFloat(kv[k], 64)
 		if err != nil || math.IsNaN(v) {
 			t.Errorf("%s=%q is not a number", k, kv[k])
