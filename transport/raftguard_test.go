@@ -692,10 +692,12 @@ func TestRaftGuard_CloseWaitsForHeartbeats(t *testing.T) {
 	}
 	entered, release := make(chan struct{}), make(chan struct{})
 	var calls atomic.Int32
+	var left atomic.Bool // the first heartbeat left raft's handler
 	g.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if calls.Add(1) == 1 {
 			close(entered)
 			<-release
+			defer left.Store(true)
 		}
 		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
 	})
@@ -704,21 +706,19 @@ func TestRaftGuard_CloseWaitsForHeartbeats(t *testing.T) {
 	go hb(rpc)
 	<-entered
 
-	closed := make(chan struct{})
+	// Whether the heartbeat had left the handler when Close returned: the
+	// handler is held until after the checks below, so a Close that does
+	// not wait for it returns while it is still in, whatever the timing.
+	closedAfter := make(chan bool, 1)
 	go func() {
 		g.Close()
-		close(closed)
+		closedAfter <- left.Load()
 	}()
 	waitFor(t, "Close to refuse new heartbeats", func() bool {
 		g.hbMu.Lock()
 		defer g.hbMu.Unlock()
 		return g.hbClosed
 	})
-	select {
-	case <-closed:
-		t.Fatal("Close returned while a heartbeat was in raft's handler")
-	default:
-	}
 	late, lateAnswer := rpcWithAnswer(&raft.AppendEntriesRequest{Term: 3})
 	hb(late)
 	if resp := <-lateAnswer; !errors.Is(resp.Error, raft.ErrTransportShutdown) || calls.Load() != 1 {
@@ -728,7 +728,9 @@ func TestRaftGuard_CloseWaitsForHeartbeats(t *testing.T) {
 	if resp := <-answer; resp.Error != nil {
 		t.Fatalf("the heartbeat in flight: %+v", resp)
 	}
-	<-closed
+	if !<-closedAfter {
+		t.Fatal("Close returned while a heartbeat was in raft's handler")
+	}
 }
 
 // A refusal is logged once at Warn with the field, the value and the
