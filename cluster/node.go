@@ -61,6 +61,9 @@ type Node struct {
 	// grows with the workers whose check came due, not with every worker
 	// on every tick (expiry.go).
 	expiryLooked atomic.Uint64
+	// hint is Leader's last answer (status.go): every API response names
+	// the leader.
+	hint atomic.Pointer[leaderHint]
 
 	notifyCh chan bool
 	// scheduleWake makes the leader's schedule loop look again (schedule.go).

@@ -100,7 +100,19 @@ func (n *Node) Status() Status {
 
 // Leader returns the leader's id and API address as this node knows them
 // (empty when there is no leader or its address is not yet in the table).
+// It is the hint on every API response, so it answers from its last
+// answer while Raft names the same leader and that answer is younger than
+// hintTTL: a leader's change shows at once; a change of the leader's API
+// address or of the voters under the same leader, rare and made by an
+// operator, within hintTTL. The full answer reads Raft's configuration
+// (which allocates) and takes the state machine's read lock, which waits
+// for an apply in progress.
 func (n *Node) Leader() (id, api string) {
+	if _, lid := n.raft.LeaderWithID(); lid != "" {
+		if h := n.hint.Load(); h.answers(string(lid), time.Now()) {
+			return h.id, h.api
+		}
+	}
 	id, _, err := n.leaderPeer()
 	if err != nil {
 		return "", ""
@@ -108,7 +120,26 @@ func (n *Node) Leader() (id, api string) {
 	if node, ok := n.fsm.Node(id); ok {
 		api = node.APIAddr
 	}
+	if api != "" {
+		n.hint.Store(&leaderHint{id: id, api: api, at: time.Now()})
+	}
 	return id, api
+}
+
+// hintTTL bounds how long Leader answers from its last answer.
+const hintTTL = time.Second
+
+// leaderHint is an answer of Leader and when it was made (by the real
+// clock: it decides nothing of any lease).
+type leaderHint struct {
+	id, api string
+	at      time.Time
+}
+
+// answers says whether h, if any, is still Leader's answer at now when
+// Raft names leader lid.
+func (h *leaderHint) answers(lid string, now time.Time) bool {
+	return h != nil && h.id == lid && now.Sub(h.at) < hintTTL
 }
 
 // Timings returns the executor timings this node runs with.

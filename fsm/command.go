@@ -1082,7 +1082,9 @@ func Encode(time int64, c Command) ([]byte, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
-	e := encoder{b: make([]byte, 0, 64), codec: codecOf(c)}
+	// 256 bytes hold a worker's commands (a report with the acquire of
+	// its next job is about 200) without growing: one allocation each.
+	e := encoder{b: make([]byte, 0, 256), codec: codecOf(c)}
 	e.byte1(e.codec)
 	e.byte1(uint8(c.Type()))
 	e.varint(time)

@@ -193,8 +193,11 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	if j.State == fsm.JobQueued && j.NotBefore > now.UnixNano() {
 		out.State = pb.JobState_JOB_STATE_SCHEDULED
 	}
-	for i := range j.Leases {
-		out.Leases = append(out.Leases, leaseToProto(&j.Leases[i]))
+	if len(j.Leases) > 0 {
+		out.Leases = make([]*pb.Lease, len(j.Leases))
+		for i := range j.Leases {
+			out.Leases[i] = leaseToProto(&j.Leases[i])
+		}
 	}
 	return out
 }

@@ -133,7 +133,7 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 		return nil // bounded by MaxSnapshotBytes, admin only
 	}
 	if bodyStreams[r.URL.Path] {
-		r.Body = &countedBody{ReadCloser: r.Body, n: &s.bodies.raw, done: func() {}}
+		r.Body = &countedBody{ReadCloser: r.Body, n: &s.bodies.raw}
 		return nil
 	}
 	var body io.ReadCloser = r.Body
@@ -144,18 +144,15 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 		}
 		body = http.MaxBytesReader(w, r.Body, max)
 	}
+	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, timeout: s.limits.BodyTimeout}
 	if s.limits.BodyTimeout > 0 {
 		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
+		counted.rc = rc // to lift the deadline once the body is read
 	}
-	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, timeout: s.limits.BodyTimeout, done: func() {
-		if s.limits.BodyTimeout > 0 {
-			rc.SetReadDeadline(time.Time{})
-		}
-	}}
 	if r.ProtoMajor == 1 {
 		// A body cut short leaves the connection without a next request
 		// boundary: close it after the answer instead of keeping it idle.
-		counted.failed = func() { w.Header().Set("Connection", "close") }
+		counted.w = w
 	}
 	r.Body = counted
 	return nil
@@ -165,27 +162,33 @@ func tooLarge(n int64, max int) error {
 	return fmt.Errorf("%w: request: %d bytes exceeds %d", fsm.ErrTooLarge, n, max)
 }
 
-// countedBody counts what is read and calls done when the body has ended
-// (only then: after a failed read the deadline must stay, or the server's
-// own draining of the rest would wait for ever).
+// countedBody counts what is read and lifts the body's read deadline when
+// the body has ended (only then: after a failed read the deadline must
+// stay, or the server's own draining of the rest would wait for ever).
 type countedBody struct {
 	io.ReadCloser
 	timeout time.Duration
 	n       *atomic.Int64
-	done    func()
-	failed  func() // nil: nothing to do
-	once    sync.Once
+	// rc, when set, has a read deadline on the body that the end of the
+	// body lifts; w, when set (HTTP/1.1), gets "Connection: close" when the
+	// body fails. Fields rather than closures: every call reads a body.
+	rc   *http.ResponseController
+	w    http.ResponseWriter
+	once sync.Once
 }
+
+// read lifts the body's read deadline: it is all read.
+func (b *countedBody) read() { b.rc.SetReadDeadline(time.Time{}) }
 
 func (b *countedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.n.Add(int64(n))
-	if err == io.EOF {
-		b.once.Do(b.done)
+	if err == io.EOF && b.rc != nil {
+		b.once.Do(b.read)
 	}
 	if err != nil && err != io.EOF {
-		if b.failed != nil {
-			b.failed()
+		if b.w != nil {
+			b.w.Header().Set("Connection", "close")
 		}
 		var mb *http.MaxBytesError
 		switch {

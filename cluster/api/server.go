@@ -69,6 +69,9 @@ type Server struct {
 	// timingsPB is the node's timings as every heartbeat and registration
 	// answer carries them; shared, never changed.
 	timingsPB *pb.Timings
+	// hint is the last leader hint's header value, shared by the responses
+	// that carry it (never changed once stored).
+	hint atomic.Pointer[[]string]
 
 	mu    sync.Mutex
 	peers map[string]*peerClients // by leader Raft address
@@ -190,6 +193,9 @@ func (s *Server) peer(raftAddr string) *peerClients {
 // with it. Otherwise the handler answers err, which names the leader, and
 // the client goes there itself.
 func (s *Server) leaderFor(ctx context.Context, err error) *peerClients {
+	if err == nil {
+		return nil // before nl, which errors.As makes escape: a call that worked allocates nothing here
+	}
 	var nl *cluster.NotLeaderError
 	if !errors.As(err, &nl) || nl.LeaderRaft == "" {
 		return nil
@@ -227,16 +233,32 @@ func (h hintInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 			h.s.stats.refused(err)
 		}
 		if _, api := h.s.node.Leader(); api != "" {
-			var cerr *connect.Error
 			switch {
 			case err == nil && res != nil:
-				res.Header().Set(transport.HeaderLeader, api)
-			case errors.As(err, &cerr):
-				cerr.Meta().Set(transport.HeaderLeader, api)
+				res.Header()[transport.HeaderLeader] = h.s.hintValue(api)
+			case err != nil:
+				// cerr here, not above: errors.As makes it escape, and a
+				// call that worked should not pay for it.
+				var cerr *connect.Error
+				if errors.As(err, &cerr) {
+					cerr.Meta().Set(transport.HeaderLeader, api)
+				}
 			}
 		}
 		return res, err
 	}
+}
+
+// hintValue is the header value naming api, the same slice for every
+// response while the leader's address stays (a response only reads it),
+// so a hint costs no allocation.
+func (s *Server) hintValue(api string) []string {
+	if v := s.hint.Load(); v != nil && (*v)[0] == api {
+		return *v
+	}
+	v := []string{api}
+	s.hint.Store(&v)
+	return v
 }
 
 func (h hintInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
