@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bufio"
 	"compress/gzip"
 	"errors"
 	"fmt"
@@ -133,7 +134,8 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 		return nil // bounded by MaxSnapshotBytes, admin only
 	}
 	if bodyStreams[r.URL.Path] {
-		r.Body = &countedBody{ReadCloser: r.Body, n: &s.bodies.raw}
+		counted := &countedBody{ReadCloser: r.Body, n: &s.bodies.raw}
+		r.Body = &bufferedBody{Reader: bufio.NewReaderSize(counted, streamReadBuffer), Closer: counted}
 		return nil
 	}
 	var body io.ReadCloser = r.Body
@@ -160,6 +162,21 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 
 func tooLarge(n int64, max int) error {
 	return fmt.Errorf("%w: request: %d bytes exceeds %d", fsm.ErrTooLarge, n, max)
+}
+
+// streamReadBuffer is a body stream's read buffer. Connect reads each
+// message in two reads, its 5-byte prefix and then its body, and on
+// HTTP/2 every read of a request body is a hand-off to the connection's
+// serving goroutine (to return flow-control credit): through the buffer,
+// one read takes the whole message, and every message that has arrived
+// with it. A beat with ten leases is about 400 bytes.
+const streamReadBuffer = 1 << 10
+
+// bufferedBody is a request body read through a buffer; closing it closes
+// the body.
+type bufferedBody struct {
+	*bufio.Reader
+	io.Closer
 }
 
 // countedBody counts what is read and lifts the body's read deadline when
