@@ -59,7 +59,7 @@ table() {
 		if ("allocs_per_op" in kv) add(c SUBSEP b SUBSEP "alloc", kv["allocs_per_op"])
 		if ("late_p99_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["late_p99_ms"])
 		else if ("write_gap_max_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["write_gap_max_ms"])
-		if (kv["cpu_other_pct"] + 0 > other) other = kv["cpu_other_pct"] + 0
+		if ("cpu_other_pct" in kv && kv["cpu_other_pct"] != "NA" && (other == "" || kv["cpu_other_pct"] + 0 > other)) other = kv["cpu_other_pct"] + 0
 	}
 	END {
 		printf "%-30s %-5s %10s %10s %6s   %-40s\n", "case", "fig", "old", "new", "new/old", ""

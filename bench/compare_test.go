@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// compare.sh's table: each figure's median per binary and new/old, and
+// the highest cpu_other_pct of any run, negative ones included (a run
+// can read below zero: the host's idle time is sampled apart from the
+// processes').
+func TestCompareTable(t *testing.T) {
+	results := `RESULT op=heartbeat ops_s=100 p50_ms=2 p99_ms=4 cpu_srv_pct=50 allocs_per_op=9 cpu_other_pct=-9.5 case=hb bin=old
+RESULT op=heartbeat ops_s=120 p50_ms=1 p99_ms=3 cpu_srv_pct=48 allocs_per_op=8 cpu_other_pct=-13.1 case=hb bin=new
+RESULT op=heartbeat ops_s=90 p50_ms=3 p99_ms=5 cpu_srv_pct=50 allocs_per_op=9 cpu_other_pct=-5.7 case=hb bin=old
+RESULT op=heartbeat ops_s=140 p50_ms=1 p99_ms=2 cpu_srv_pct=49 allocs_per_op=8 cpu_other_pct=-7.0 case=hb bin=new
+RESULT op=heartbeat ops_s=110 p50_ms=2 p99_ms=4 cpu_srv_pct=51 allocs_per_op=9 cpu_other_pct=-8.0 case=hb bin=old
+RESULT op=heartbeat ops_s=130 p50_ms=1 p99_ms=3 cpu_srv_pct=47 allocs_per_op=8 cpu_other_pct=-6.1 case=hb bin=new
+`
+	path := filepath.Join(t.TempDir(), "results.txt")
+	if err := os.WriteFile(path, []byte(results), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("sh", "compare.sh", "table", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("compare.sh table: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`(?m)^hb\s+ops/s\s+100\s+130\s+1\.30$`,
+		`(?m)^\s+p50ms\s+2\s+1\s+0\.50$`,
+		`(?m)^\s+alloc\s+9\s+8\s+0\.89$`,
+		`(?m)^highest cpu_other_pct seen: -5\.7$`,
+	} {
+		if !regexp.MustCompile(want).Match(out) {
+			t.Errorf("no line matching %s in:\n%s", want, strings.TrimSpace(string(out)))
+		}
+	}
+}
