@@ -143,3 +143,26 @@ func leaderAmong(c *clustertest.Cluster, indexes []int) *clustertest.Node {
 	})
 	return leader
 }
+
+// A node's leader hint names a new leader as soon as its Raft does,
+// however fresh its last answer for the old one.
+func TestLeaderHintFollowsTheLeader(t *testing.T) {
+	c := clustertest.New(t, 3)
+	old := c.Leader()
+	c.Converged()
+	f, target := c.Nodes[(old.Index+1)%3], c.Nodes[(old.Index+2)%3]
+	c.WaitFor(5*time.Second, "the follower's hint to name the leader", func() bool {
+		id, api := f.Leader()
+		return id == old.ID() && api == old.APIAddr
+	})
+	if err := old.TransferLeadership(ctx(t), target.ID(), cluster.Actor{Name: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(10*time.Second, "the follower's Raft to name the new leader", func() bool {
+		return f.Status().LeaderID == target.ID()
+	})
+	f.HintLeader(old.ID(), old.APIAddr) // an answer for the old leader, just made
+	if id, api := f.Leader(); id != target.ID() || api != target.APIAddr {
+		t.Fatalf("hint names %s at %q, want the new leader %s at %q", id, api, target.ID(), target.APIAddr)
+	}
+}

@@ -46,3 +46,9 @@ func (n *Node) RefreshRefused() bool { return n.refreshRefused.Load() }
 // AfterClaim has the leader call f(id) in AddNode once id's claim is
 // confirmed, before it looks at the voters again and changes anything.
 func AfterClaim(c *Config, f func(id string)) { c.afterClaim = f }
+
+// HintLeader stores a fresh leader hint for id and api, as Leader does
+// after it answers them.
+func (n *Node) HintLeader(id, api string) {
+	n.hint.Store(&leaderHint{id: id, api: api, at: time.Now()})
+}
