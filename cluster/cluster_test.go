@@ -151,9 +151,10 @@ func TestLeaderHintFollowsTheLeader(t *testing.T) {
 	old := c.Leader()
 	c.Converged()
 	f, target := c.Nodes[(old.Index+1)%3], c.Nodes[(old.Index+2)%3]
-	c.WaitFor(5*time.Second, "the follower's hint to name the leader", func() bool {
+	c.WaitFor(5*time.Second, "the follower's hint to name the leader, and its table the target", func() bool {
 		id, api := f.Leader()
-		return id == old.ID() && api == old.APIAddr
+		rec, ok := f.FSM().Node(target.ID())
+		return id == old.ID() && api == old.APIAddr && ok && rec.APIAddr == target.APIAddr
 	})
 	if err := old.TransferLeadership(ctx(t), target.ID(), cluster.Actor{Name: "test"}); err != nil {
 		t.Fatal(err)
