@@ -122,13 +122,18 @@ func (s *Server) OpenConns() int { return s.conns.Open() }
 
 // limitBody bounds and times one request: a Content-Length over the
 // bound is refused before anything is read, the body is cut at the bound
-// plus a margin for framing, reading it must finish within BodyTimeout
-// (the deadline is lifted once the body ends, so a long poll or a stream
-// may run on), and the answer must be written within WriteTimeout.
+// plus a margin for framing, and reading it must finish within
+// BodyTimeout. The answer must be written within WriteTimeout: the HTTP
+// server sets that deadline as each request arrives (Serve), and
+// limitBody lifts it for the paths it does not bound.
+//
+// Every deadline set or lifted here on an HTTP/2 stream is a hand-off to
+// its connection's serving goroutine, so a unary call over HTTP/2 has one
+// (its body's), where it had three.
 func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	rc := http.NewResponseController(w)
-	if s.limits.WriteTimeout > 0 && !unboundedWrites[r.URL.Path] {
-		rc.SetWriteDeadline(time.Now().Add(s.limits.WriteTimeout))
+	if s.limits.WriteTimeout > 0 && unboundedWrites[r.URL.Path] {
+		rc.SetWriteDeadline(time.Time{})
 	}
 	if r.URL.Path == "/v1/snapshot" {
 		return nil // bounded by MaxSnapshotBytes, admin only
@@ -136,6 +141,13 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	if bodyStreams[r.URL.Path] {
 		counted := &countedBody{ReadCloser: r.Body, n: &s.bodies.raw}
 		r.Body = &bufferedBody{Reader: bufio.NewReaderSize(counted, streamReadBuffer), Closer: counted}
+		return nil
+	}
+	if r.ContentLength == 0 {
+		// Nothing to read (a GET). Over HTTP/1.1 a read deadline would
+		// stay on the connection, and when it passed, the server's read
+		// that watches for a closed connection would fail and end the
+		// request: a profile longer than body_timeout was cut short.
 		return nil
 	}
 	var body io.ReadCloser = r.Body
@@ -149,7 +161,13 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, timeout: s.limits.BodyTimeout}
 	if s.limits.BodyTimeout > 0 {
 		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
-		counted.rc = rc // to lift the deadline once the body is read
+		if r.ProtoMajor == 1 {
+			// Lifted once the body is read: it is the connection's, and
+			// a long poll runs on. An HTTP/2 stream's deadline is its
+			// own; once its body has ended, the deadline passing does
+			// nothing, and the stream's end stops it.
+			counted.rc = rc
+		}
 	}
 	if r.ProtoMajor == 1 {
 		// A body cut short leaves the connection without a next request

@@ -282,3 +282,46 @@ func TestSlowReaderCutOff(t *testing.T) {
 		return leader.APIServer.OpenConns() <= base
 	})
 }
+
+// write_timeout bounds a call's answer, not an event stream's: the server
+// sets it on every request as it arrives, and the API lifts it for
+// streams. A watch, over HTTP/1.1 and over HTTP/2, still delivers events
+// long after the deadline would have passed.
+func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
+	c := clustertest.Prepare(t, 1)
+	l := api.DefaultLimits()
+	l.WriteTimeout = 200 * time.Millisecond
+	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
+	c.Start(0)
+	base := "http://" + c.Leader().APIAddr
+	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, base, bearer(opsSecret))
+	for name, hc := range map[string]*http.Client{"HTTP/1.1": http.DefaultClient, "HTTP/2": h2c(t)} {
+		events := leaseholdv1connect.NewEventServiceClient(hc, base)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		watch := connect.NewRequest(&pb.WatchEventsRequest{})
+		watch.Header().Set("Authorization", "Bearer "+opsSecret)
+		opened := time.Now()
+		stream, err := events.WatchEvents(ctx, watch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One job at a time, each event awaited, until the stream has run
+		// five times the write timeout.
+		for i := 0; time.Since(opened) < 5*l.WriteTimeout; i++ {
+			id := fmt.Sprintf("%s-%d", name, i)
+			if _, err := jobs.SubmitJob(callCtx(t), connect.NewRequest(&pb.SubmitJobRequest{Spec: &pb.JobSpec{Id: id, Queue: "q", Kind: "k"}})); err != nil {
+				t.Fatal(err)
+			}
+			for seen := false; !seen; {
+				if !stream.Receive() {
+					t.Fatalf("%s: the watch ended %s after it opened, waiting for job %s: %v", name, time.Since(opened), id, stream.Err())
+				}
+				for _, ev := range stream.Msg().GetEvents() {
+					seen = seen || ev.GetJobId() == id
+				}
+			}
+		}
+		cancel()
+		stream.Close()
+	}
+}

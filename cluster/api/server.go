@@ -294,7 +294,10 @@ func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
 	base, cancel := context.WithCancel(context.Background())
 	newServer := func(plainH2 bool) *http.Server {
 		srv := &http.Server{Handler: h, BaseContext: func(net.Listener) context.Context { return base },
-			ReadHeaderTimeout: s.limits.HeaderTimeout, IdleTimeout: s.limits.IdleTimeout}
+			ReadHeaderTimeout: s.limits.HeaderTimeout, IdleTimeout: s.limits.IdleTimeout,
+			// Set by the server as each request arrives, at no cost to an
+			// HTTP/2 call (limitBody lifts it where it does not apply).
+			WriteTimeout: s.limits.WriteTimeout}
 		var protocols http.Protocols
 		protocols.SetHTTP1(true)
 		if plainH2 {
