@@ -126,13 +126,14 @@ func (s *Server) Handler() http.Handler {
 		// more CPU than it saves (a fifth of the leader's under load).
 		connect.WithCompressMinBytes(compressMinBytes))
 	mux := http.NewServeMux()
-	mux.Handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
-	mux.Handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
-	mux.Handle(s.heartbeatStreamHandler(opts)) // the more specific pattern wins
-	mux.Handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
-	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
-	mux.Handle(leaseholdv1connect.NewQueueServiceHandler(queueService{s}, opts))
-	mux.Handle(leaseholdv1connect.NewScheduleServiceHandler(scheduleService{s}, opts))
+	calls := newRouter(mux)
+	calls.handle(leaseholdv1connect.NewJobServiceHandler(jobService{s}, opts))
+	calls.handle(leaseholdv1connect.NewWorkerServiceHandler(workerService{s}, opts))
+	calls.handle(s.heartbeatStreamHandler(opts)) // the whole path wins
+	calls.handle(leaseholdv1connect.NewEventServiceHandler(eventService{s}, opts))
+	calls.handle(leaseholdv1connect.NewClusterServiceHandler(clusterService{s}, opts))
+	calls.handle(leaseholdv1connect.NewQueueServiceHandler(queueService{s}, opts))
+	calls.handle(leaseholdv1connect.NewScheduleServiceHandler(scheduleService{s}, opts))
 	mux.HandleFunc("GET /v1/snapshot", s.saveSnapshot)
 	mux.HandleFunc("PUT /v1/snapshot", s.restoreSnapshot)
 	mux.HandleFunc("GET /livez", s.livez)
@@ -151,7 +152,52 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return grownStack(s.guardHost(s.authenticate(mux)))
+	return grownStack(s.guardHost(s.authenticate(calls)))
+}
+
+// router finds a call's handler by a map lookup of its path, or of the
+// path's service ("/leasehold.v1.JobService/"), and leaves every other
+// path to the mux, where each service is registered too. The mux's own
+// lookup of a path under a pattern that ends in "/" allocated three or
+// four times on every call: it walks its tree twice (the second time to
+// see whether the path with a slash added would match exactly), and its
+// walk allocates at each segment that no literal matches.
+type router struct {
+	paths    map[string]http.Handler // whole paths
+	services map[string]http.Handler // "/leasehold.v1.JobService/"
+	mux      *http.ServeMux
+}
+
+func newRouter(mux *http.ServeMux) *router {
+	return &router{paths: map[string]http.Handler{}, services: map[string]http.Handler{}, mux: mux}
+}
+
+// handle registers a Connect service (its pattern ends in "/") or one
+// procedure of it (a whole path).
+func (rt *router) handle(pattern string, h http.Handler) {
+	rt.mux.Handle(pattern, h)
+	if strings.HasSuffix(pattern, "/") {
+		rt.services[pattern] = h
+	} else {
+		rt.paths[pattern] = h
+	}
+}
+
+func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.Path
+	if h, ok := rt.paths[path]; ok {
+		h.ServeHTTP(w, r)
+		return
+	}
+	if len(path) > 1 && path[0] == '/' {
+		if i := strings.IndexByte(path[1:], '/'); i >= 0 {
+			if h, ok := rt.services[path[:i+2]]; ok {
+				h.ServeHTTP(w, r)
+				return
+			}
+		}
+	}
+	rt.mux.ServeHTTP(w, r)
 }
 
 // peerClients are Connect clients of one other node's API, reached over
