@@ -131,22 +131,65 @@ func ts(unixNano int64) *timestamppb.Timestamp {
 	return timestamppb.New(time.Unix(0, unixNano))
 }
 
-func specToProto(s *fsm.JobSpec) *pb.JobSpec {
-	return &pb.JobSpec{
-		Id: s.ID, Queue: s.Queue, Kind: s.Kind, Payload: s.Payload, Priority: s.Priority,
-		Submitter: s.Submitter, MaxAttempts: s.MaxAttempts, OnWorkerLost: pb.LostPolicy(s.OnWorkerLost),
-		MaxWorkerLosses: s.MaxWorkerLosses, Retry: retryToProto(s.Retry),
+// stamps hands out the timestamps of one answer's job from one
+// allocation, where each was an allocation of its own: a granted job
+// carries four or more.
+type stamps []timestamppb.Timestamp
+
+// at is ts from s's room (a new allocation once it is used up).
+func (s *stamps) at(unixNano int64) *timestamppb.Timestamp {
+	if unixNano == 0 {
+		return nil
 	}
+	if len(*s) == cap(*s) {
+		return ts(unixNano)
+	}
+	*s = (*s)[:len(*s)+1]
+	t := &(*s)[len(*s)-1]
+	sec, nsec := unixNano/1e9, unixNano%1e9
+	if nsec < 0 {
+		sec, nsec = sec-1, nsec+1e9
+	}
+	t.Seconds, t.Nanos = sec, int32(nsec)
+	return t
+}
+
+// set counts the times that are not zero.
+func set(times ...int64) int {
+	n := 0
+	for _, t := range times {
+		if t != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func specToProto(s *fsm.JobSpec) *pb.JobSpec {
+	out := new(pb.JobSpec)
+	fillSpec(out, s)
+	return out
+}
+
+func fillSpec(out *pb.JobSpec, s *fsm.JobSpec) {
+	out.Id, out.Queue, out.Kind, out.Payload, out.Priority = s.ID, s.Queue, s.Kind, s.Payload, s.Priority
+	out.Submitter, out.MaxAttempts, out.OnWorkerLost = s.Submitter, s.MaxAttempts, pb.LostPolicy(s.OnWorkerLost)
+	out.MaxWorkerLosses, out.Retry = s.MaxWorkerLosses, retryToProto(s.Retry)
 }
 
 func leaseToProto(l *fsm.Lease) *pb.Lease {
-	return &pb.Lease{
-		Token: l.Token, JobId: l.JobID, WorkerId: l.WorkerID, RequestId: l.RequestID,
-		State: pb.LeaseState(l.State), Revoke: revokeToProto(l.Revoke), GrantedAt: ts(l.GrantedAt),
-		StartedAt: ts(l.StartedAt), EndedAt: ts(l.EndedAt), ReportId: l.ReportID(),
-		Outcome: pb.Outcome(l.Outcome), Retryable: l.Retryable, Ref: l.Ref(), Message: l.Message(),
-		TimedOut: l.Revoke == fsm.RevokeTimeout,
-	}
+	out := new(pb.Lease)
+	st := make(stamps, 0, set(l.GrantedAt, l.StartedAt, l.EndedAt))
+	fillLease(out, l, &st)
+	return out
+}
+
+func fillLease(out *pb.Lease, l *fsm.Lease, st *stamps) {
+	out.Token, out.JobId, out.WorkerId, out.RequestId = l.Token, l.JobID, l.WorkerID, l.RequestID
+	out.State, out.Revoke = pb.LeaseState(l.State), revokeToProto(l.Revoke)
+	out.GrantedAt, out.StartedAt, out.EndedAt = st.at(l.GrantedAt), st.at(l.StartedAt), st.at(l.EndedAt)
+	out.ReportId, out.Outcome, out.Retryable = l.ReportID(), pb.Outcome(l.Outcome), l.Retryable
+	out.Ref, out.Message, out.TimedOut = l.Ref(), l.Message(), l.Revoke == fsm.RevokeTimeout
 }
 
 // stateToProto converts a stored job state: the API numbers them as the
@@ -179,13 +222,26 @@ func revokeToProto(r fsm.Revoke) pb.Revoke {
 
 // jobToProto converts a job; now is the answering node's clock (Node.Wall),
 // against which a queued job reads as scheduled.
+//
+// The job, its spec, its leases and all their timestamps take four
+// allocations: an acquire's or a report's answer is mostly jobs.
 func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
-	out := &pb.Job{
-		Spec: specToProto(&j.JobSpec), Seq: j.Seq, State: stateToProto(j.State), Attempts: j.Executions(),
-		Losses: j.Losses, SubmittedAt: ts(j.SubmittedAt), UpdatedAt: ts(j.UpdatedAt),
-		FinishedAt: ts(j.FinishedAt), Reason: j.Reason, CreateIndex: j.CreateIndex, ModifyIndex: j.ModifyIndex,
-		NotBefore: ts(j.NotBefore),
+	n := set(j.SubmittedAt, j.UpdatedAt, j.FinishedAt, j.NotBefore)
+	for i := range j.Leases {
+		l := &j.Leases[i]
+		n += set(l.GrantedAt, l.StartedAt, l.EndedAt)
 	}
+	st := make(stamps, 0, n)
+	block := new(struct {
+		job  pb.Job
+		spec pb.JobSpec
+	})
+	out := &block.job
+	fillSpec(&block.spec, &j.JobSpec)
+	out.Spec, out.Seq, out.State, out.Attempts = &block.spec, j.Seq, stateToProto(j.State), j.Executions()
+	out.Losses, out.SubmittedAt, out.UpdatedAt = j.Losses, st.at(j.SubmittedAt), st.at(j.UpdatedAt)
+	out.FinishedAt, out.Reason, out.CreateIndex, out.ModifyIndex = st.at(j.FinishedAt), j.Reason, j.CreateIndex, j.ModifyIndex
+	out.NotBefore = st.at(j.NotBefore)
 	if j.TimeoutMs > 0 {
 		out.Spec.Timeout = durationpb.New(time.Duration(j.Timeout()))
 	}
@@ -194,9 +250,11 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 		out.State = pb.JobState_JOB_STATE_SCHEDULED
 	}
 	if len(j.Leases) > 0 {
+		leases := make([]pb.Lease, len(j.Leases))
 		out.Leases = make([]*pb.Lease, len(j.Leases))
 		for i := range j.Leases {
-			out.Leases[i] = leaseToProto(&j.Leases[i])
+			fillLease(&leases[i], &j.Leases[i], &st)
+			out.Leases[i] = &leases[i]
 		}
 	}
 	return out
