@@ -143,11 +143,14 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 		r.Body = &bufferedBody{Reader: bufio.NewReaderSize(counted, streamReadBuffer), Closer: counted}
 		return nil
 	}
-	if r.ContentLength == 0 {
-		// Nothing to read (a GET). Over HTTP/1.1 a read deadline would
-		// stay on the connection, and when it passed, the server's read
-		// that watches for a closed connection would fail and end the
-		// request: a profile longer than body_timeout was cut short.
+	if r.Body == http.NoBody {
+		// An HTTP/1.1 request without a body (a GET): nothing to read,
+		// and a read deadline would stay on the connection; when it
+		// passed, the server's read that watches for a closed connection
+		// would fail and end the request, so a profile longer than
+		// body_timeout was cut short. Not a declared length of 0: over
+		// HTTP/2 such a body may still never end, and it is bounded as
+		// any other.
 		return nil
 	}
 	var body io.ReadCloser = r.Body

@@ -325,3 +325,64 @@ func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
 		stream.Close()
 	}
 }
+
+// h2Frame writes one HTTP/2 frame.
+func h2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error {
+	head := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags, 0, 0, 0, 0}
+	binary.BigEndian.PutUint32(head[5:], stream)
+	_, err := w.Write(append(head, payload...))
+	return err
+}
+
+// hpackLiteral encodes headers as literals without indexing (no Huffman),
+// each name and value shorter than 127 bytes.
+func hpackLiteral(fields ...string) []byte {
+	var b []byte
+	for i := 0; i < len(fields); i += 2 {
+		b = append(b, 0, byte(len(fields[i])))
+		b = append(b, fields[i]...)
+		b = append(b, byte(len(fields[i+1])))
+		b = append(b, fields[i+1]...)
+	}
+	return b
+}
+
+// An HTTP/2 request that declares an empty body and never ends it holds
+// its handler no longer than body_timeout: it is answered, as the body
+// read fails, and not left waiting for a body that never comes.
+func TestDeclaredEmptyBodyNeverEndedBounded(t *testing.T) {
+	c := clustertest.Prepare(t, 1)
+	l := api.DefaultLimits()
+	l.BodyTimeout = 300 * time.Millisecond
+	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
+	c.Start(0)
+	addr := c.Leader().APIAddr
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	h2Frame(conn, 0x4, 0, 0, nil) // SETTINGS
+	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
+		":authority", addr, "content-type", "application/json", "content-length", "0", "authorization", "Bearer "+opsSecret)
+	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		head := make([]byte, 9)
+		if _, err := io.ReadFull(conn, head); err != nil {
+			t.Fatalf("no answer to a request whose declared empty body never ended, body_timeout %s: %v", l.BodyTimeout, err)
+		}
+		payload := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
+		if _, err := io.ReadFull(conn, payload); err != nil {
+			t.Fatal(err)
+		}
+		typ, flags, stream := head[3], head[4], binary.BigEndian.Uint32(head[5:])&0x7fffffff
+		if typ == 0x4 && flags&0x1 == 0 {
+			h2Frame(conn, 0x4, 0x1, 0, nil) // acknowledge the server's settings
+		}
+		if stream == 1 && (typ == 0x1 || typ == 0x3) { // HEADERS or RST_STREAM
+			return
+		}
+	}
+}

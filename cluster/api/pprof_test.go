@@ -42,28 +42,31 @@ func TestPprofAdminOnly(t *testing.T) {
 	}
 }
 
-// A request without a body is not bound by body_timeout: over HTTP/1.1
-// a read deadline left on the connection ends the request's context when
-// it passes (the server's read watching for a closed connection fails),
-// which cut a profile longer than body_timeout short.
+// A request without a body is not bound by body_timeout, over either
+// protocol: over HTTP/1.1 a read deadline left on the connection ends the
+// request's context when it passes (the server's read watching for a
+// closed connection fails), which cut a profile longer than body_timeout
+// short.
 func TestBodilessRequestOutlivesBodyTimeout(t *testing.T) {
 	c := clustertest.Prepare(t, 1)
 	l := api.DefaultLimits()
 	l.BodyTimeout = 200 * time.Millisecond
 	c.API = func(_ int, o *api.Options) { o.Credentials, o.Pprof, o.Limits = testCreds, true, l }
 	c.Start(0)
-	req, _ := http.NewRequest("GET", "http://"+c.Leader().APIAddr+"/debug/pprof/allocs?seconds=1", nil)
-	req.Header.Set("Authorization", "Bearer "+opsSecret)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	if resp.ProtoMajor != 1 {
-		t.Fatalf("asked over HTTP/%d, want HTTP/1.1", resp.ProtoMajor)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("a 1 s profile with body_timeout 200ms: %d %q", resp.StatusCode, b)
+	for want, hc := range map[int]*http.Client{1: http.DefaultClient, 2: h2c(t)} {
+		req, _ := http.NewRequest("GET", "http://"+c.Leader().APIAddr+"/debug/pprof/allocs?seconds=1", nil)
+		req.Header.Set("Authorization", "Bearer "+opsSecret)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.ProtoMajor != want {
+			t.Fatalf("asked over HTTP/%d, want HTTP/%d", resp.ProtoMajor, want)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("HTTP/%d: a 1 s profile with body_timeout 200ms: %d %q", want, resp.StatusCode, b)
+		}
 	}
 }
