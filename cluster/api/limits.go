@@ -68,13 +68,12 @@ func DefaultLimits() Limits {
 }
 
 // unboundedWrites are the paths whose answers may take as long as they
-// need: an event stream, a heartbeat stream, a snapshot.
+// need: an event stream, a heartbeat stream, a snapshot. (A profile or a
+// trace sets its own: write_timeout plus its length, net/http/pprof's.)
 var unboundedWrites = map[string]bool{
 	"/leasehold.v1.EventService/WatchEvents":      true,
 	"/leasehold.v1.WorkerService/HeartbeatStream": true,
-	"/v1/snapshot":         true,
-	"/debug/pprof/profile": true,
-	"/debug/pprof/trace":   true,
+	"/v1/snapshot": true,
 }
 
 // bodyStreams are the paths whose request body is a stream of messages that

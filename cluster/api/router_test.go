@@ -1,8 +1,10 @@
 package api
 
 import (
+	"bufio"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
@@ -37,13 +39,31 @@ func TestRouterRoutesLikeTheMux(t *testing.T) {
 		"/debug/pprof/heap":    "pprof",
 		"/leasehold.v1.Nope/X": "", // the mux's 404
 		"/":                    "",
+		// An escaped slash, and paths the mux redirects to their clean
+		// form.
+		"/leasehold.v1.JobService%2FSubmitJob":           "",
+		"/leasehold.v1.WorkerService%2FHeartbeatStream":  "",
+		"/leasehold.v1.JobService/../livez":              "",
+		"/leasehold.v1.JobService//SubmitJob":            "",
+		"/leasehold.v1.JobService/./SubmitJob":           "",
+		"/leasehold.v1.WorkerService/HeartbeatStream/..": "",
 	} {
+		codes := map[http.Handler]int{}
 		for _, via := range []http.Handler{rt, mux} {
 			served = ""
-			via.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", path, nil))
+			rec := httptest.NewRecorder()
+			r, err := http.ReadRequest(bufio.NewReader(strings.NewReader("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			via.ServeHTTP(rec, r)
+			codes[via] = rec.Code
 			if served != want {
 				t.Errorf("%T: %s served by %q, want %q", via, path, served, want)
 			}
+		}
+		if codes[rt] != codes[mux] {
+			t.Errorf("%s: the router answered %d, the mux %d", path, codes[rt], codes[mux])
 		}
 	}
 	w := httptest.NewRecorder()

@@ -173,7 +173,9 @@ func newRouter(mux *http.ServeMux) *router {
 }
 
 // handle registers a Connect service (its pattern ends in "/") or one
-// procedure of it (a whole path).
+// procedure of it (a whole path). Any other pattern under a service's
+// prefix must be registered here too: the router would hide it in the
+// mux.
 func (rt *router) handle(pattern string, h http.Handler) {
 	rt.mux.Handle(pattern, h)
 	if strings.HasSuffix(pattern, "/") {
@@ -185,6 +187,12 @@ func (rt *router) handle(pattern string, h http.Handler) {
 
 func (rt *router) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
+	if r.URL.RawPath != "" || strings.Contains(path, "//") || strings.Contains(path, "/.") {
+		// An escaped slash, or a path the mux cleans (it redirects to
+		// the clean path): the mux decides, as it always did.
+		rt.mux.ServeHTTP(w, r)
+		return
+	}
 	if h, ok := rt.paths[path]; ok {
 		h.ServeHTTP(w, r)
 		return
