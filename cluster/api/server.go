@@ -158,10 +158,10 @@ func (s *Server) Handler() http.Handler {
 // router finds a call's handler by a map lookup of its path, or of the
 // path's service ("/leasehold.v1.JobService/"), and leaves every other
 // path to the mux, where each service is registered too. The mux's own
-// lookup of a path under a pattern that ends in "/" allocated three or
-// four times on every call: it walks its tree twice (the second time to
-// see whether the path with a slash added would match exactly), and its
-// walk allocates at each segment that no literal matches.
+// lookup of a path under a pattern that ends in "/" allocated three times
+// on every call: it walks its tree twice (the second time to see whether
+// the path with a slash added would match exactly), and its walk
+// allocates at each segment that no literal matches.
 type router struct {
 	paths    map[string]http.Handler // whole paths
 	services map[string]http.Handler // "/leasehold.v1.JobService/"
