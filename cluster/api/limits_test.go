@@ -34,6 +34,15 @@ func limitsCluster(t *testing.T, l api.Limits) *clustertest.Cluster {
 	return c
 }
 
+// limitsNode starts one node with tokens and the given limits.
+func limitsNode(t *testing.T, l api.Limits) *clustertest.Cluster {
+	t.Helper()
+	c := clustertest.Prepare(t, 1)
+	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
+	c.Start(0)
+	return c
+}
+
 // bomb is a gRPC-framed SubmitJob whose gzip-compressed message of about
 // 400 KiB inflates to 400 MiB.
 func bomb(t *testing.T) []byte {
@@ -252,11 +261,9 @@ func TestIdleConnectionsBounded(t *testing.T) {
 // A client that asks for a large answer and never reads it holds its
 // handler only until the write deadline: the connection is then closed.
 func TestSlowReaderCutOff(t *testing.T) {
-	c := clustertest.Prepare(t, 1)
 	l := api.DefaultLimits()
 	l.WriteTimeout = 300 * time.Millisecond
-	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
-	c.Start(0)
+	c := limitsNode(t, l)
 	leader := c.Leader()
 	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, "http://"+leader.APIAddr, bearer(opsSecret))
 	for i := range 60 {
@@ -288,11 +295,9 @@ func TestSlowReaderCutOff(t *testing.T) {
 // streams. A watch, over HTTP/1.1 and over HTTP/2, still delivers events
 // long after the deadline would have passed.
 func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
-	c := clustertest.Prepare(t, 1)
 	l := api.DefaultLimits()
 	l.WriteTimeout = 200 * time.Millisecond
-	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
-	c.Start(0)
+	c := limitsNode(t, l)
 	base := "http://" + c.Leader().APIAddr
 	jobs := leaseholdv1connect.NewJobServiceClient(http.DefaultClient, base, bearer(opsSecret))
 	for name, hc := range map[string]*http.Client{"HTTP/1.1": http.DefaultClient, "HTTP/2": h2c(t)} {
@@ -351,11 +356,9 @@ func hpackLiteral(fields ...string) []byte {
 // its handler no longer than body_timeout: it is answered, as the body
 // read fails, and not left waiting for a body that never comes.
 func TestDeclaredEmptyBodyNeverEndedBounded(t *testing.T) {
-	c := clustertest.Prepare(t, 1)
 	l := api.DefaultLimits()
 	l.BodyTimeout = 300 * time.Millisecond
-	c.API = func(_ int, o *api.Options) { o.Credentials, o.Limits = testCreds, l }
-	c.Start(0)
+	c := limitsNode(t, l)
 	addr := c.Leader().APIAddr
 	conn, err := net.Dial("tcp", addr)
 	if err != nil {
