@@ -288,6 +288,23 @@ func TestSlowReaderCutOff(t *testing.T) {
 	c.WaitFor(10*time.Second, "the stalled connection closed by the server", func() bool {
 		return leader.APIServer.OpenConns() <= base
 	})
+
+	// Over HTTP/2 the same call, whose client never grants the answer
+	// flow-control credit past the first 64 KiB, is reset when the
+	// stream's write deadline (the HTTP server's) passes.
+	h2, err := net.Dial("tcp", leader.APIAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Close()
+	io.WriteString(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	h2Frame(h2, 0x4, 0, 0, nil) // SETTINGS
+	h2Frame(h2, 0x1, 0x4, 1, hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.JobService/ListJobs",
+		":authority", leader.APIAddr, "content-type", "application/json", "authorization", "Bearer "+opsSecret))
+	h2Frame(h2, 0x0, 0x1, 1, []byte(body)) // DATA, END_STREAM
+	if err := h2Await(h2, 10*time.Second, func(typ byte) bool { return typ == 0x3 }); err != nil {
+		t.Fatalf("HTTP/2: the unread answer's stream was not reset within 10s (write_timeout %s): %v", l.WriteTimeout, err)
+	}
 }
 
 // write_timeout bounds a call's answer, not an event stream's: the server
@@ -370,22 +387,31 @@ func TestDeclaredEmptyBodyNeverEndedBounded(t *testing.T) {
 	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
 		":authority", addr, "content-type", "application/json", "content-length", "0", "authorization", "Bearer "+opsSecret)
 	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if err := h2Await(conn, 10*time.Second, func(typ byte) bool { return typ == 0x1 || typ == 0x3 }); err != nil {
+		t.Fatalf("no answer to a request whose declared empty body never ended, body_timeout %s: %v", l.BodyTimeout, err)
+	}
+}
+
+// h2Await reads frames from an HTTP/2 connection, acknowledging the
+// server's settings and never granting flow-control credit, until a frame
+// of stream 1 satisfies done; an error when within does not see one.
+func h2Await(conn net.Conn, within time.Duration, done func(typ byte) bool) error {
+	conn.SetReadDeadline(time.Now().Add(within))
 	for {
 		head := make([]byte, 9)
 		if _, err := io.ReadFull(conn, head); err != nil {
-			t.Fatalf("no answer to a request whose declared empty body never ended, body_timeout %s: %v", l.BodyTimeout, err)
+			return err
 		}
 		payload := make([]byte, int(head[0])<<16|int(head[1])<<8|int(head[2]))
 		if _, err := io.ReadFull(conn, payload); err != nil {
-			t.Fatal(err)
+			return err
 		}
 		typ, flags, stream := head[3], head[4], binary.BigEndian.Uint32(head[5:])&0x7fffffff
 		if typ == 0x4 && flags&0x1 == 0 {
 			h2Frame(conn, 0x4, 0x1, 0, nil) // acknowledge the server's settings
 		}
-		if stream == 1 && (typ == 0x1 || typ == 0x3) { // HEADERS or RST_STREAM
-			return
+		if stream == 1 && done(typ) {
+			return nil
 		}
 	}
 }
