@@ -64,7 +64,8 @@
 // nothing is reported, since another worker may hold the job). Live leases the reply
 // lists as unnamed, that the worker does not know (an acquire whose answer
 // was lost, a grant it dropped), are released so their jobs run elsewhere
-// at once.
+// at once; not one it held when the beat was sent and let go before the
+// answer came (that answer is older than the report or release).
 //
 // The promise is that a job never runs twice. The server expires a silent
 // worker's leases toleration after it last heard from it; the worker stops

@@ -408,12 +408,22 @@ func (w *Worker) acknowledgeLocked(sent time.Time, resp *leaseholdv1.HeartbeatRe
 		}
 	}
 
+	for token, at := range w.ended {
+		if at.Before(w.lastAck.Add(-w.timings.renew)) {
+			delete(w.ended, token) // answers to beats that old are not awaited
+		}
+	}
 	if !w.reattached {
 		return // re-attach decides about the leases found at start
 	}
 	for _, l := range resp.GetUnnamed() {
 		token := l.GetToken()
 		if _, ok := w.tasks[token]; ok || token == 0 {
+			continue
+		}
+		if at, ok := w.ended[token]; ok && !at.Before(sent) {
+			// Held when the beat was sent, and let go (reported, released)
+			// before its answer came: the answer is older than that.
 			continue
 		}
 		if id := l.GetRequestId(); id != "" && (id == w.acquiring || w.nexts[id]) {

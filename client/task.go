@@ -132,6 +132,7 @@ func (w *Worker) runTask(t *task) {
 	t.endLease()
 	w.mu.Lock()
 	delete(w.tasks, t.job.Token)
+	w.ended[t.job.Token] = w.clock.Now()
 	if t.answered {
 		w.answered--
 	}

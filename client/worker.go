@@ -117,6 +117,10 @@ type Worker struct {
 	acquiring   string             // request id of the acquire in flight
 	stopAcquire context.CancelFunc // cancels it
 	nexts       map[string]bool    // request ids of reports' next acquires in flight
+	// ended holds when each lease whose task ended was let go, for the
+	// last renew or so: an answer to a beat sent before that may still
+	// list it unnamed, and it is not released then (it was held).
+	ended map[uint64]time.Time
 	answered    int                // tasks in tasks whose reports were answered (task.answered)
 	// soft is Run's context: once it ends, grants are released, not run.
 	soft  context.Context
@@ -176,6 +180,7 @@ func NewWorker(opts WorkerOptions) (*Worker, error) {
 		tasks:        make(map[uint64]*task),
 		releasing:    make(map[uint64]bool),
 		nexts:        make(map[string]bool),
+		ended:        make(map[uint64]time.Time),
 		acked:        make(chan struct{}),
 		freed:        make(chan struct{}),
 	}

@@ -842,3 +842,61 @@ func TestReportNextFallsBackOnAnOlderServer(t *testing.T) {
 type writerFunc func(p []byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// An answer to a beat sent while the worker held a lease, arriving after
+// the worker reported it, may list the lease unnamed (the leader answered
+// from before the report): the worker held it, so it does not release it.
+// (TestWorkerTakesTheNextJobInItsReport met this now and then: its first
+// beat's answer came after the next job had run and been reported.)
+func TestLateBeatAnswerDoesNotReleaseAnEndedLease(t *testing.T) {
+	h := newWorkerHarness(t)
+	reported, beatSent := make(chan struct{}), make(chan struct{})
+	var once, sentOnce sync.Once
+	h.node.on("Report", func(_ context.Context, msg proto.Message, _ http.Header) (proto.Message, error) {
+		req := msg.(*leaseholdv1.ReportRequest)
+		once.Do(func() { close(reported) })
+		return &leaseholdv1.ReportResponse{JobId: req.GetJobId(), Token: req.GetToken(), Outcome: req.GetOutcome(),
+			State: leaseholdv1.JobState_JOB_STATE_REPORTED}, nil
+	})
+	h.node.on("Heartbeat", func(ctx context.Context, msg proto.Message, hd http.Header) (proto.Message, error) {
+		sentOnce.Do(func() { close(beatSent) })
+		select {
+		case <-reported:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		resp, err := h.heartbeat(ctx, msg, hd)
+		if err == nil {
+			resp.(*leaseholdv1.HeartbeatResponse).Unnamed = []*leaseholdv1.Lease{{Token: 11, JobId: "j1", WorkerId: workerID}}
+		}
+		return resp, err
+	})
+	acked := make(chan struct{}, 1)
+	logs := writerFunc(func(p []byte) (int, error) {
+		if strings.Contains(string(p), "heartbeat acknowledged") {
+			select {
+			case acked <- struct{}{}:
+			default:
+			}
+		}
+		return len(p), nil
+	})
+	h.grants <- grant("j1", "k", 11, "")
+	w := h.run(client.WorkerOptions{Logger: hclog.New(&hclog.LoggerOptions{Output: logs, Level: hclog.Debug}),
+		Handlers: map[string]client.Handler{"k": func(context.Context, *client.Job) (client.Result, error) {
+			<-beatSent // the beat names the lease
+			return client.Result{}, nil
+		}}})
+	h.waitTimerAt(renew)
+	h.advanceTo(renew)
+	recv(t, "the late beat's answer applied", acked)
+	if err := w.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if got := h.released(); len(got) != 0 {
+		t.Fatalf("released %v: a lease the worker held when its beat was sent, then reported", got)
+	}
+	if n := len(h.reports()); n != 1 {
+		t.Fatalf("%d reports, want j1's", n)
+	}
+}
