@@ -120,8 +120,8 @@ type Worker struct {
 	// ended holds when each lease whose task ended was let go, for the
 	// last renew or so: an answer to a beat sent before that may still
 	// list it unnamed, and it is not released then (it was held).
-	ended map[uint64]time.Time
-	answered    int                // tasks in tasks whose reports were answered (task.answered)
+	ended    map[uint64]time.Time
+	answered int // tasks in tasks whose reports were answered (task.answered)
 	// soft is Run's context: once it ends, grants are released, not run.
 	soft  context.Context
 	acked chan struct{} // closed and replaced at every ack
