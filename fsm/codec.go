@@ -61,6 +61,11 @@ type decoder struct {
 	// records in a row mostly repeat (a snapshot's jobs share their queue,
 	// the leases of one acquire its worker and request id): see keptStr.
 	kept *keptStrings
+	// known, when set, is the state the command read is about to be
+	// applied to: a name or id it already holds (a worker's id, a queue's
+	// name, a kept job's id) is returned as the state's own string, and
+	// nothing is allocated for it (heldStr).
+	known *state
 }
 
 // keptStrings are the fields whose last string a snapshot's reader keeps.
@@ -74,6 +79,10 @@ const (
 	keptRequest
 	nKept
 )
+
+// heldJob is the field of a job id, for heldStr: the state's copy is
+// looked up, never kept (no two jobs share an id).
+const heldJob = nKept
 
 func (d *decoder) fail(format string, args ...any) {
 	if d.err == nil {
@@ -180,6 +189,11 @@ func (d *decoder) str(max int) string { return string(d.span(max)) }
 // thrown away for the state's interned copy.
 func (d *decoder) keptStr(f int, max int) string {
 	p := d.span(max)
+	if d.known != nil {
+		if v, ok := d.known.held(f, p); ok {
+			return v
+		}
+	}
 	if d.kept == nil {
 		return string(p)
 	}
@@ -191,6 +205,21 @@ func (d *decoder) keptStr(f int, max int) string {
 	return v
 }
 
+// heldStr reads a string of the field f (keptQueue, keptKind,
+// keptSubmitter, keptWorker or heldJob). When the decoder knows the state
+// and the state holds that string, it returns the state's copy: a report
+// names a worker and a job the state has, and a copy of each, allocated
+// on every replica, would only be thrown away.
+func (d *decoder) heldStr(f int, max int) string {
+	p := d.span(max)
+	if d.known != nil {
+		if v, ok := d.known.held(f, p); ok {
+			return v
+		}
+	}
+	return string(p)
+}
+
 // bytes copies, so the result does not pin the whole input in memory.
 func (d *decoder) bytes(max int) []byte {
 	p := d.span(max)
@@ -200,7 +229,8 @@ func (d *decoder) bytes(max int) []byte {
 	return append([]byte(nil), p...)
 }
 
-func (d *decoder) strs(maxItems, maxLen int) []string {
+// strs reads a list of strings of the field f, as heldStr does.
+func (d *decoder) strs(f, maxItems, maxLen int) []string {
 	n := d.uvarint()
 	if d.err != nil {
 		return nil
@@ -214,7 +244,7 @@ func (d *decoder) strs(maxItems, maxLen int) []string {
 	}
 	out := make([]string, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		out = append(out, d.str(maxLen))
+		out = append(out, d.heldStr(f, maxLen))
 	}
 	return out
 }

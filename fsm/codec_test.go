@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // sampleCommands has one fully populated command of every type.
@@ -435,5 +436,78 @@ func TestEnumNamesRoundTrip(t *testing.T) {
 	}
 	if JobState(99).String() != "unknown" {
 		t.Error("unknown state name")
+	}
+}
+
+// An entry about to be applied names workers, jobs and queues the state
+// already holds. Decoded for that state, it reads to the same command as
+// without it, and each name the state holds is the state's own string:
+// a report's worker and job ids cost no allocation.
+func TestDecodeForSharesTheStatesNames(t *testing.T) {
+	d := newBenchDriver()
+	d.must(t, &RegisterWorker{WorkerID: "w1", Capacity: 4})
+	s := spec("job-1")
+	s.Queue, s.Kind, s.Submitter = "a", "run", "exec"
+	d.must(t, &SubmitJob{Spec: s})
+	d.must(t, &Acquire{WorkerID: "w1", RequestID: "r1", Queues: []string{"a"}, Max: 1, Start: true})
+	st := d.f.st
+	job := st.jobByID("job-1")
+
+	for _, c := range sampleCommands() {
+		data, err := Encode(7, c)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		plain, err := Decode(data)
+		if err != nil {
+			t.Fatalf("%T: %v", c, err)
+		}
+		held, err := decodeFor(data, st)
+		if err != nil || !reflect.DeepEqual(held, plain) {
+			t.Fatalf("%T: decoded for the state %+v (%v), without %+v", c, held.Command, err, plain.Command)
+		}
+	}
+
+	same := func(what, got, want string) {
+		t.Helper()
+		if got != want || unsafe.StringData(got) != unsafe.StringData(want) {
+			t.Errorf("%s %q is not the state's copy", what, got)
+		}
+	}
+	report, err := Encode(7, &Report{WorkerID: "w1", JobID: "job-1", Token: 1, ReportID: "rep", Outcome: OutcomeSucceeded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := decodeFor(report, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := env.Command.(*Report)
+	same("worker id", rep.WorkerID, st.workers["w1"].ID)
+	same("job id", rep.JobID, job.ID)
+	acquire, err := Encode(7, &Acquire{WorkerID: "w1", RequestID: "r2", Queues: []string{"a"}, Kinds: []string{"run"}, Max: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err = decodeFor(acquire, st); err != nil {
+		t.Fatal(err)
+	}
+	acq := env.Command.(*Acquire)
+	same("worker id", acq.WorkerID, st.workers["w1"].ID)
+	same("queue", acq.Queues[0], job.Queue)
+	same("kind", acq.Kinds[0], job.Kind)
+
+	// What the state does not hold is read as before: a copy.
+	other, err := Encode(7, &Report{WorkerID: "w9", JobID: "job-9", Token: 1, ReportID: "rep", Outcome: OutcomeSucceeded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env, err = decodeFor(other, st); err != nil || env.Command.(*Report).WorkerID != "w9" || env.Command.(*Report).JobID != "job-9" {
+		t.Fatalf("unknown names decoded as %+v (%v)", env.Command, err)
+	}
+
+	without := testing.AllocsPerRun(100, func() { _, _ = decodeFor(report, nil) })
+	if with := testing.AllocsPerRun(100, func() { _, _ = decodeFor(report, st) }); with != without-2 {
+		t.Errorf("a report decoded for the state allocates %v times, %v without it: want two fewer (no worker id, no job id)", with, without)
 	}
 }

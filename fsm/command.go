@@ -620,7 +620,7 @@ func (c *RegisterWorker) encode(e *encoder) {
 }
 
 func (c *RegisterWorker) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
 	c.Capacity = d.u32()
 	if d.codec >= codecV3 {
 		c.Version = d.str(MaxVersionLen)
@@ -644,7 +644,7 @@ func (c *DeregisterWorker) encode(e *encoder) {
 }
 
 func (c *DeregisterWorker) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
 	if d.codec >= codecV3 {
 		c.Lost = d.bool()
 	}
@@ -659,7 +659,7 @@ func (c *DeregisterWorker) codecVersion() byte {
 
 func (c *RemoveIdle) encode(e *encoder) { e.strs(c.WorkerIDs); e.str(c.Reason) }
 func (c *RemoveIdle) decode(d *decoder) {
-	c.WorkerIDs = d.strs(MaxRemoveBatch, MaxIDLen)
+	c.WorkerIDs = d.strs(keptWorker, MaxRemoveBatch, MaxIDLen)
 	c.Reason = d.str(MaxMessageLen)
 }
 
@@ -747,18 +747,18 @@ func (c *Acquire) encode(e *encoder) {
 }
 
 func (c *Acquire) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
 	c.RequestID = d.str(MaxIDLen)
-	c.Queues = d.strs(MaxSelectors, MaxNameLen)
-	c.Kinds = d.strs(MaxSelectors, MaxNameLen)
+	c.Queues = d.strs(keptQueue, MaxSelectors, MaxNameLen)
+	c.Kinds = d.strs(keptKind, MaxSelectors, MaxNameLen)
 	c.Max = d.u32()
 	c.Start = d.bool()
 }
 
 func (c *Start) encode(e *encoder) { e.str(c.WorkerID); e.str(c.JobID); e.uvarint(c.Token) }
 func (c *Start) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
-	c.JobID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
+	c.JobID = d.heldStr(heldJob, MaxIDLen)
 	c.Token = d.uvarint()
 }
 
@@ -777,8 +777,8 @@ func (c *Report) encode(e *encoder) {
 }
 
 func (c *Report) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
-	c.JobID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
+	c.JobID = d.heldStr(heldJob, MaxIDLen)
 	c.Token = d.uvarint()
 	c.ReportID = d.str(MaxIDLen)
 	c.Outcome = Outcome(d.byte1())
@@ -808,8 +808,8 @@ func (c *Release) encode(e *encoder) {
 }
 
 func (c *Release) decode(d *decoder) {
-	c.WorkerID = d.str(MaxIDLen)
-	c.JobID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
+	c.JobID = d.heldStr(heldJob, MaxIDLen)
 	c.Token = d.uvarint()
 	c.Reason = d.str(MaxMessageLen)
 	if d.codec >= codecV4 {
@@ -826,7 +826,7 @@ func (c *Release) codecVersion() byte {
 
 func (c *Cancel) encode(e *encoder) { e.str(c.JobID); e.bool(c.Kill); e.str(c.Reason) }
 func (c *Cancel) decode(d *decoder) {
-	c.JobID = d.str(MaxIDLen)
+	c.JobID = d.heldStr(heldJob, MaxIDLen)
 	c.Kill = d.bool()
 	c.Reason = d.str(MaxMessageLen)
 }
@@ -868,7 +868,7 @@ func decodeRefs(d *decoder, max int) []LeaseRef {
 	}
 	refs := make([]LeaseRef, n)
 	for i := range refs {
-		refs[i] = LeaseRef{JobID: d.str(MaxIDLen), Token: d.uvarint()}
+		refs[i] = LeaseRef{JobID: d.heldStr(heldJob, MaxIDLen), Token: d.uvarint()}
 	}
 	return refs
 }
@@ -896,7 +896,7 @@ func (c *RaiseTokenFloor) decode(d *decoder) { c.Floor = d.uvarint() }
 func (c *RecordEvent) encode(e *encoder) { e.byte1(uint8(c.Event)); e.str(c.WorkerID); e.str(c.Detail) }
 func (c *RecordEvent) decode(d *decoder) {
 	c.Event = EventType(d.byte1())
-	c.WorkerID = d.str(MaxIDLen)
+	c.WorkerID = d.heldStr(keptWorker, MaxIDLen)
 	c.Detail = d.str(MaxMessageLen)
 }
 
@@ -967,7 +967,7 @@ func (c *PurgeJobs) encode(e *encoder) {
 }
 
 func (c *PurgeJobs) decode(d *decoder) {
-	c.JobIDs = d.strs(MaxPurgeBatch, MaxIDLen)
+	c.JobIDs = d.strs(heldJob, MaxPurgeBatch, MaxIDLen)
 	c.Queue = d.str(MaxNameLen)
 	c.OlderThan = d.varint()
 	c.Limit = d.u32()
@@ -1122,12 +1122,17 @@ func checkedBody(b []byte) ([]byte, error) {
 // Decode checks, decodes and validates one log entry. An unknown command
 // type is ErrUnknownCommand; a checksum that does not match, or anything
 // else that does not decode to a valid command, is ErrCorrupt.
-func Decode(b []byte) (Envelope, error) {
+func Decode(b []byte) (Envelope, error) { return decodeFor(b, nil) }
+
+// decodeFor is Decode for an entry about to be applied to s (nil: none):
+// names and ids s holds are read as its copies (decoder.heldStr). s must
+// not change while it runs.
+func decodeFor(b []byte, s *state) (Envelope, error) {
 	body, err := checkedBody(b)
 	if err != nil {
 		return Envelope{}, err
 	}
-	d := decoder{b: body}
+	d := decoder{b: body, known: s}
 	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > Level) {
 		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)
 	}

@@ -79,13 +79,15 @@ func (f *FSM) register(t CommandType, h handler) {
 // changes nothing but the last applied index and time and, where the rules
 // say so, an event it records.
 func (f *FSM) Apply(index uint64, data []byte) (any, error) {
-	env, err := Decode(data)
-	if err != nil {
-		return nil, err
-	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.st
+	// Decoded under the lock: the decoder reads the names and ids the
+	// state holds, to share them rather than copy them.
+	env, err := decodeFor(data, s)
+	if err != nil {
+		return nil, err
+	}
 	if index <= s.lastIndex {
 		return nil, fmt.Errorf("%w: index %d is not after the last applied index %d", ErrOutOfOrder, index, s.lastIndex)
 	}

@@ -542,3 +542,24 @@ func cmpU64(a, b uint64) int {
 	}
 	return 0
 }
+
+// held returns the state's own copy of the string p of the field f
+// (keptQueue, keptKind, keptSubmitter, keptWorker or heldJob), if it
+// holds one. It only reads: nothing is interned.
+func (s *state) held(f int, p []byte) (string, bool) {
+	switch f {
+	case keptWorker:
+		if w, ok := s.workers[string(p)]; ok {
+			return w.ID, true
+		}
+	case keptQueue, keptKind, keptSubmitter:
+		if v, ok := s.interned[string(p)]; ok {
+			return v, true
+		}
+	case heldJob:
+		if j := s.jobByID(string(p)); j != nil {
+			return j.ID, true
+		}
+	}
+	return "", false
+}
