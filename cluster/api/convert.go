@@ -116,12 +116,30 @@ func retryFromProto(r *pb.RetryPolicy) (*fsm.RetryPolicy, error) {
 		Jitter: uint32(math.Round(jitter * 100))}, nil
 }
 
+// retryToProto converts a retry policy in one allocation, the policy and
+// its two durations together, where each was one: most jobs carry the
+// API's default policy, and an answer is mostly jobs.
 func retryToProto(p *fsm.RetryPolicy) *pb.RetryPolicy {
 	if p == nil {
 		return nil
 	}
-	return &pb.RetryPolicy{Initial: durationpb.New(time.Duration(p.Initial)), Max: durationpb.New(time.Duration(p.Max)),
-		Multiplier: float64(p.Multiplier) / 1000, Jitter: float64(p.Jitter) / 100}
+	block := new(struct {
+		policy       pb.RetryPolicy
+		initial, max durationpb.Duration
+	})
+	fillDuration(&block.initial, time.Duration(p.Initial))
+	fillDuration(&block.max, time.Duration(p.Max))
+	out := &block.policy
+	out.Initial, out.Max = &block.initial, &block.max
+	out.Multiplier, out.Jitter = float64(p.Multiplier)/1000, float64(p.Jitter)/100
+	return out
+}
+
+// fillDuration sets out to d, as durationpb.New does.
+func fillDuration(out *durationpb.Duration, d time.Duration) {
+	nanos := d.Nanoseconds()
+	secs := nanos / 1e9
+	out.Seconds, out.Nanos = secs, int32(nanos-secs*1e9)
 }
 
 func ts(unixNano int64) *timestamppb.Timestamp {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -70,5 +71,25 @@ func TestJobToProtoInFourAllocations(t *testing.T) {
 	j.TimeoutMs = 0 // its duration is one more
 	if allocs := testing.AllocsPerRun(100, func() { jobToProto(j, now) }); allocs > 4 {
 		t.Errorf("jobToProto of a job with two leases: %v allocations, want 4", allocs)
+	}
+	// A retry policy, which most jobs carry (the API's default), is one more.
+	j.Retry = &fsm.RetryPolicy{Initial: 1_500_000_001, Max: 3600e9, Multiplier: 2500, Jitter: 10}
+	if allocs := testing.AllocsPerRun(100, func() { jobToProto(j, now) }); allocs > 5 {
+		t.Errorf("jobToProto of a job with two leases and a retry policy: %v allocations, want 5", allocs)
+	}
+}
+
+// retryToProto, in one allocation, answers what durationpb gives.
+func TestRetryToProtoReadsAsDurations(t *testing.T) {
+	for _, d := range []int64{0, 1, 999_999_999, 1e9, 1_500_000_001, 3600e9, math.MaxInt64} {
+		p := &fsm.RetryPolicy{Initial: d, Max: d / 3, Multiplier: 1500, Jitter: 25}
+		want := &pb.RetryPolicy{Initial: durationpb.New(time.Duration(d)), Max: durationpb.New(time.Duration(d / 3)),
+			Multiplier: 1.5, Jitter: 0.25}
+		if got := retryToProto(p); !proto.Equal(got, want) {
+			t.Errorf("retryToProto(%+v) = %v, want %v", p, got, want)
+		}
+	}
+	if retryToProto(nil) != nil {
+		t.Error("no policy converted to one")
 	}
 }
