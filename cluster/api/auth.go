@@ -208,8 +208,29 @@ type request struct {
 }
 
 func requestOf(ctx context.Context) request {
-	r, _ := ctx.Value(requestKey{}).(request)
-	return r
+	if r, ok := ctx.Value(requestKey{}).(*request); ok {
+		return *r
+	}
+	return request{}
+}
+
+// requestContext is ctx carrying a call's request record (requestOf). It
+// is one allocation where context.WithValue took two, its context and the
+// record copied into an interface, on every call.
+type requestContext struct {
+	context.Context
+	req request
+}
+
+func withRequest(ctx context.Context, req request) context.Context {
+	return &requestContext{Context: ctx, req: req}
+}
+
+func (c *requestContext) Value(key any) any {
+	if _, ok := key.(requestKey); ok {
+		return &c.req
+	}
+	return c.Context.Value(key)
 }
 
 // identityOf returns who the request in ctx acts as.
@@ -257,7 +278,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return again, err
 			}
 		}
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), requestKey{}, req)))
+		next.ServeHTTP(w, r.WithContext(withRequest(r.Context(), req)))
 	})
 }
 

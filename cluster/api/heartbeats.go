@@ -271,7 +271,7 @@ func (s *Server) readBeats(ctx context.Context, conn connect.StreamingHandlerCon
 				return
 			}
 			req, bucket = again, s.rates.bucket(again.id)
-			ctx = context.WithValue(ctx, requestKey{}, req)
+			ctx = withRequest(ctx, req)
 		}
 		h := b.req.GetHeartbeat()
 		if err := s.actAsWorker(ctx, h.GetWorkerId()); err != nil {
