@@ -79,7 +79,10 @@ type Arrival struct {
 	// expiring holds the tokens whose expiry was decided when the beat
 	// arrived: they are answered lost.
 	expiring map[uint64]bool
-	at       time.Time // when it arrived, for the ack latency
+	// at is when it arrived on Go's own clock, for the ack latency: a
+	// metric, not a deadline, so it is not read on the node's clock (on
+	// Linux a system call each: a second one per beat).
+	at time.Time
 	// notes are the beat's progress notes, recorded by Answer for the
 	// leases it finds live; wall is when the beat arrived, on the wall
 	// clock (shown with the note).
@@ -114,7 +117,7 @@ func (h *Heartbeats) Arrive(workerID string, held []fsm.LeaseRef, notes ...Progr
 		return Arrival{}, err
 	}
 	now := h.n.clock.Now()
-	a := Arrival{expiring: table.heard(workerID, now), at: now}
+	a := Arrival{expiring: table.heard(workerID, now), at: time.Now()}
 	if len(notes) > 0 {
 		a.notes, a.wall = make(map[uint64]string, len(notes)), h.n.clock.Wall()
 		for _, n := range notes {
@@ -162,7 +165,7 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // recorded for the leases answered keep or stop: live, held by this worker,
 // under the token named, as of a state read after the quorum check.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
-	defer func() { h.n.metrics.heartbeatAck.Observe(h.n.clock.Now().Sub(a.at).Seconds()) }()
+	defer func() { h.n.metrics.heartbeatAck.Observe(time.Since(a.at).Seconds()) }()
 	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
 	h.live = h.n.fsm.AppendWorkerLeases(h.live[:0], workerID)
 	slices.SortFunc(h.live, byToken)
