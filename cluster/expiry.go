@@ -184,6 +184,18 @@ func (t *expiryTable) adopt(holders []string, now time.Time) {
 	}
 }
 
+// nextCheck returns the time of the earliest check in the table, if it has
+// one: the first moment a worker's silence may cross a threshold (the
+// check may find it heard since, and only schedule the next).
+func (t *expiryTable) nextCheck() (time.Time, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.checks) == 0 {
+		return time.Time{}, false
+	}
+	return t.checks[0].at, true
+}
+
 // ticked records when a tick's work ended; the next tick measures the
 // leader's absence from here.
 func (t *expiryTable) ticked(end time.Time) {

@@ -283,3 +283,42 @@ func TestCutOffGuardHoldsExpiries(t *testing.T) {
 		t.Fatal("the worker that spoke lost its lease")
 	}
 }
+
+// The timer loop wakes for a worker's deadline, not only every interval: a
+// silent worker's lease expires in the pass at its deadline (toleration
+// past its last hearing, and a nanosecond, as silence must exceed it).
+// Passes only every interval made the expiry wait for the next one, up
+// to half a renew late. The test moves the clock from one armed timer to
+// the next, so every pass runs at the time its timer asked for.
+func TestExpiryPassAtTheDeadline(t *testing.T) {
+	c := clustertest.New(t, 1)
+	leader := c.Leader()
+	clk := leader.Clock
+	cfg := c.Config(leader.Index)
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w1", Capacity: 1})
+	do(t, c, &fsm.SubmitJob{Spec: spec("j1", fsm.LostRequeue)})
+	heardAt := clk.Now() // the clock moves only when the test moves it
+	res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w1", RequestID: "r1", Queues: []string{"default"}, Max: 1}, time.Second)
+	if err != nil || len(res.Grants) != 1 {
+		t.Fatalf("acquire: %d grants, %v", len(res.Grants), err)
+	}
+	due := heardAt.Add(cfg.Toleration + time.Nanosecond)
+	for {
+		live := leader.FSM().Stats().LiveLeases
+		now := clk.Now()
+		switch {
+		case live == 0 && now.Equal(due):
+			return
+		case live == 0:
+			t.Fatalf("the lease expired at %v, its deadline is %v", now.Sub(heardAt), due.Sub(heardAt))
+		case !now.Before(due):
+			t.Fatalf("no pass at the deadline (%v after the last hearing): the lease is still live at %v",
+				due.Sub(heardAt), now.Sub(heardAt))
+		}
+		pending := clk.Deadlines()
+		if len(pending) == 0 {
+			t.Fatal("the timer loop armed no timer")
+		}
+		c.Step(leader.Index, pending[0].Sub(now))
+	}
+}

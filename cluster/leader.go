@@ -105,8 +105,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 
 	interval := min(n.cfg.Renew/2, n.cfg.Grace/4)
 	for {
-		// Sooner when a lease's timeout comes first (timeouts.go).
-		timer := n.clock.NewTimer(n.timeoutWait(interval))
+		timer := n.clock.NewTimer(n.passWait(interval))
 		select {
 		case <-ctx.Done():
 			timer.Stop()
@@ -121,6 +120,29 @@ func (n *Node) leaderLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// expiryResolution is the shortest wait between two passes of the timer
+// loop that a worker's check asks for: the most a silence crossing a
+// threshold waits for its pass beyond the check's own time. A table whose
+// checks come up every few microseconds (a hundred thousand workers) costs
+// a pass per resolution, not one per check.
+const expiryResolution = 10 * time.Millisecond
+
+// passWait is how long the timer loop waits before its next pass: the
+// interval, or less when a lease's timeout (timeouts.go) or a worker's
+// next check in the expiry table (the moment its silence may cross grace
+// or toleration) comes first. Passes only at the interval made every
+// expiry wait for the next one: up to the interval late (half a renew),
+// however promptly the rest went.
+func (n *Node) passWait(interval time.Duration) time.Duration {
+	wait := n.timeoutWait(interval)
+	if ls, err := n.established(); err == nil {
+		if at, ok := ls.table.Load().nextCheck(); ok {
+			wait = min(wait, max(at.Sub(n.clock.Now()), expiryResolution))
+		}
+	}
+	return wait
 }
 
 // establishLeadership builds the expiry table with every live lease's clock
