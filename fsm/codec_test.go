@@ -506,8 +506,17 @@ func TestDecodeForSharesTheStatesNames(t *testing.T) {
 		t.Fatalf("unknown names decoded as %+v (%v)", env.Command, err)
 	}
 
-	without := testing.AllocsPerRun(100, func() { _, _ = decodeFor(report, nil) })
-	if with := testing.AllocsPerRun(100, func() { _, _ = decodeFor(report, st) }); with != without-2 {
-		t.Errorf("a report decoded for the state allocates %v times, %v without it: want two fewer (no worker id, no job id)", with, without)
+	// A job id longer than a conversion keeps on the stack (32 bytes) too.
+	long := spec("job-whose-id-is-longer-than-thirty-two-bytes")
+	d.must(t, &SubmitJob{Spec: long})
+	longReport, err := Encode(7, &Report{WorkerID: "w1", JobID: long.ID, Token: 1, ReportID: "rep", Outcome: OutcomeSucceeded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{report, longReport} {
+		without := testing.AllocsPerRun(100, func() { _, _ = decodeFor(data, nil) })
+		if with := testing.AllocsPerRun(100, func() { _, _ = decodeFor(data, st) }); with != without-2 {
+			t.Errorf("a report decoded for the state allocates %v times, %v without it: want two fewer (no worker id, no job id)", with, without)
+		}
 	}
 }

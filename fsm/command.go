@@ -1132,6 +1132,11 @@ func decodeFor(b []byte, s *state) (Envelope, error) {
 	if err != nil {
 		return Envelope{}, err
 	}
+	return decodeBody(body, s)
+}
+
+// decodeBody is decodeFor of an entry whose checksum checkedBody passed.
+func decodeBody(body []byte, s *state) (Envelope, error) {
 	d := decoder{b: body, known: s}
 	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > Level) {
 		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)

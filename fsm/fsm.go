@@ -79,12 +79,17 @@ func (f *FSM) register(t CommandType, h handler) {
 // changes nothing but the last applied index and time and, where the rules
 // say so, an event it records.
 func (f *FSM) Apply(index uint64, data []byte) (any, error) {
+	// The checksum is checked before the lock (readers need not wait for
+	// it); the fields are read under it, for the state: the decoder reads
+	// the names and ids the state holds, to share them rather than copy.
+	body, err := checkedBody(data)
+	if err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.st
-	// Decoded under the lock: the decoder reads the names and ids the
-	// state holds, to share them rather than copy them.
-	env, err := decodeFor(data, s)
+	env, err := decodeBody(body, s)
 	if err != nil {
 		return nil, err
 	}

@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"slices"
+	"unsafe"
 )
 
 // Jobs live in shards of shardSize consecutive sequence numbers. A shard is
@@ -557,7 +558,13 @@ func (s *state) held(f int, p []byte) (string, bool) {
 			return v, true
 		}
 	case heldJob:
-		if j := s.jobByID(string(p)); j != nil {
+		// The id index only hashes and compares what it is asked for, so
+		// the bytes are read in place: a job id longer than the 32 bytes a
+		// conversion may keep on the stack allocates nothing either.
+		if len(p) == 0 {
+			break
+		}
+		if j := s.jobByID(unsafe.String(&p[0], len(p))); j != nil {
 			return j.ID, true
 		}
 	}
