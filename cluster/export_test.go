@@ -8,6 +8,10 @@ import (
 
 // Hooks for the tests of package cluster_test; compiled into tests only.
 
+// ExpiryResolution is the shortest wait between two passes of the timer
+// loop that a worker's check asks for.
+const ExpiryResolution = expiryResolution
+
 // SayLevel has the node say it is at level l, as a node of an older build
 // does (l = fsm.BaseLevel: a build from before levels).
 func SayLevel(c *Config, l uint8) { c.sayLevel = l }

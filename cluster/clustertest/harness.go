@@ -150,7 +150,9 @@ func SlowRaft() Option {
 	}
 }
 
-// Tick is node i's expiry loop period: min(renew/2, grace/4).
+// Tick is node i's longest wait between two passes of the expiry loop:
+// min(renew/2, grace/4). A worker's check or a lease's timeout may wake it
+// sooner.
 func (c *Cluster) Tick(i int) time.Duration {
 	cfg := c.Config(i)
 	return min(cfg.Renew/2, cfg.Grace/4)
