@@ -79,9 +79,10 @@ func TestJobToProtoInFourAllocations(t *testing.T) {
 	}
 }
 
-// retryToProto, in one allocation, answers what durationpb gives.
+// retryToProto, in one allocation, answers what durationpb gives, for
+// every duration (a policy's are positive; the conversion does not rely on it).
 func TestRetryToProtoReadsAsDurations(t *testing.T) {
-	for _, d := range []int64{0, 1, 999_999_999, 1e9, 1_500_000_001, 3600e9, math.MaxInt64} {
+	for _, d := range []int64{0, 1, 999_999_999, 1e9, 1_500_000_001, 3600e9, math.MaxInt64, -1, -1_500_000_001, math.MinInt64} {
 		p := &fsm.RetryPolicy{Initial: d, Max: d / 3, Multiplier: 1500, Jitter: 25}
 		want := &pb.RetryPolicy{Initial: durationpb.New(time.Duration(d)), Max: durationpb.New(time.Duration(d / 3)),
 			Multiplier: 1.5, Jitter: 0.25}
