@@ -189,10 +189,8 @@ func (d *decoder) str(max int) string { return string(d.span(max)) }
 // thrown away for the state's interned copy.
 func (d *decoder) keptStr(f int, max int) string {
 	p := d.span(max)
-	if d.known != nil {
-		if v, ok := d.known.held(f, p); ok {
-			return v
-		}
+	if v, ok := d.held(f, p); ok {
+		return v
 	}
 	if d.kept == nil {
 		return string(p)
@@ -212,12 +210,19 @@ func (d *decoder) keptStr(f int, max int) string {
 // on every replica, would only be thrown away.
 func (d *decoder) heldStr(f int, max int) string {
 	p := d.span(max)
-	if d.known != nil {
-		if v, ok := d.known.held(f, p); ok {
-			return v
-		}
+	if v, ok := d.held(f, p); ok {
+		return v
 	}
 	return string(p)
+}
+
+// held is the state's copy of p, a string of the field f, when the
+// decoder knows the state and the state holds one.
+func (d *decoder) held(f int, p []byte) (string, bool) {
+	if d.known == nil {
+		return "", false
+	}
+	return d.known.held(f, p)
 }
 
 // bytes copies, so the result does not pin the whole input in memory.
