@@ -262,9 +262,15 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				return
 			}
 		}
-		if err := s.limitBody(w, r); err != nil {
+		listed, err := s.limitBody(w, r)
+		if err != nil {
 			s.writeRefusal(w, r, toWire(err))
 			return
+		}
+		if listed != nil {
+			// Unlisted before the handler's writer is retired, so the
+			// watch never cuts a stream whose handler has returned.
+			defer s.watch.remove(listed)
 		}
 		req.path, req.body = r.URL.Path, r.Body
 		if bodyStreams[r.URL.Path] {

@@ -38,4 +38,11 @@
 // once per batch of beats and answers each; a write deadline that the
 // answerer keeps ahead of its writes (answerDeadline) ends a stream whose
 // client stops reading.
+//
+// How much a request may cost is bounded before its handler runs
+// (limits.go): its length, its rate per credential, the connections per
+// host, and the time its body may take to arrive. An HTTP/1.1 body has a
+// read deadline on its connection; every HTTP/2 body is timed by one watch
+// per server (bodywatch.go), which cuts a stream whose body has not ended
+// by its deadline, so a call sets no timer of its own.
 package api

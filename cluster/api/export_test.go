@@ -7,3 +7,12 @@ func SetMaxListedLeases(n int) (restore func()) {
 	maxListedLeases = n
 	return func() { maxListedLeases = old }
 }
+
+// ListedBodies counts the HTTP/2 request bodies the server's watch times
+// now (bodyWatch).
+func (s *Server) ListedBodies() int {
+	if s.watch == nil {
+		return 0
+	}
+	return s.watch.listed()
+}

@@ -126,21 +126,22 @@ func (s *Server) OpenConns() int { return s.conns.Open() }
 // server sets that deadline as each request arrives (Serve), and
 // limitBody lifts it for the paths it does not bound.
 //
-// Every deadline set or lifted here on an HTTP/2 stream is a hand-off to
-// its connection's serving goroutine, so a unary call over HTTP/2 has one
-// (its body's), where it had three.
-func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
-	rc := http.NewResponseController(w)
+// On HTTP/2 the body's deadline is kept by the server's bodyWatch, not
+// the stream's own timer: every deadline set on a stream is a hand-off to
+// its connection's serving goroutine, so a unary call over HTTP/2 now has
+// none. limitBody returns the body the watch lists, which the caller
+// unlists when its handler returns (nil when none is listed).
+func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) (*countedBody, error) {
 	if s.limits.WriteTimeout > 0 && unboundedWrites[r.URL.Path] {
-		rc.SetWriteDeadline(time.Time{})
+		http.NewResponseController(w).SetWriteDeadline(time.Time{})
 	}
 	if r.URL.Path == "/v1/snapshot" {
-		return nil // bounded by MaxSnapshotBytes, admin only
+		return nil, nil // bounded by MaxSnapshotBytes, admin only
 	}
 	if bodyStreams[r.URL.Path] {
 		counted := &countedBody{ReadCloser: r.Body, n: &s.bodies.raw}
 		r.Body = &bufferedBody{Reader: bufio.NewReaderSize(counted, streamReadBuffer), Closer: counted}
-		return nil
+		return nil, nil
 	}
 	if r.Body == http.NoBody {
 		// An HTTP/1.1 request without a body (a GET): nothing to read,
@@ -150,34 +151,36 @@ func (s *Server) limitBody(w http.ResponseWriter, r *http.Request) error {
 		// body_timeout was cut short. Not a declared length of 0: over
 		// HTTP/2 such a body may still never end, and it is bounded as
 		// any other.
-		return nil
+		return nil, nil
 	}
 	var body io.ReadCloser = r.Body
 	if s.limits.MaxRequestBytes > 0 {
 		max := int64(s.limits.MaxRequestBytes) + 4<<10 // the envelope's framing
 		if r.ContentLength > max {
-			return tooLarge(r.ContentLength, s.limits.MaxRequestBytes)
+			return nil, tooLarge(r.ContentLength, s.limits.MaxRequestBytes)
 		}
 		body = http.MaxBytesReader(w, r.Body, max)
 	}
 	counted := &countedBody{ReadCloser: body, n: &s.bodies.raw, timeout: s.limits.BodyTimeout}
-	if s.limits.BodyTimeout > 0 {
-		rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
-		if r.ProtoMajor == 1 {
-			// Lifted once the body is read: it is the connection's, and
-			// a long poll runs on. An HTTP/2 stream's deadline is its
-			// own; once its body has ended, the deadline passing does
-			// nothing, and the stream's end stops it.
-			counted.rc = rc
-		}
-	}
+	r.Body = counted
 	if r.ProtoMajor == 1 {
 		// A body cut short leaves the connection without a next request
 		// boundary: close it after the answer instead of keeping it idle.
 		counted.w = w
+		if s.limits.BodyTimeout > 0 {
+			// Lifted once the body is read: it is the connection's, and
+			// a long poll runs on.
+			counted.rc = http.NewResponseController(w)
+			counted.rc.SetReadDeadline(time.Now().Add(s.limits.BodyTimeout))
+		}
+		return nil, nil
 	}
-	r.Body = counted
-	return nil
+	if s.watch == nil {
+		return nil, nil // body_timeout 0: not timed
+	}
+	counted.watch = s.watch
+	s.watch.add(counted, w)
+	return counted, nil
 }
 
 func tooLarge(n int64, max int) error {
@@ -199,9 +202,11 @@ type bufferedBody struct {
 	io.Closer
 }
 
-// countedBody counts what is read and lifts the body's read deadline when
-// the body has ended (only then: after a failed read the deadline must
-// stay, or the server's own draining of the rest would wait for ever).
+// countedBody counts what is read and, when the body has ended, lifts an
+// HTTP/1.1 body's read deadline (only then: after a failed read the
+// deadline must stay, or the server's own draining of the rest would wait
+// for ever) or takes an HTTP/2 body off the watch (after a failed read
+// too: there is nothing more to time).
 type countedBody struct {
 	io.ReadCloser
 	timeout time.Duration
@@ -212,6 +217,15 @@ type countedBody struct {
 	rc   *http.ResponseController
 	w    http.ResponseWriter
 	once sync.Once
+	// watch, when set (HTTP/2), lists the body until it ends (bodyWatch):
+	// stream is the writer whose read deadline a cut sets, due the watch's
+	// time it is cut at, prev, next and listed its place on the list
+	// (guarded by the watch's lock).
+	watch      *bodyWatch
+	stream     http.ResponseWriter
+	due        time.Duration
+	prev, next *countedBody
+	listed     bool
 }
 
 // read lifts the body's read deadline: it is all read.
@@ -222,6 +236,9 @@ func (b *countedBody) Read(p []byte) (int, error) {
 	b.n.Add(int64(n))
 	if err == io.EOF && b.rc != nil {
 		b.once.Do(b.read)
+	}
+	if err != nil && b.watch != nil {
+		b.watch.remove(b) // ended, or failed: nothing more to time
 	}
 	if err != nil && err != io.EOF {
 		if b.w != nil {

@@ -292,13 +292,7 @@ func TestSlowReaderCutOff(t *testing.T) {
 	// Over HTTP/2 the same call, whose client never grants the answer
 	// flow-control credit past the first 64 KiB, is reset when the
 	// stream's write deadline (the HTTP server's) passes.
-	h2, err := net.Dial("tcp", leader.APIAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h2.Close()
-	io.WriteString(h2, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	h2Frame(h2, 0x4, 0, 0, nil) // SETTINGS
+	h2 := h2Open(t, leader.APIAddr)
 	h2Frame(h2, 0x1, 0x4, 1, hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.JobService/ListJobs",
 		":authority", leader.APIAddr, "content-type", "application/json", "authorization", "Bearer "+opsSecret))
 	h2Frame(h2, 0x0, 0x1, 1, []byte(body)) // DATA, END_STREAM
@@ -348,6 +342,20 @@ func TestEventStreamOutlivesWriteTimeout(t *testing.T) {
 	}
 }
 
+// h2Open dials addr and opens an HTTP/2 connection without TLS: the
+// client preface and empty settings. It is closed when the test ends.
+func h2Open(t *testing.T, addr string) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+	h2Frame(conn, 0x4, 0, 0, nil) // SETTINGS
+	return conn
+}
+
 // h2Frame writes one HTTP/2 frame.
 func h2Frame(w io.Writer, typ, flags byte, stream uint32, payload []byte) error {
 	head := []byte{byte(len(payload) >> 16), byte(len(payload) >> 8), byte(len(payload)), typ, flags, 0, 0, 0, 0}
@@ -377,19 +385,33 @@ func TestDeclaredEmptyBodyNeverEndedBounded(t *testing.T) {
 	l.BodyTimeout = 300 * time.Millisecond
 	c := limitsNode(t, l)
 	addr := c.Leader().APIAddr
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	io.WriteString(conn, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-	h2Frame(conn, 0x4, 0, 0, nil) // SETTINGS
+	conn := h2Open(t, addr)
 	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
 		":authority", addr, "content-type", "application/json", "content-length", "0", "authorization", "Bearer "+opsSecret)
 	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
 	if err := h2Await(conn, 10*time.Second, func(typ byte) bool { return typ == 0x1 || typ == 0x3 }); err != nil {
 		t.Fatalf("no answer to a request whose declared empty body never ended, body_timeout %s: %v", l.BodyTimeout, err)
 	}
+	c.WaitFor(10*time.Second, "the cut body no longer timed", func() bool { return c.Leader().APIServer.ListedBodies() == 0 })
+}
+
+// An HTTP/2 body its handler never reads, refused before reading (an
+// unknown content type), stops being timed when the handler returns: the
+// server's watch keeps nothing of a call that has ended, and never cuts a
+// stream whose handler is gone.
+func TestUnreadBodyUntimedWhenItsHandlerReturns(t *testing.T) {
+	l := api.DefaultLimits()
+	l.BodyTimeout = time.Minute // the cut cannot be what unlists it
+	c := limitsNode(t, l)
+	n := c.Leader()
+	conn := h2Open(t, n.APIAddr)
+	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
+		":authority", n.APIAddr, "content-type", "text/plain", "authorization", "Bearer "+opsSecret)
+	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
+	if err := h2Await(conn, 10*time.Second, func(typ byte) bool { return typ == 0x1 }); err != nil {
+		t.Fatalf("no answer to a call of an unknown content type: %v", err)
+	}
+	c.WaitFor(10*time.Second, "the unread body no longer timed", func() bool { return n.APIServer.ListedBodies() == 0 })
 }
 
 // h2Await reads frames from an HTTP/2 connection, acknowledging the

@@ -63,6 +63,7 @@ type Server struct {
 	limits   Limits
 	rates    *rates
 	bodies   bodyBytes
+	watch    *bodyWatch             // HTTP/2 bodies' deadlines; nil when not timed
 	conns    *transport.ConnLimiter // set by Serve
 	errw     *connect.ErrorWriter
 	client   *http.Client // to other members, over the peer port
@@ -84,7 +85,7 @@ func NewServer(o Options) *Server {
 		limits = DefaultLimits()
 	}
 	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, pprof: o.Pprof, refusals: cluster.NewRefusalLimiter(),
-		limits: limits, rates: newRates(limits), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}, names: map[string]bool{}}
+		limits: limits, rates: newRates(limits), watch: newBodyWatch(limits.BodyTimeout), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}, names: map[string]bool{}}
 	for _, n := range o.HostNames {
 		s.names[strings.ToLower(n)] = true
 	}
@@ -338,6 +339,7 @@ type HTTPServer struct {
 	public, peer *http.Server
 	cancel       context.CancelFunc
 	done         chan error
+	watch        *bodyWatch
 }
 
 // Serve starts serving s on ln, TLS when tlsConf is set, otherwise HTTP/1.1
@@ -362,7 +364,10 @@ func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
 		srv.Protocols = &protocols
 		return srv
 	}
-	hs := &HTTPServer{public: newServer(tlsConf == nil), peer: newServer(true), cancel: cancel, done: make(chan error, 2)}
+	hs := &HTTPServer{public: newServer(tlsConf == nil), peer: newServer(true), cancel: cancel, done: make(chan error, 2), watch: s.watch}
+	if hs.watch != nil {
+		hs.watch.start()
+	}
 	hs.public.TLSConfig = tlsConf
 	hs.peer.ConnContext = transport.ContextWithPeer
 	s.conns = transport.LimitListener(ln, s.limits.MaxConns, s.limits.MaxConnsPerHost)
@@ -396,6 +401,9 @@ func (h *HTTPServer) Shutdown(ctx context.Context) error {
 		if err := <-h.done; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, net.ErrClosed) {
 			errs = append(errs, err)
 		}
+	}
+	if h.watch != nil {
+		h.watch.close()
 	}
 	return errors.Join(errs...)
 }

@@ -29,7 +29,7 @@ func TestStreamBodyReadThroughBuffer(t *testing.T) {
 	body := &readsBody{r: bytes.NewReader(wire)}
 	r := httptest.NewRequest("POST", "/leasehold.v1.WorkerService/HeartbeatStream", nil)
 	r.Body = body
-	if err := s.limitBody(httptest.NewRecorder(), r); err != nil {
+	if _, err := s.limitBody(httptest.NewRecorder(), r); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []int{50, 60} {

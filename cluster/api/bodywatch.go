@@ -1,0 +1,143 @@
+package api
+
+import (
+	"net/http"
+	"sync"
+	"time"
+)
+
+// bodyWatch bounds how long an HTTP/2 request's body may take to arrive,
+// for every stream of every connection, with one goroutine.
+//
+// A read deadline set on an HTTP/2 stream is a message to its connection's
+// serving goroutine, which starts a timer for it: a hand-off, a closure and
+// a timer for every call, although nearly every body has arrived whole by
+// the time its handler reads it. Instead, a body being read is kept on a
+// list, and the watch looks at the list every resolution (a tenth of
+// body_timeout, between 10 ms and 1 s): a body still unread past its
+// deadline is cut by setting its stream's read deadline in the past, which
+// net/http does at once on the calling goroutine, and the read that waits
+// for it fails with os.ErrDeadlineExceeded as a timer's would. A body
+// leaves the list when it ends, when its read fails, and when its handler
+// returns, whichever comes first, so a body is never cut after its handler
+// has returned (the watch cuts and the handler's end unlists under one
+// lock).
+//
+// A body is cut between its deadline and one resolution after it. HTTP/1.1
+// bodies keep a read deadline on their connection, which costs no hand-off.
+type bodyWatch struct {
+	timeout, resolution time.Duration
+
+	mu   sync.Mutex
+	head *countedBody // the bodies being read, in no particular order
+	n    int
+
+	stop, done       chan struct{}
+	started, stopped sync.Once
+}
+
+// watchEpoch is the zero of the watch's monotonic clock.
+var watchEpoch = time.Now()
+
+// watchNow reads the watch's monotonic clock.
+func watchNow() time.Duration { return time.Since(watchEpoch) }
+
+// newBodyWatch returns a watch for bodies due within timeout; nil when
+// timeout is zero (bodies are not timed). It runs once start is called.
+func newBodyWatch(timeout time.Duration) *bodyWatch {
+	if timeout <= 0 {
+		return nil
+	}
+	return &bodyWatch{timeout: timeout, resolution: min(max(timeout/10, 10*time.Millisecond), time.Second),
+		stop: make(chan struct{}), done: make(chan struct{})}
+}
+
+// start runs the watch until close (once: later calls do nothing).
+func (bw *bodyWatch) start() { bw.started.Do(bw.launch) }
+
+func (bw *bodyWatch) launch() {
+	go func() {
+		defer close(bw.done)
+		t := time.NewTicker(bw.resolution)
+		defer t.Stop()
+		for {
+			select {
+			case <-bw.stop:
+				return
+			case <-t.C:
+				bw.cutDue(watchNow())
+			}
+		}
+	}()
+}
+
+// close stops the watch and waits for it; bodies read after it are no
+// longer timed. Serve's servers are shut down first, so none are.
+func (bw *bodyWatch) close() {
+	bw.stopped.Do(func() {
+		close(bw.stop)
+		bw.started.Do(func() { close(bw.done) }) // never started
+		<-bw.done
+	})
+}
+
+// add lists b, read through the HTTP/2 stream w answers, due timeout from now.
+func (bw *bodyWatch) add(b *countedBody, w http.ResponseWriter) {
+	b.stream, b.due = w, watchNow()+bw.timeout
+	bw.mu.Lock()
+	b.next = bw.head
+	if bw.head != nil {
+		bw.head.prev = b
+	}
+	bw.head, b.listed = b, true
+	bw.n++
+	bw.mu.Unlock()
+}
+
+// remove unlists b if it is listed.
+func (bw *bodyWatch) remove(b *countedBody) {
+	bw.mu.Lock()
+	bw.unlink(b)
+	bw.mu.Unlock()
+}
+
+func (bw *bodyWatch) unlink(b *countedBody) {
+	if !b.listed {
+		return
+	}
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		bw.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next, b.listed = nil, nil, false
+	bw.n--
+}
+
+// cutDue cuts and unlists every body due by now.
+func (bw *bodyWatch) cutDue(now time.Duration) (cut int) {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	for b := bw.head; b != nil; {
+		next := b.next
+		if b.due <= now {
+			// In the past: net/http closes the stream's body with
+			// os.ErrDeadlineExceeded here and now, without a timer.
+			http.NewResponseController(b.stream).SetReadDeadline(time.Unix(1, 0))
+			bw.unlink(b)
+			cut++
+		}
+		b = next
+	}
+	return cut
+}
+
+// listed counts the bodies on the list.
+func (bw *bodyWatch) listed() int {
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	return bw.n
+}
