@@ -22,13 +22,23 @@ const handlerStackBytes = 8 << 10
 // frame; it is always zero.
 var stackIndex int
 
+// stackUse is never true: growStack's frame is declared behind it.
+var stackUse bool
+
 // growStack makes the calling goroutine's stack hold a frame of
-// handlerStackBytes, growing it in one step if it is smaller.
+// handlerStackBytes, growing it in one step if it is smaller. The frame
+// is declared in a branch never taken: the function's frame, which its
+// prologue checks the stack against, still holds it, but nothing writes
+// it: zeroing 8 KiB of a stack fresh from the runtime's cache was 1.3 %
+// of the leader's CPU samples in a profile of job-cycle c=64.
 //
 //go:noinline
 func growStack() byte {
-	var frame [handlerStackBytes]byte
-	return frame[stackIndex]
+	if stackUse {
+		var frame [handlerStackBytes]byte
+		return frame[stackIndex]
+	}
+	return 0
 }
 
 // grownStack runs next on a stack grown by growStack.
