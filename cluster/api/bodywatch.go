@@ -23,8 +23,14 @@ import (
 // has returned (the watch cuts and the handler's end unlists under one
 // lock).
 //
-// A body is cut between its deadline and one resolution after it. HTTP/1.1
-// bodies keep a read deadline on their connection, which costs no hand-off.
+// A body is cut between its deadline and about one resolution after it (a
+// busy machine may wake the watch later). HTTP/1.1 bodies keep a read
+// deadline on their connection, which costs no hand-off.
+//
+// The watch relies on the handler chain: authenticate, which lists a body,
+// unlists it when the handler below it returns, and nothing above it
+// returns before it does (Server.Handler); a stream cut after its handler
+// returned would panic in net/http.
 type bodyWatch struct {
 	timeout, resolution time.Duration
 
@@ -32,8 +38,12 @@ type bodyWatch struct {
 	head *countedBody // the bodies being read, in no particular order
 	n    int
 
-	stop, done       chan struct{}
-	started, stopped sync.Once
+	// life counts the Serves running on the watch's server: the watch's
+	// goroutine runs while there is one, so a server served again after
+	// a Shutdown, or by two Serves at once, has its bodies timed.
+	life       sync.Mutex
+	users      int
+	stop, done chan struct{}
 }
 
 // watchEpoch is the zero of the watch's monotonic clock.
@@ -43,26 +53,32 @@ var watchEpoch = time.Now()
 func watchNow() time.Duration { return time.Since(watchEpoch) }
 
 // newBodyWatch returns a watch for bodies due within timeout; nil when
-// timeout is zero (bodies are not timed). It runs once start is called.
+// timeout is zero (bodies are not timed). It runs between start and close.
 func newBodyWatch(timeout time.Duration) *bodyWatch {
 	if timeout <= 0 {
 		return nil
 	}
-	return &bodyWatch{timeout: timeout, resolution: min(max(timeout/10, 10*time.Millisecond), time.Second),
-		stop: make(chan struct{}), done: make(chan struct{})}
+	return &bodyWatch{timeout: timeout, resolution: min(max(timeout/10, 10*time.Millisecond), time.Second)}
 }
 
-// start runs the watch until close (once: later calls do nothing).
-func (bw *bodyWatch) start() { bw.started.Do(bw.launch) }
-
-func (bw *bodyWatch) launch() {
+// start runs the watch until the matching close (the last one, when
+// started more than once).
+func (bw *bodyWatch) start() {
+	bw.life.Lock()
+	defer bw.life.Unlock()
+	bw.users++
+	if bw.users > 1 {
+		return
+	}
+	stop, done := make(chan struct{}), make(chan struct{})
+	bw.stop, bw.done = stop, done
 	go func() {
-		defer close(bw.done)
+		defer close(done)
 		t := time.NewTicker(bw.resolution)
 		defer t.Stop()
 		for {
 			select {
-			case <-bw.stop:
+			case <-stop:
 				return
 			case <-t.C:
 				bw.cutDue(watchNow())
@@ -71,14 +87,22 @@ func (bw *bodyWatch) launch() {
 	}()
 }
 
-// close stops the watch and waits for it; bodies read after it are no
-// longer timed. Serve's servers are shut down first, so none are.
+// close undoes one start, and stops the watch, waiting for it, when it
+// was the last. Bodies listed while it is stopped are not cut, which Serve
+// avoids by closing it after its servers are shut down (a Shutdown whose
+// context ended closes them instead, and the reads of any handler still
+// running then fail with their connection).
 func (bw *bodyWatch) close() {
-	bw.stopped.Do(func() {
+	bw.life.Lock()
+	defer bw.life.Unlock()
+	if bw.users == 0 {
+		return
+	}
+	bw.users--
+	if bw.users == 0 {
 		close(bw.stop)
-		bw.started.Do(func() { close(bw.done) }) // never started
 		<-bw.done
-	})
+	}
 }
 
 // add lists b, read through the HTTP/2 stream w answers, due timeout from now.
@@ -123,10 +147,11 @@ func (bw *bodyWatch) cutDue(now time.Duration) (cut int) {
 	defer bw.mu.Unlock()
 	for b := bw.head; b != nil; {
 		next := b.next
-		if b.due <= now {
-			// In the past: net/http closes the stream's body with
-			// os.ErrDeadlineExceeded here and now, without a timer.
-			http.NewResponseController(b.stream).SetReadDeadline(time.Unix(1, 0))
+		// In the past: net/http closes the stream's body with
+		// os.ErrDeadlineExceeded here and now, without a timer. A writer
+		// that cannot take a deadline keeps its body listed, for its
+		// handler's end to unlist.
+		if b.due <= now && http.NewResponseController(b.stream).SetReadDeadline(time.Unix(1, 0)) == nil {
 			bw.unlink(b)
 			cut++
 		}

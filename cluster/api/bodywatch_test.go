@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,11 +70,13 @@ func TestBodyWatchCutsOnlyBodiesUnendedAtTheirDeadline(t *testing.T) {
 	if len(h1W.deadlines) != 1 || !h1W.deadlines[0].After(time.Now()) {
 		t.Fatalf("an HTTP/1.1 body's read deadlines: %v, want one ahead", h1W.deadlines)
 	}
-	if _, err := io.ReadAll(ended.Body); err != nil {
-		t.Fatal(err)
-	}
+	// The list is hanging, failed, ended: the failed body leaves from
+	// its middle, the ended one from its end.
 	if _, err := failed.Body.Read(make([]byte, 8)); err == nil {
 		t.Fatal("a failing body read without error")
+	}
+	if _, err := io.ReadAll(ended.Body); err != nil {
+		t.Fatal(err)
 	}
 	if got := s.watch.listed(); got != 1 {
 		t.Fatalf("%d bodies listed after one ended and one failed, want 1", got)
@@ -95,34 +98,83 @@ func TestBodyWatchCutsOnlyBodiesUnendedAtTheirDeadline(t *testing.T) {
 	}
 }
 
-// The watch runs between start and close, cutting what is due at its
-// resolution; close waits for it, and closing a watch never started
-// returns too.
-func TestBodyWatchRunsUntilClosed(t *testing.T) {
+// The watch runs from the first start to the last close, cutting what
+// is due at its resolution: a server served twice at once is timed until
+// both end, and one served again after a close is timed again. close
+// waits for the watch, and an extra close does nothing.
+func TestBodyWatchRunsWhileStarted(t *testing.T) {
 	bw := newBodyWatch(20 * time.Millisecond)
 	if bw.resolution != 10*time.Millisecond {
 		t.Fatalf("resolution %s, want the 10ms floor", bw.resolution)
 	}
-	bw.start()
-	w := &h2Writer{ResponseRecorder: httptest.NewRecorder()}
-	b := &countedBody{}
-	bw.add(b, w)
-	testwait.For(t, 10*time.Second, "the body past its deadline cut", func() error {
-		if n := bw.listed(); n != 0 {
-			return fmt.Errorf("%d listed", n)
+	bw.close() // never started
+	cutWhileRunning := func(what string) {
+		t.Helper()
+		w := &h2Writer{ResponseRecorder: httptest.NewRecorder()}
+		bw.add(&countedBody{}, w)
+		testwait.For(t, 10*time.Second, what, func() error {
+			if n := bw.listed(); n != 0 {
+				return fmt.Errorf("%d listed", n)
+			}
+			return nil
+		})
+		if len(w.deadlines) != 1 {
+			t.Fatalf("%s: the stream got read deadlines %v, want one", what, w.deadlines)
 		}
-		return nil
-	})
-	if len(w.deadlines) != 1 {
-		t.Fatalf("the stream got read deadlines %v, want one", w.deadlines)
 	}
+	bw.start()
+	bw.start()
+	cutWhileRunning("a body cut while started twice")
+	bw.close()
+	cutWhileRunning("a body cut after one of two closes")
 	bw.close()
 	bw.close()
-	newBodyWatch(time.Second).close()
+	bw.add(&countedBody{}, &h2Writer{ResponseRecorder: httptest.NewRecorder()})
+	if cut := bw.cutDue(watchNow()); cut != 0 {
+		t.Fatalf("%d cut before the deadline", cut)
+	}
+	bw.start()
+	cutWhileRunning("a body cut after a restart") // and the one listed while stopped
+	bw.close()
 	if newBodyWatch(0) != nil {
 		t.Fatal("a watch for body_timeout 0")
 	}
 	if got := newBodyWatch(time.Hour).resolution; got != time.Second {
 		t.Fatalf("resolution %s at an hour, want the 1s ceiling", got)
+	}
+}
+
+// Bodies listed, ended and cut from many goroutines at once leave the
+// list whole: every body is unlisted exactly once, by its end or by the
+// cut, and the count comes back to zero (run with -race).
+func TestBodyWatchConcurrentUse(t *testing.T) {
+	bw := newBodyWatch(time.Second)
+	const callers, each = 8, 200
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for i := range each {
+				b := &countedBody{watch: bw}
+				bw.add(b, &h2Writer{ResponseRecorder: httptest.NewRecorder()})
+				if i%2 == 0 {
+					bw.remove(b)
+				}
+				bw.remove(b) // again: a no-op, or the only one for odd i
+			}
+		})
+	}
+	wg.Go(func() {
+		for range each {
+			bw.cutDue(watchNow() + time.Hour)
+		}
+	})
+	wg.Wait()
+	if n := bw.listed(); n != 0 {
+		t.Fatalf("%d listed after every body ended", n)
+	}
+	bw.mu.Lock()
+	defer bw.mu.Unlock()
+	if bw.head != nil {
+		t.Fatal("the list's head is set with nothing listed")
 	}
 }

@@ -44,5 +44,5 @@
 // host, and the time its body may take to arrive. An HTTP/1.1 body has a
 // read deadline on its connection; every HTTP/2 body is timed by one watch
 // per server (bodywatch.go), which cuts a stream whose body has not ended
-// by its deadline, so a call sets no timer of its own.
+// by its deadline, so a call sets no read timer of its own.
 package api

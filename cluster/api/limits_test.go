@@ -296,7 +296,7 @@ func TestSlowReaderCutOff(t *testing.T) {
 	h2Frame(h2, 0x1, 0x4, 1, hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.JobService/ListJobs",
 		":authority", leader.APIAddr, "content-type", "application/json", "authorization", "Bearer "+opsSecret))
 	h2Frame(h2, 0x0, 0x1, 1, []byte(body)) // DATA, END_STREAM
-	if err := h2Await(h2, 10*time.Second, func(typ byte) bool { return typ == 0x3 }); err != nil {
+	if err := h2Await(h2, 10*time.Second, func(typ, _ byte, _ []byte) bool { return typ == 0x3 }); err != nil {
 		t.Fatalf("HTTP/2: the unread answer's stream was not reset within 10s (write_timeout %s): %v", l.WriteTimeout, err)
 	}
 }
@@ -389,8 +389,19 @@ func TestDeclaredEmptyBodyNeverEndedBounded(t *testing.T) {
 	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
 		":authority", addr, "content-type", "application/json", "content-length", "0", "authorization", "Bearer "+opsSecret)
 	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
-	if err := h2Await(conn, 10*time.Second, func(typ byte) bool { return typ == 0x1 || typ == 0x3 }); err != nil {
+	// The answer ends with a frame that ends the stream (or resets it);
+	// its data is Connect's error, which names the bound.
+	var answer []byte
+	if err := h2Await(conn, 10*time.Second, func(typ, flags byte, payload []byte) bool {
+		if typ == 0x0 {
+			answer = append(answer, payload...)
+		}
+		return typ == 0x3 || (typ == 0x0 || typ == 0x1) && flags&0x1 != 0
+	}); err != nil {
 		t.Fatalf("no answer to a request whose declared empty body never ended, body_timeout %s: %v", l.BodyTimeout, err)
+	}
+	if !strings.Contains(string(answer), "invalid_argument") || !strings.Contains(string(answer), "body_timeout") {
+		t.Fatalf("the cut request answered %q, want invalid_argument naming body_timeout", answer)
 	}
 	c.WaitFor(10*time.Second, "the cut body no longer timed", func() bool { return c.Leader().APIServer.ListedBodies() == 0 })
 }
@@ -408,7 +419,7 @@ func TestUnreadBodyUntimedWhenItsHandlerReturns(t *testing.T) {
 	headers := hpackLiteral(":method", "POST", ":scheme", "http", ":path", "/leasehold.v1.ClusterService/Members",
 		":authority", n.APIAddr, "content-type", "text/plain", "authorization", "Bearer "+opsSecret)
 	h2Frame(conn, 0x1, 0x4, 1, headers) // HEADERS, END_HEADERS, not END_STREAM
-	if err := h2Await(conn, 10*time.Second, func(typ byte) bool { return typ == 0x1 }); err != nil {
+	if err := h2Await(conn, 10*time.Second, func(typ, _ byte, _ []byte) bool { return typ == 0x1 }); err != nil {
 		t.Fatalf("no answer to a call of an unknown content type: %v", err)
 	}
 	c.WaitFor(10*time.Second, "the unread body no longer timed", func() bool { return n.APIServer.ListedBodies() == 0 })
@@ -416,8 +427,9 @@ func TestUnreadBodyUntimedWhenItsHandlerReturns(t *testing.T) {
 
 // h2Await reads frames from an HTTP/2 connection, acknowledging the
 // server's settings and never granting flow-control credit, until a frame
-// of stream 1 satisfies done; an error when within does not see one.
-func h2Await(conn net.Conn, within time.Duration, done func(typ byte) bool) error {
+// of stream 1 satisfies done (given its type, flags and payload); an error
+// when within does not see one.
+func h2Await(conn net.Conn, within time.Duration, done func(typ, flags byte, payload []byte) bool) error {
 	conn.SetReadDeadline(time.Now().Add(within))
 	for {
 		head := make([]byte, 9)
@@ -432,7 +444,7 @@ func h2Await(conn net.Conn, within time.Duration, done func(typ byte) bool) erro
 		if typ == 0x4 && flags&0x1 == 0 {
 			h2Frame(conn, 0x4, 0x1, 0, nil) // acknowledge the server's settings
 		}
-		if stream == 1 && done(typ) {
+		if stream == 1 && done(typ, flags, payload) {
 			return nil
 		}
 	}

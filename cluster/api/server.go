@@ -153,6 +153,10 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	// authenticate unlists a body from the watch when the handler below it
+	// returns, before net/http retires the stream: nothing above it may
+	// return earlier (bodywatch.go). Serve runs the watch; a handler served
+	// otherwise does not cut slow HTTP/2 bodies.
 	return grownStack(s.guardHost(s.authenticate(calls)))
 }
 
@@ -340,6 +344,7 @@ type HTTPServer struct {
 	cancel       context.CancelFunc
 	done         chan error
 	watch        *bodyWatch
+	unwatch      sync.Once // this Serve's start of the watch, undone once
 }
 
 // Serve starts serving s on ln, TLS when tlsConf is set, otherwise HTTP/1.1
@@ -403,7 +408,7 @@ func (h *HTTPServer) Shutdown(ctx context.Context) error {
 		}
 	}
 	if h.watch != nil {
-		h.watch.close()
+		h.unwatch.Do(h.watch.close)
 	}
 	return errors.Join(errs...)
 }

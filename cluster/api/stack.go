@@ -18,12 +18,13 @@ import "net/http"
 // caches on Linux), in which a call through the API fits.
 const handlerStackBytes = 8 << 10
 
-// stackIndex is read by growStack so that the compiler cannot drop its
-// frame; it is always zero.
-var stackIndex int
-
-// stackUse is never true: growStack's frame is declared behind it.
-var stackUse bool
+// stackIndex and stackUse keep growStack's frame: the compiler cannot
+// tell that stackUse, behind which the frame is declared and read, is
+// never true, nor that stackIndex, the byte read, is always zero.
+var (
+	stackIndex int
+	stackUse   bool
+)
 
 // growStack makes the calling goroutine's stack hold a frame of
 // handlerStackBytes, growing it in one step if it is smaller. The frame
