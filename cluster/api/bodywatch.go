@@ -14,7 +14,7 @@ import (
 // a timer for every call, although nearly every body has arrived whole by
 // the time its handler reads it. Instead, a body being read is kept on a
 // list, and the watch looks at the list every resolution (a tenth of
-// body_timeout, between 10 ms and 1 s): a body still unread past its
+// body_timeout, between 10 ms and 1 s): a body that has not ended by its
 // deadline is cut by setting its stream's read deadline in the past, which
 // net/http does at once on the calling goroutine, and the read that waits
 // for it fails with os.ErrDeadlineExceeded as a timer's would. A body
@@ -36,7 +36,6 @@ type bodyWatch struct {
 
 	mu   sync.Mutex
 	head *countedBody // the bodies being read, in no particular order
-	n    int
 
 	// life counts the Serves running on the watch's server: the watch's
 	// goroutine runs while there is one, so a server served again after
@@ -114,7 +113,6 @@ func (bw *bodyWatch) add(b *countedBody, w http.ResponseWriter) {
 		bw.head.prev = b
 	}
 	bw.head, b.listed = b, true
-	bw.n++
 	bw.mu.Unlock()
 }
 
@@ -138,7 +136,6 @@ func (bw *bodyWatch) unlink(b *countedBody) {
 		b.next.prev = b.prev
 	}
 	b.prev, b.next, b.listed = nil, nil, false
-	bw.n--
 }
 
 // cutDue cuts and unlists every body due by now.
@@ -161,8 +158,11 @@ func (bw *bodyWatch) cutDue(now time.Duration) (cut int) {
 }
 
 // listed counts the bodies on the list.
-func (bw *bodyWatch) listed() int {
+func (bw *bodyWatch) listed() (n int) {
 	bw.mu.Lock()
 	defer bw.mu.Unlock()
-	return bw.n
+	for b := bw.head; b != nil; b = b.next {
+		n++
+	}
+	return n
 }

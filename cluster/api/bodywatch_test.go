@@ -146,7 +146,7 @@ func TestBodyWatchRunsWhileStarted(t *testing.T) {
 
 // Bodies listed, ended and cut from many goroutines at once leave the
 // list whole: every body is unlisted exactly once, by its end or by the
-// cut, and the count comes back to zero (run with -race).
+// cut, and the list comes back empty (run with -race).
 func TestBodyWatchConcurrentUse(t *testing.T) {
 	bw := newBodyWatch(time.Second)
 	const callers, each = 8, 200
@@ -171,10 +171,5 @@ func TestBodyWatchConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if n := bw.listed(); n != 0 {
 		t.Fatalf("%d listed after every body ended", n)
-	}
-	bw.mu.Lock()
-	defer bw.mu.Unlock()
-	if bw.head != nil {
-		t.Fatal("the list's head is set with nothing listed")
 	}
 }
