@@ -144,8 +144,9 @@ func enumParse[K comparable](names map[K]string, s string) (K, bool) {
 // the same job when every field is equal.
 //
 // The fields of JobSpec, Job and Lease are ordered by size, the small ones
-// last and together, so a million of each waste no padding: Job fits the
-// 224-byte size class and Lease the 96-byte one (BenchmarkMemoryPerLiveLease).
+// last and together, so a million of each waste no padding: Job fills the
+// 240-byte size class (224 before its not-before time and retry policy)
+// and Lease the 96-byte one (BenchmarkMemoryPerLiveLease).
 type JobSpec struct {
 	ID        string
 	Queue     string
