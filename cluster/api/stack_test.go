@@ -71,3 +71,19 @@ func TestGrownStackServesTheRequest(t *testing.T) {
 		t.Fatalf("answered %d %q", rec.Code, rec.Header().Get("X-Path"))
 	}
 }
+
+// BenchmarkGrownStackCall times what every API call pays for its stack: a
+// fresh goroutine that runs growStack, then a call as deep as a handler's.
+//
+//	go test -run '^$' -bench GrownStackCall -count 4 ./cluster/api/
+func BenchmarkGrownStackCall(b *testing.B) {
+	done := make(chan struct{})
+	for range b.N {
+		go func() {
+			growStack()
+			useStack(handlerStackBytes)
+			done <- struct{}{}
+		}()
+		<-done
+	}
+}
