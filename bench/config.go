@@ -55,6 +55,11 @@ type Config struct {
 	// HeapProfile, when set, is where scale writes the leader's heap
 	// profile (after a forced GC) once the window is over.
 	HeapProfile string
+	// CPUProfile, when set, is where the bench writes its own CPU profile
+	// over the measured window of the workloads that run callers in a
+	// closed loop (acquire, heartbeat, job-cycle, mixed, failover,
+	// fencing): what the client side of each operation costs.
+	CPUProfile string
 	// Held is the number of leases heartbeated on schedule during mixed and
 	// failover. Default 10,000.
 	Held int

@@ -3,6 +3,9 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -140,8 +143,15 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 	if hk.during != nil {
 		wg.Go(func() { hk.during(ctx, from, from.Add(e.cfg.Duration)) })
 	}
+	stopProfile, err := startCPUProfile(e.cfg.CPUProfile)
+	if err != nil {
+		return nil, window{}, err
+	}
 	p := closedLoop(ctx, callers, e.cfg.Duration)
 	wg.Wait()
+	if err := stopProfile(); err != nil {
+		return nil, window{}, err
+	}
 	b := e.mark(ctx)
 	if ctx.Err() != nil {
 		return nil, window{}, ctx.Err()
@@ -153,4 +163,27 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 		e.logf("the job pool ran out %s into the window: the window ends there (give --jobs)", p.window().Round(time.Millisecond))
 	}
 	return p, between(a, b), nil
+}
+
+// startCPUProfile starts the bench's own CPU profile into file, if one is
+// named, and returns what stops it and closes the file.
+func startCPUProfile(file string) (stop func() error, err error) {
+	if file == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpu-profile: %w", err)
+		}
+		return nil
+	}, nil
 }

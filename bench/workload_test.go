@@ -1,8 +1,13 @@
 package bench_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
+	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -190,8 +195,10 @@ func countJobs(t *testing.T, cl *client.Client, req *pb.ListJobsRequest, pred fu
 
 func TestJobCycle(t *testing.T) {
 	lc := startCluster(t)
-	kv := run(t, lc, bench.Config{Workload: "job-cycle"})
+	profile := filepath.Join(t.TempDir(), "cpu.prof")
+	kv := run(t, lc, bench.Config{Workload: "job-cycle", CPUProfile: profile})
 	want(t, kv, "errs", 0)
+	checkCPUProfile(t, profile)
 	if n(t, kv, "ops") == 0 || f(t, kv, "ops_s") <= 0 {
 		t.Fatalf("no cycles: %v", kv)
 	}
@@ -205,6 +212,29 @@ func TestJobCycle(t *testing.T) {
 	// batch: writes per op is in (0, 2].
 	if w := f(t, kv, "raft_writes_per_op"); w <= 0 || w > 2.05 {
 		t.Fatalf("raft_writes_per_op=%v for 2 commands per cycle", w)
+	}
+}
+
+// checkCPUProfile checks that file holds a Go CPU profile: gzipped
+// protocol buffers whose string table names the sample type, "cpu" in
+// "nanoseconds", written and closed.
+func checkCPUProfile(t *testing.T, file string) {
+	t.Helper()
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatalf("--cpu-profile: %v", err)
+	}
+	defer f.Close()
+	z, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("--cpu-profile %s: %v", file, err)
+	}
+	raw, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatalf("--cpu-profile %s, not whole: %v", file, err)
+	}
+	if !bytes.Contains(raw, []byte("cpu")) || !bytes.Contains(raw, []byte("nanoseconds")) {
+		t.Fatalf("--cpu-profile %s: no CPU sample type in its %d bytes", file, len(raw))
 	}
 }
 

@@ -64,6 +64,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
 		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
 		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
+		&cli.StringFlag{Name: "cpu-profile", Usage: "write the bench process's own CPU profile over the measured window to this file (acquire, heartbeat, job-cycle, mixed, failover, fencing): the client side's cost"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit", DefaultText: "sized from the warmup's rate"},
@@ -99,7 +100,7 @@ func runBench(c *cli.Context, workload string) error {
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
-		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
+		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), CPUProfile: c.String("cpu-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
 		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unchained: c.Bool("unchained"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
