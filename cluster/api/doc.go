@@ -45,4 +45,8 @@
 // read deadline on its connection; every HTTP/2 body is timed by one watch
 // per server (bodywatch.go), which cuts a stream whose body has not ended
 // by its deadline, so a call sets no read timer of its own.
+//
+// Without TLS the server reads each connection through a buffer of its
+// own (bufconn.go), since net/http's HTTP/2 server would otherwise make
+// two system calls per frame; a TLS connection buffers its records itself.
 package api

@@ -377,6 +377,9 @@ func Serve(s *Server, ln net.Listener, tlsConf *tls.Config) *HTTPServer {
 	hs.peer.ConnContext = transport.ContextWithPeer
 	s.conns = transport.LimitListener(ln, s.limits.MaxConns, s.limits.MaxConnsPerHost)
 	ln = s.conns
+	if tlsConf == nil {
+		ln = bufferedListener{ln}
+	}
 	go func() {
 		var err error
 		if tlsConf != nil {

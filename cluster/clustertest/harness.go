@@ -40,6 +40,10 @@ type Cluster struct {
 	// API, when set, adjusts each node's API options before it starts
 	// (credentials, say); set it between Prepare and Start.
 	API func(i int, o *api.Options)
+	// APIListener, when set, wraps each node's API listener before the
+	// API serves on it (to watch its connections); set it between
+	// Prepare and Start.
+	APIListener func(i int, ln net.Listener) net.Listener
 }
 
 // Node is one member. Node.Node is nil while it is killed.
@@ -202,7 +206,11 @@ func (c *Cluster) start(node *Node) error {
 		c.API(node.Index, &o)
 	}
 	node.APIServer = api.NewServer(o)
-	node.API = api.Serve(node.APIServer, c.listen(node.APIAddr), nil)
+	ln := c.listen(node.APIAddr)
+	if c.APIListener != nil {
+		ln = c.APIListener(node.Index, ln)
+	}
+	node.API = api.Serve(node.APIServer, ln, nil)
 	return nil
 }
 
