@@ -124,6 +124,37 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
+// procSyscalls returns the read and write system calls a process has made,
+// from /proc/PID/io (syscr, syscw: read, readv, pread and their writing
+// kin, sockets included).
+func procSyscalls(pid int) (reads, writes uint64, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	var seen int
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ": ")
+		if !ok || k != "syscr" && k != "syscw" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("/proc/%d/io: %s %q", pid, k, v)
+		}
+		if k == "syscr" {
+			reads = n
+		} else {
+			writes = n
+		}
+		seen++
+	}
+	if seen != 2 {
+		return 0, 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	}
+	return reads, writes, nil
+}
+
 // hostCPU is the CPU time every process on the machine has used since boot
 // (/proc/stat's first line, all but idle and iowait): with the servers' and
 // the bench's own, it shows how much else ran during a window.

@@ -168,6 +168,9 @@ type nodeSample struct {
 	metrics nodeMetrics
 	cpu     time.Duration
 	cpuOK   bool
+	// syscalls are the process's read and write system calls so far.
+	syscalls   [2]uint64
+	syscallsOK bool
 }
 
 // mark is the cluster's and this process's counters at one moment.
@@ -203,6 +206,9 @@ func (e *env) sampleNode(ctx context.Context, i int) nodeSample {
 			if cpu, err := procCPU(pid); err == nil {
 				s.cpu, s.cpuOK = cpu, true
 			}
+			if r, w, err := procSyscalls(pid); err == nil {
+				s.syscalls, s.syscallsOK = [2]uint64{r, w}, true
+			}
 		}
 	}
 	return s
@@ -217,8 +223,9 @@ type window struct {
 	hostCPU   float64 // every process on the machine, NaN unknown
 	leader    int     // the node leading at the end (at the start if unknown)
 	writes    []float64
-	entries   []float64 // NaN where unknown
-	allocs    []float64 // heap objects each node allocated, NaN unknown
+	entries   []float64    // NaN where unknown
+	allocs    []float64    // heap objects each node allocated, NaN unknown
+	syscalls  [][2]float64 // each node's read and write system calls, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -255,6 +262,11 @@ func between(a, b mark) window {
 			al = float64(nb.metrics.mallocs - na.metrics.mallocs)
 		}
 		w.allocs = append(w.allocs, al)
+		sc := [2]float64{math.NaN(), math.NaN()}
+		if na.syscallsOK && nb.syscallsOK && nb.syscalls[0] >= na.syscalls[0] && nb.syscalls[1] >= na.syscalls[1] {
+			sc = [2]float64{float64(nb.syscalls[0] - na.syscalls[0]), float64(nb.syscalls[1] - na.syscalls[1])}
+		}
+		w.syscalls = append(w.syscalls, sc)
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
 		}
@@ -331,6 +343,14 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	}
 	r.add("allocs_per_op", num(allocs/float64(p.ops), 1))
 	r.add("allocs_per_op_leader", num(leaderAllocs/float64(p.ops), 1))
+	// The leader's read and write system calls per op: what its network
+	// and disk cost in calls into the kernel. Known for a started cluster.
+	leaderSyscalls := [2]float64{math.NaN(), math.NaN()}
+	if w.leader >= 0 && w.leader < len(w.syscalls) && p.ops > 0 {
+		leaderSyscalls = w.syscalls[w.leader]
+	}
+	r.add("reads_per_op_leader", num(leaderSyscalls[0]/float64(p.ops), 2))
+	r.add("writes_per_op_leader", num(leaderSyscalls[1]/float64(p.ops), 2))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))

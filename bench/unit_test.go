@@ -116,6 +116,54 @@ func TestProcCPUOfSelf(t *testing.T) {
 	}
 }
 
+// A process's read system calls grow by at least one for each read it
+// makes of a file.
+func TestProcSyscallsOfSelf(t *testing.T) {
+	r0, w0, err := procSyscalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if _, err := os.ReadFile("/proc/self/stat"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r1, w1, err := procSyscalls(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r1 < r0+5 || w1 < w0 {
+		t.Fatalf("reads %d → %d and writes %d → %d after five file reads", r0, r1, w0, w1)
+	}
+}
+
+// The leader's system calls per op come from its /proc/PID/io at the two
+// ends of the window; unknown when either end could not read it.
+func TestSyscallsPerOp(t *testing.T) {
+	at := time.Unix(1000, 0)
+	node := func(reads, writes uint64, leader bool) nodeSample {
+		return nodeSample{ok: true, metrics: nodeMetrics{logWrites: 1, leader: leader}, syscalls: [2]uint64{reads, writes}, syscallsOK: true}
+	}
+	a := mark{at: at, nodes: []nodeSample{node(10, 10, false), node(1000, 500, true)}}
+	b := mark{at: at.Add(time.Second), nodes: []nodeSample{node(20, 20, false), node(1450, 800, true)}}
+	e := &env{cfg: &Config{Workload: "job-cycle", Concurrency: 1, Endpoints: []string{"a", "b"}}}
+	p := &phase{start: at, end: at.Add(time.Second), ops: 100, hist: newHist()}
+	r := e.result(p, between(a, b), 1)
+	if rd, wr := getKey(r, "reads_per_op_leader"), getKey(r, "writes_per_op_leader"); rd != "4.50" || wr != "3.00" {
+		t.Fatalf("reads_per_op_leader %s, writes_per_op_leader %s; want 4.50 and 3.00", rd, wr)
+	}
+	b.nodes[1].syscallsOK = false
+	r = e.result(p, between(a, b), 1)
+	if rd, wr := getKey(r, "reads_per_op_leader"), getKey(r, "writes_per_op_leader"); rd != "NA" || wr != "NA" {
+		t.Fatalf("the leader's calls unknown: reads_per_op_leader %s, writes_per_op_leader %s; want NA", rd, wr)
+	}
+}
+
+func getKey(r *Result, k string) string {
+	v, _ := r.Get(k)
+	return v
+}
+
 func TestConfigValidation(t *testing.T) {
 	for name, c := range map[string]Config{
 		"workload":    {Workload: "nope", Endpoints: []string{"a:1"}},
