@@ -188,6 +188,8 @@ func (c *Config) validate() error {
 		return bad("KillAfter", c.KillAfter, "inside the window")
 	case len(c.Endpoints) == 0:
 		return bad("Endpoints", c.Endpoints, "at least one")
+	case c.CPUProfile != "" && (c.Workload == "expiry" || c.Workload == "scale"):
+		return bad("CPUProfile", fmt.Sprintf("%q", c.CPUProfile), "not for expiry or scale, which run no callers in a closed loop")
 	}
 	if c.Workload == "failover" && c.Cluster == nil {
 		return fmt.Errorf("%w: failover kills the leader process with SIGKILL, so the bench must own the servers: run it with --start 3", ErrNeedsLocalCluster)

@@ -117,6 +117,7 @@ type hooks struct {
 // measure runs the callers for the warmup, then for the window between two
 // marks of the cluster's counters.
 func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, window, error) {
+	prof := e.prof
 	var warm *phase
 	if e.cfg.Warmup > 0 {
 		e.logf("warming up for %s", e.cfg.Warmup)
@@ -134,6 +135,9 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 		}
 	}
 	e.logf("measuring %s: %d callers", e.cfg.Duration, len(callers))
+	if err := prof.start(); err != nil {
+		return nil, window{}, err
+	}
 	a := e.mark(ctx)
 	from := time.Now()
 	if hk.held != nil {
@@ -143,13 +147,9 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 	if hk.during != nil {
 		wg.Go(func() { hk.during(ctx, from, from.Add(e.cfg.Duration)) })
 	}
-	stopProfile, err := startCPUProfile(e.cfg.CPUProfile)
-	if err != nil {
-		return nil, window{}, err
-	}
 	p := closedLoop(ctx, callers, e.cfg.Duration)
 	wg.Wait()
-	if err := stopProfile(); err != nil {
+	if err := prof.stop(); err != nil {
 		return nil, window{}, err
 	}
 	b := e.mark(ctx)
@@ -165,25 +165,52 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 	return p, between(a, b), nil
 }
 
-// startCPUProfile starts the bench's own CPU profile into file, if one is
-// named, and returns what stops it and closes the file.
-func startCPUProfile(file string) (stop func() error, err error) {
+// cpuProfile is the bench's own CPU profile over a window, into a file
+// Run creates before anything else, so a bad path fails the run before
+// any load; nil, or the zero value (no file named), does nothing.
+type cpuProfile struct {
+	f       *os.File
+	running bool
+}
+
+func createCPUProfile(file string) (*cpuProfile, error) {
 	if file == "" {
-		return func() error { return nil }, nil
+		return &cpuProfile{}, nil
 	}
 	f, err := os.Create(file)
 	if err != nil {
 		return nil, fmt.Errorf("--cpu-profile: %w", err)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpu-profile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("--cpu-profile: %w", err)
-		}
-		return nil
-	}, nil
+	return &cpuProfile{f: f}, nil
 }
+
+func (p *cpuProfile) start() error {
+	if p == nil || p.f == nil {
+		return nil
+	}
+	if err := pprof.StartCPUProfile(p.f); err != nil {
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	p.running = true
+	return nil
+}
+
+// stop ends the profile and closes its file, reporting a failed write.
+func (p *cpuProfile) stop() error {
+	if p == nil || p.f == nil {
+		return nil
+	}
+	if p.running {
+		pprof.StopCPUProfile()
+		p.running = false
+	}
+	f := p.f
+	p.f = nil
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return nil
+}
+
+// close stops the profile if a run ended before stop.
+func (p *cpuProfile) close() { p.stop() }

@@ -28,11 +28,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	prof, err := createCPUProfile(cfg.CPUProfile)
+	if err != nil {
+		return nil, err
+	}
+	defer prof.close()
 	e, err := newEnv(ctx, &cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer e.close()
+	e.prof = prof
 	var res *Result
 	switch cfg.Workload {
 	case "acquire":
@@ -71,6 +77,8 @@ type env struct {
 	out     io.Writer
 
 	workers []string // registered by this run, deregistered by cleanup
+
+	prof *cpuProfile // the bench's own profile over the window (measure)
 
 	// preKill keeps a killed node's last figures, read just before the
 	// kill, so the window still counts what it did.

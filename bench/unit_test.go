@@ -176,6 +176,7 @@ func TestConfigValidation(t *testing.T) {
 		"kill-after":  {Workload: "failover", Duration: time.Second, KillAfter: 2 * time.Second, Endpoints: []string{"a:1"}},
 		"payload":     {Workload: "acquire", PayloadSize: 1 << 20, Endpoints: []string{"a:1"}},
 		"concurrency": {Workload: "acquire", Concurrency: -1, Endpoints: []string{"a:1"}},
+		"cpu-profile": {Workload: "expiry", CPUProfile: "cpu.prof", Endpoints: []string{"a:1"}},
 	} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%s: accepted %+v", name, c)

@@ -195,6 +195,14 @@ func countJobs(t *testing.T, cl *client.Client, req *pb.ListJobsRequest, pred fu
 
 func TestJobCycle(t *testing.T) {
 	lc := startCluster(t)
+	// A profile that cannot be written fails the run before any load: an
+	// hour's warmup would otherwise run out the test's bound.
+	ctx := testwait.Context(t, testBound)
+	_, err := bench.Run(ctx, bench.Config{Workload: "job-cycle", Cluster: lc, Duration: time.Second, Warmup: time.Hour,
+		CPUProfile: filepath.Join(t.TempDir(), "missing", "cpu.prof"), Log: testLog{t}})
+	if err == nil || !strings.Contains(err.Error(), "--cpu-profile") {
+		t.Fatalf("a CPU profile in a missing directory: %v, want the run refused naming --cpu-profile", err)
+	}
 	profile := filepath.Join(t.TempDir(), "cpu.prof")
 	kv := run(t, lc, bench.Config{Workload: "job-cycle", CPUProfile: profile})
 	want(t, kv, "errs", 0)
