@@ -75,6 +75,11 @@ type Config struct {
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
 	CommitTimeout      time.Duration
+	// DeadLeaderAfter is how long a follower goes without hearing a leader
+	// before it asks the other voters whether they have lost it too, and
+	// stands at once if a quorum has (deadleader.go). Zero: 1.5 ×
+	// HeartbeatTimeout; negative: never (Raft's own timers alone).
+	DeadLeaderAfter time.Duration
 	// Snapshots: every SnapshotInterval, if SnapshotThreshold entries were
 	// written since the last; TrailingLogs entries stay after a snapshot;
 	// SnapshotRetain snapshots are kept on disk. A node that starts reads
@@ -282,6 +287,11 @@ func (c *Config) Validate() error {
 	}
 	if c.LeaderLeaseTimeout > c.HeartbeatTimeout {
 		return bad("raft_leader_lease_timeout", c.LeaderLeaseTimeout, "must be at most raft_heartbeat_timeout (%s)", c.HeartbeatTimeout)
+	}
+	// A leader sends heartbeats every tenth of the timeout: a shorter
+	// silence than half of it would be read as a dead leader.
+	if c.DeadLeaderAfter > 0 && c.DeadLeaderAfter < c.HeartbeatTimeout/2 {
+		return bad("dead_leader_after", c.DeadLeaderAfter, "must be at least half of raft_heartbeat_timeout (%s)", c.HeartbeatTimeout)
 	}
 	// Far past toleration: a worker is removed long after its leases
 	// would have expired, never as part of a failover or a short outage.

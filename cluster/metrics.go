@@ -88,6 +88,7 @@ type nodeMetrics struct {
 	runTime        *prometheus.HistogramVec
 	logWrite       prometheus.Histogram
 	reportNext     *prometheus.CounterVec
+	deadLeader     *prometheus.CounterVec
 	// labelled are the queues the histograms name, the first metricQueues
 	// this node observed; the rest share otherQueues.
 	labelMu  sync.Mutex
@@ -151,12 +152,19 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 			Name: "leasehold_report_next_total",
 			Help: "Reports that asked for the worker's next lease, by how its acquire went: behind (proposed right behind the report, about one commit for both), after (made once the report applied: the lease was not live, no job was ready, or the one behind granted nothing), or none (the report or the acquire failed or was refused).",
 		}, []string{"acquire"}),
+		deadLeader: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasehold_dead_leader_checks_total",
+			Help: "Times this follower, having heard no leader for dead_leader_after, asked the other voters, by outcome: started (a quorum agreed and this node stood at once), not_agreed (no quorum of silence, or another voter was the one to stand), failed (it could not stand; Raft's own timers go on).",
+		}, []string{"outcome"}),
 	}
 	for _, how := range []string{"behind", "after", "none"} {
 		m.reportNext.WithLabelValues(how)
 	}
+	for _, how := range []string{"started", "not_agreed", "failed"} {
+		m.deadLeader.WithLabelValues(how)
+	}
 	m.reg.MustRegister(m.apply, m.heartbeatAck, m.leaderCheck, m.expiryLateness, m.queueWait, m.runTime, m.logWrite,
-		m.reportNext, &nodeCollector{n: n})
+		m.reportNext, m.deadLeader, &nodeCollector{n: n})
 	return m
 }
 

@@ -91,6 +91,10 @@ type Node struct {
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable
 
+	// born is when this process made the node: a leader heard before it
+	// (Raft's last contact from an earlier life) does not count.
+	born time.Time
+
 	// life ends when the node stops; every background loop watches it.
 	// Its cause is why a node stopped on its own (halt).
 	life    context.Context
@@ -147,6 +151,7 @@ func New(cfg Config) (_ *Node, err error) {
 		notifyCh: make(chan bool, 16),
 		netDown:  make(chan struct{}),
 		stopped:  make(chan struct{}),
+		born:     time.Now(),
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
 	processGatherer() // before the stores open: raft-wal takes go-metrics' instance then
@@ -300,7 +305,8 @@ func New(cfg Config) (_ *Node, err error) {
 	n.wg.Add(1)
 	go func() { defer n.wg.Done(); n.rpc.Serve(n.mux.RPCListener()) }()
 
-	n.wg.Add(3)
+	n.wg.Add(4)
+	go func() { defer n.wg.Done(); n.watchLeader() }()
 	go func() { defer n.wg.Done(); n.monitorLeadership() }()
 	go func() { defer n.wg.Done(); n.membershipLoop(!dir.hasState) }()
 	go func() { defer n.wg.Done(); n.auditLoop() }()

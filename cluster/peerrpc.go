@@ -31,9 +31,11 @@ func (n *Node) handlePeerInfo(ctx context.Context, body json.RawMessage) (any, e
 		n.remember(req.From)
 	}
 	leader, leaderID := n.raft.LeaderWithID()
+	v := n.leaderView()
 	return transport.PeerInfo{
 		Node: n.self(), InCluster: n.inCluster(), BootstrapExpect: n.cfg.BootstrapExpect, Members: n.memberSet(),
 		LeaderID: string(leaderID), LeaderRaftAddr: string(leader), Level: int(n.level()), Version: n.cfg.Version,
+		LeaderSilentMs: v.silentFor.Milliseconds(), Term: v.term, Follower: v.follower, LastLogTerm: v.lastTerm, LastLogIndex: v.lastIndex,
 	}, nil
 }
 

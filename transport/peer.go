@@ -41,6 +41,18 @@ type PeerInfo struct {
 	// says neither (its level is taken as 2).
 	Level   int    `json:"level,omitempty"`
 	Version string `json:"version,omitempty"`
+	// What the node's Raft knows of its leader and its log, for a
+	// follower that asks whether a quorum has lost the leader
+	// (cluster/deadleader.go). LeaderSilentMs is how long since the node
+	// last heard from a leader, 0 while it hears one or leads (and from
+	// builds before it); Follower says it is a follower; LastLogTerm and
+	// LastLogIndex are its last entry's (its snapshot's if newer); Term
+	// its current term.
+	LeaderSilentMs int64  `json:"leader_silent_ms,omitempty"`
+	Term           uint64 `json:"term,omitempty"`
+	Follower       bool   `json:"follower,omitempty"`
+	LastLogTerm    uint64 `json:"last_log_term,omitempty"`
+	LastLogIndex   uint64 `json:"last_log_index,omitempty"`
 }
 
 // PeerJoinRequest asks the leader to add a node as a voter (idempotent: a

@@ -80,9 +80,13 @@ type RaftSection struct {
 	ElectionTimeout    duration `toml:"election_timeout"`
 	LeaderLeaseTimeout duration `toml:"leader_lease_timeout"`
 	CommitTimeout      duration `toml:"commit_timeout"`
-	SnapshotInterval   duration `toml:"snapshot_interval"`
-	SnapshotThreshold  uint64   `toml:"snapshot_threshold"`
-	TrailingLogs       uint64   `toml:"trailing_logs"`
+	// DeadLeaderAfter: a follower that hears no leader this long asks the
+	// other voters and stands at once if a quorum agrees; zero is 1.5 ×
+	// heartbeat_timeout, negative never (cluster.Config.DeadLeaderAfter).
+	DeadLeaderAfter   duration `toml:"dead_leader_after"`
+	SnapshotInterval  duration `toml:"snapshot_interval"`
+	SnapshotThreshold uint64   `toml:"snapshot_threshold"`
+	TrailingLogs      uint64   `toml:"trailing_logs"`
 }
 
 type RetentionSection struct {
@@ -292,6 +296,7 @@ func (c *ServerConfig) clusterConfigOf(logger hclog.Logger) (cluster.Config, *tr
 	r := fitted.Raft
 	cfg.HeartbeatTimeout, cfg.ElectionTimeout = r.HeartbeatTimeout.Duration, r.ElectionTimeout.Duration
 	cfg.LeaderLeaseTimeout, cfg.CommitTimeout = r.LeaderLeaseTimeout.Duration, r.CommitTimeout.Duration
+	cfg.DeadLeaderAfter = r.DeadLeaderAfter.Duration
 	cfg.LogStore, cfg.WALSegmentBytes = c.Raft.LogStore, c.Raft.WALSegmentBytes
 	cfg.SnapshotInterval, cfg.SnapshotThreshold, cfg.TrailingLogs = c.Raft.SnapshotInterval.Duration, c.Raft.SnapshotThreshold, c.Raft.TrailingLogs
 	cfg.Retention, cfg.EventRetention, cfg.CompactInterval = c.Retention.Jobs.Duration, c.Retention.Events.Duration, c.Retention.CompactInterval.Duration

@@ -67,6 +67,8 @@ var timings = []timing{
 		nil, func(c *ServerConfig) *time.Duration { return &c.Raft.LeaderLeaseTimeout.Duration }, true},
 	{configKey{"raft_commit_timeout", "raft", "commit_timeout", "raft-commit-timeout"}, "the longest a leader waits before it sends followers what it committed",
 		nil, func(c *ServerConfig) *time.Duration { return &c.Raft.CommitTimeout.Duration }, true},
+	{configKey{"dead_leader_after", "raft", "dead_leader_after", "raft-dead-leader-after"}, "a follower that hears no leader this long asks the other voters, and the best placed stands at once if a quorum has lost the leader too (0s: 1.5 x the heartbeat timeout; at least half of it; negative: never)",
+		nil, func(c *ServerConfig) *time.Duration { return &c.Raft.DeadLeaderAfter.Duration }, true},
 	{configKey{"snapshot_interval", "raft", "snapshot_interval", "raft-snapshot-interval"}, "how often a node checks whether to take a snapshot",
 		nil, func(c *ServerConfig) *time.Duration { return &c.Raft.SnapshotInterval.Duration }, true},
 	{configKey{"retention", "retention", "jobs", "retention-jobs"}, "finished jobs are kept this long",
@@ -213,8 +215,8 @@ func scaleTimings(cfg *cluster.Config, scale float64) {
 	}
 	for _, d := range []*time.Duration{&cfg.Renew, &cfg.Grace, &cfg.Toleration, &cfg.WorkerGCThreshold,
 		&cfg.HeartbeatTimeout, &cfg.ElectionTimeout, &cfg.LeaderLeaseTimeout, &cfg.CommitTimeout,
-		&cfg.SnapshotInterval, &cfg.ApplyTimeout, &cfg.JoinRetry} {
-		*d = time.Duration(float64(*d) * scale)
+		&cfg.SnapshotInterval, &cfg.ApplyTimeout, &cfg.JoinRetry, &cfg.DeadLeaderAfter} {
+		*d = time.Duration(float64(*d) * scale) // DeadLeaderAfter: its sign, zero or negative, stays
 	}
 }
 

@@ -1,0 +1,255 @@
+package cluster
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/leasehold/leasehold/transport"
+)
+
+// A dead leader is replaced as soon as a quorum of the voters agrees it is
+// silent, rather than when the later of two followers' randomized timers
+// fires.
+//
+// hashicorp/raft's follower checks its leader at a random point in
+// [heartbeat_timeout, 2 × heartbeat_timeout) and starts a new such interval
+// when it heard from it less than heartbeat_timeout before; a candidate
+// first asks for pre-votes, which a voter refuses while it still names a
+// leader. So after a leader dies the first follower to notice is refused,
+// and the election waits for the second follower's own timer: 300 to
+// about 900 ms after the leader's last message at the default 300 ms
+// (docs/performance.md, "What a failover waits for").
+//
+// The watch below runs on every node. A follower that has heard no leader
+// for deadLeaderAfter (1.5 × heartbeat_timeout by default) asks the other
+// voters (peer.info) how long they have gone without one. When a quorum,
+// itself included, has been silent that long, the one of them whose log is
+// the most up to date (then the smallest id) starts an election at once:
+// it sends itself the TimeoutNow that Raft's leadership transfer uses,
+// whose candidate skips pre-vote and whose vote requests a voter grants
+// even while it still names a leader (its log permitting, which the choice
+// of candidate ensures for every silent voter).
+//
+// Why this is safe: an election never breaks Raft's safety (one vote per
+// term, only to a log at least as up to date); what pre-vote protects is
+// liveness, against a voter cut off from a live leader disrupting the
+// cluster. The quorum's agreement keeps that protection: a voter that
+// still hears the leader says so, and a lone follower cut off from it
+// finds no quorum of silence. A leader that is alive but silent to a
+// quorum for that long would lose its leadership to Raft's own timers
+// anyway (and gives it up itself after leader_lease_timeout).
+
+// leaderView is what this node's Raft knows of its leader and its log.
+type leaderView struct {
+	id        string
+	silentFor time.Duration // since it last heard a leader; 0 while it hears one or leads
+	follower  bool
+	term      uint64 // its current term
+	lastTerm  uint64
+	lastIndex uint64
+	answered  bool // for another voter: it answered
+}
+
+func (n *Node) leaderView() leaderView {
+	v := leaderView{id: n.id, answered: true, term: n.raft.CurrentTerm()}
+	switch n.raft.State() {
+	case raft.Leader:
+		// silentFor 0
+	case raft.Follower:
+		v.follower = true
+		fallthrough
+	default:
+		last := n.raft.LastContact()
+		if !last.After(n.born) {
+			last = n.born // none heard since this process started
+		}
+		v.silentFor = time.Since(last)
+	}
+	st := n.raft.Stats()
+	term, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
+	index, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
+	sterm, _ := strconv.ParseUint(st["last_snapshot_term"], 10, 64)
+	sindex, _ := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+	if sindex > index {
+		term, index = sterm, sindex
+	}
+	v.lastTerm, v.lastIndex = term, index
+	return v
+}
+
+// electNow says whether self should start an election now, from what the
+// voters said (self's own view among them; a voter that did not answer
+// has answered false): a quorum of the voters has heard no leader for at
+// least after, none is in a later term than self (an election is under
+// way: another voter stood), and of those silent voters self is a
+// follower whose log is the most up to date of them all, the smallest id
+// among such followers. Every silent voter then grants self its vote.
+func electNow(self string, views []leaderView, voters int, after time.Duration) bool {
+	if voters < 2 {
+		return false // a single voter elects itself
+	}
+	var me leaderView
+	for _, v := range views {
+		if v.id == self {
+			me = v
+		}
+	}
+	var silent []leaderView
+	for _, v := range views {
+		if v.answered && v.term > me.term {
+			return false
+		}
+		if v.answered && v.silentFor >= after {
+			silent = append(silent, v)
+		}
+	}
+	if len(silent) < voters/2+1 {
+		return false
+	}
+	var bestTerm, bestIndex uint64
+	for _, v := range silent {
+		if v.lastTerm > bestTerm || v.lastTerm == bestTerm && v.lastIndex > bestIndex {
+			bestTerm, bestIndex = v.lastTerm, v.lastIndex
+		}
+	}
+	chosen := ""
+	for _, v := range silent {
+		if v.follower && v.lastTerm == bestTerm && v.lastIndex == bestIndex && (chosen == "" || v.id < chosen) {
+			chosen = v.id
+		}
+	}
+	return chosen == self
+}
+
+// deadLeaderAfter is how long a follower waits without hearing a leader
+// before it asks the other voters; 0: never.
+func (c Config) deadLeaderAfter() time.Duration {
+	switch {
+	case c.DeadLeaderAfter < 0:
+		return 0
+	case c.DeadLeaderAfter > 0:
+		return c.DeadLeaderAfter
+	}
+	return c.HeartbeatTimeout * 3 / 2
+}
+
+// watchLeader runs the check every tenth of heartbeat_timeout until the
+// node stops. While the voters do not agree, it asks again at growing
+// intervals, up to heartbeat_timeout: a follower cut off from a live leader
+// asks a few times a second, not every tick.
+func (n *Node) watchLeader() {
+	after := n.cfg.deadLeaderAfter()
+	if after <= 0 {
+		return
+	}
+	every := max(n.cfg.HeartbeatTimeout/10, 5*time.Millisecond)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var quiet time.Time // no check before this
+	misses := 0
+	for {
+		select {
+		case <-n.life.Done():
+			return
+		case <-tick.C:
+		}
+		if n.raft.State() != raft.Follower || n.heardWithin(after) {
+			misses = 0
+			continue
+		}
+		if time.Now().Before(quiet) {
+			continue
+		}
+		switch n.checkDeadLeader(after) {
+		case checkStarted:
+			// Raft's own timers take over if this election fails.
+			quiet, misses = time.Now().Add(after+2*n.cfg.ElectionTimeout), 0
+		case checkNotAgreed, checkFailed:
+			quiet = time.Now().Add(min(every<<misses, n.cfg.HeartbeatTimeout))
+			misses = min(misses+1, 16)
+		}
+	}
+}
+
+// heardWithin says whether this node heard from a leader within d, or
+// started less than d ago.
+func (n *Node) heardWithin(d time.Duration) bool {
+	last := n.raft.LastContact()
+	return last.After(n.born) && time.Since(last) < d || time.Since(n.born) < d
+}
+
+type checkOutcome int
+
+const (
+	checkSkipped   checkOutcome = iota // not a silent follower voter after all
+	checkNotAgreed                     // no quorum of silence, or another voter stands
+	checkStarted                       // this node stood
+	checkFailed                        // it could not
+)
+
+// checkDeadLeader asks the other voters and starts an election if a quorum
+// agrees the leader is silent and this node is the one to stand.
+func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
+	voters := n.voters()
+	self := n.leaderView()
+	if !n.isVoterOf(voters) || !self.follower || self.silentFor < after {
+		return checkSkipped
+	}
+	views := make([]leaderView, len(voters))
+	ctx, cancel := context.WithTimeout(n.life, n.cfg.HeartbeatTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, s := range voters {
+		id, addr := string(s.ID), string(s.Address)
+		if id == n.id {
+			views[i] = self
+			continue
+		}
+		wg.Go(func() {
+			var info transport.PeerInfo
+			if err := n.peers.CallNode(ctx, addr, id, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info); err != nil {
+				return // not answered: counted as hearing the leader
+			}
+			views[i] = leaderView{id: id, answered: true, silentFor: time.Duration(info.LeaderSilentMs) * time.Millisecond,
+				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex}
+		})
+	}
+	wg.Wait()
+	if !electNow(n.id, views, len(voters), after) {
+		n.metrics.deadLeader.WithLabelValues("not_agreed").Inc()
+		return checkNotAgreed
+	}
+	if n.raft.State() != raft.Follower || n.heardWithin(after) || n.life.Err() != nil {
+		return checkSkipped // heard from a leader, or stood, meanwhile
+	}
+	n.logger.Info("leader_silent", "silent_for", self.silentFor.Round(time.Millisecond).String(),
+		"last_leader", n.lastLeaderID(), "outcome", "a quorum of voters agrees: starting an election")
+	var resp raft.TimeoutNowResponse
+	if err := n.trans.TimeoutNow(raft.ServerID(n.id), raft.ServerAddress(n.advertise), &raft.TimeoutNowRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id), Addr: []byte(n.advertise)},
+	}, &resp); err != nil {
+		n.logger.Warn("leader_silent", "outcome", "could not start an election", "error", err)
+		n.metrics.deadLeader.WithLabelValues("failed").Inc()
+		return checkFailed
+	}
+	n.metrics.deadLeader.WithLabelValues("started").Inc()
+	return checkStarted
+}
+
+func (n *Node) isVoterOf(voters []raft.Server) bool {
+	for _, s := range voters {
+		if string(s.ID) == n.id {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) lastLeaderID() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}

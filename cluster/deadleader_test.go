@@ -1,0 +1,101 @@
+package cluster_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/leasehold/leasehold/cluster"
+	"github.com/leasehold/leasehold/cluster/clustertest"
+	"github.com/leasehold/leasehold/fsm"
+)
+
+// deadLeaderTimings slows Raft's own timers to 3 s and asks the voters
+// after 1.5 s of silence (its floor, half the heartbeat timeout): an
+// election that replaces a dead leader before Raft's timers could have
+// started one is the check's, and its counter says so.
+func deadLeaderTimings(_ int, c *cluster.Config) {
+	c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout = 3*time.Second, 3*time.Second, time.Second
+	c.DeadLeaderAfter = 1500 * time.Millisecond
+	c.Renew, c.Grace, c.Toleration = 3*time.Second, 15*time.Second, 45*time.Second
+}
+
+// deadLeaderChecks is node n's leasehold_dead_leader_checks_total for an
+// outcome.
+func deadLeaderChecks(t *testing.T, n *clustertest.Node, outcome string) float64 {
+	t.Helper()
+	families, err := n.Gatherer().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "leasehold_dead_leader_checks_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" && l.GetValue() == outcome {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("node %d: no leasehold_dead_leader_checks_total{outcome=%q}", n.Index, outcome)
+	return 0
+}
+
+// A leader killed outright is replaced by an election a follower starts as
+// soon as the other voter agrees the leader is silent, not when Raft's own
+// timers (3 s here) fire; fencing tokens still only grow.
+func TestDeadLeaderReplacedWhenAQuorumAgrees(t *testing.T) {
+	c := clustertest.New(t, 3, deadLeaderTimings)
+	old := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 2})
+	do(t, c, &fsm.SubmitJob{Spec: spec("a", fsm.LostRequeue)})
+	do(t, c, &fsm.SubmitJob{Spec: spec("b", fsm.LostRequeue)})
+	g := acquire(t, old, "w", "r1")
+	c.Converged()
+	started := map[int]float64{}
+	for _, n := range c.Running() {
+		if n != old {
+			started[n.Index] = deadLeaderChecks(t, n, "started")
+		}
+	}
+	c.Kill(old.Index)
+	leader := c.Leader()
+	stood := 0.0
+	for _, n := range c.Running() {
+		stood += deadLeaderChecks(t, n, "started") - started[n.Index]
+	}
+	if stood != 1 {
+		t.Fatalf("%v elections started by the dead-leader check after the kill, want 1 (node %d leads)", stood, leader.Index)
+	}
+	if g2 := acquire(t, leader, "w", "r2"); g2.Lease.Token <= g.Lease.Token {
+		t.Fatalf("token %d after the failover, %d before", g2.Lease.Token, g.Lease.Token)
+	}
+}
+
+// A follower cut off from a live leader finds no quorum of silence (the
+// other follower still hears the leader) and does not stand: the leader
+// and its term stay.
+func TestDeadLeaderCheckNeedsAQuorum(t *testing.T) {
+	c := clustertest.New(t, 3, deadLeaderTimings)
+	leader := c.Leader()
+	c.Converged()
+	term := leader.Status().Term
+	var cut *clustertest.Node
+	for _, n := range c.Running() {
+		if n != leader {
+			cut = n
+			break
+		}
+	}
+	refused := deadLeaderChecks(t, cut, "not_agreed")
+	c.Net.Cut(cut.Host, leader.Host)
+	c.WaitFor(20*time.Second, "the cut follower to ask the voters twice", func() bool {
+		return deadLeaderChecks(t, cut, "not_agreed") >= refused+2
+	})
+	if now := c.Leader(); now != leader || now.Status().Term != term {
+		t.Fatalf("node %d leads in term %d; node %d led in term %d before one follower was cut off", now.Index, now.Status().Term, leader.Index, term)
+	}
+	c.Net.HealAll()
+}
