@@ -85,9 +85,10 @@ func (n *Node) leaderView() leaderView {
 // voters said (self's own view among them; a voter that did not answer
 // has answered false): a quorum of the voters has heard no leader for at
 // least after, none is in a later term than self (an election is under
-// way: another voter stood), and of those silent voters self is a
-// follower whose log is the most up to date of them all, the smallest id
-// among such followers. Every silent voter then grants self its vote.
+// way: another voter stood), and self is a silent follower whose log is
+// the most up to date of every voter that answered, the smallest id among
+// such followers. Every silent voter then grants self its vote (its log
+// permitting, which the choice ensures, and unless it stood meanwhile).
 func electNow(self string, views []leaderView, voters int, after time.Duration) bool {
 	if voters < 2 {
 		return false // a single voter elects itself
@@ -110,9 +111,12 @@ func electNow(self string, views []leaderView, voters int, after time.Duration) 
 	if len(silent) < voters/2+1 {
 		return false
 	}
+	// The most up-to-date log of every voter that answered, silent or
+	// not, so that two voters deciding on slightly different answers (one
+	// just past the bound, the other not yet) still pick the same one.
 	var bestTerm, bestIndex uint64
-	for _, v := range silent {
-		if v.lastTerm > bestTerm || v.lastTerm == bestTerm && v.lastIndex > bestIndex {
+	for _, v := range views {
+		if v.answered && (v.lastTerm > bestTerm || v.lastTerm == bestTerm && v.lastIndex > bestIndex) {
 			bestTerm, bestIndex = v.lastTerm, v.lastIndex
 		}
 	}
@@ -199,25 +203,45 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	if !n.isVoterOf(voters) || !self.follower || self.silentFor < after {
 		return checkSkipped
 	}
+	// Every other voter is asked at once. The answers stop being awaited
+	// once a quorum is silent: a leader whose host hangs rather than
+	// refuses would otherwise hold every check for the call's timeout,
+	// and a voter that answers later is counted as not answered.
 	views := make([]leaderView, len(voters))
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.HeartbeatTimeout)
 	defer cancel()
+	type answer struct {
+		i int
+		v leaderView
+	}
+	answers := make(chan answer, len(voters))
 	var wg sync.WaitGroup
+	asked, silent := 0, 1 // self is silent
 	for i, s := range voters {
 		id, addr := string(s.ID), string(s.Address)
 		if id == n.id {
 			views[i] = self
 			continue
 		}
+		asked++
 		wg.Go(func() {
 			var info transport.PeerInfo
 			if err := n.peers.CallNode(ctx, addr, id, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info); err != nil {
-				return // not answered: counted as hearing the leader
+				answers <- answer{i, leaderView{id: id}} // not answered: counted as hearing the leader
+				return
 			}
-			views[i] = leaderView{id: id, answered: true, silentFor: time.Duration(info.LeaderSilentMs) * time.Millisecond,
-				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex}
+			answers <- answer{i, leaderView{id: id, answered: true, silentFor: time.Duration(info.LeaderSilentMs) * time.Millisecond,
+				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex}}
 		})
 	}
+	for got := 0; got < asked && silent < len(voters)/2+1 && ctx.Err() == nil; got++ {
+		a := <-answers
+		views[a.i] = a.v
+		if a.v.answered && a.v.silentFor >= after {
+			silent++
+		}
+	}
+	cancel() // the calls still out end at once
 	wg.Wait()
 	if !electNow(n.id, views, len(voters), after) {
 		n.metrics.deadLeader.WithLabelValues("not_agreed").Inc()

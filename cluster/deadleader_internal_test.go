@@ -49,6 +49,7 @@ func TestElectNow(t *testing.T) {
 		{"five voters: two silent are not a quorum", "a", []leaderView{silent("a", 3, 100), silent("b", 3, 100), hears("c"), hears("d"), {id: "e"}}, 5, false},
 		{"five voters: three silent are", "a", []leaderView{silent("a", 3, 100), silent("b", 3, 100), silent("c", 3, 99), hears("d"), {id: "e"}}, 5, true},
 		{"a single voter elects itself", "a", []leaderView{silent("a", 3, 100)}, 1, false},
+		{"a voter still hearing the leader has a longer log: nobody stands", "a", []leaderView{silent("a", 3, 100), silent("b", 3, 100), {id: "c", answered: true, follower: true, term: 5, lastTerm: 3, lastIndex: 101}}, 3, false},
 		{"another voter already stood (a later term)", "a", []leaderView{silent("a", 3, 100), later(candidate("b", 3, 100)), {id: "c"}}, 3, false},
 		{"a voter in a later term, even a silent follower", "a", []leaderView{silent("a", 3, 100), later(silent("b", 3, 90)), silent("c", 3, 90)}, 3, false},
 	} {

@@ -154,7 +154,7 @@ func newNodeMetrics(n *Node) *nodeMetrics {
 		}, []string{"acquire"}),
 		deadLeader: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasehold_dead_leader_checks_total",
-			Help: "Times this follower, having heard no leader for dead_leader_after, asked the other voters, by outcome: started (a quorum agreed and this node stood at once), not_agreed (no quorum of silence, or another voter was the one to stand), failed (it could not stand; Raft's own timers go on).",
+			Help: "Times this follower, having heard no leader for dead_leader_after, asked the other voters, by outcome: started (a quorum agreed and Raft took this node's stand: it became a candidate at once), not_agreed (no quorum of silence, or another voter was the one to stand), failed (it could not stand; Raft's own timers go on).",
 		}, []string{"outcome"}),
 	}
 	for _, how := range []string{"behind", "after", "none"} {

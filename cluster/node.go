@@ -91,8 +91,9 @@ type Node struct {
 	// stops leading; only the broken chaos_noverify build reads it.
 	lastTable *expiryTable
 
-	// born is when this process made the node: a leader heard before it
-	// (Raft's last contact from an earlier life) does not count.
+	// born is when this node's Raft started (deadleader.go): its silence
+	// is counted from there until it first hears a leader, so a node that
+	// spent long restoring a snapshot is not at once silent.
 	born time.Time
 
 	// life ends when the node stops; every background loop watches it.
@@ -151,7 +152,6 @@ func New(cfg Config) (_ *Node, err error) {
 		notifyCh: make(chan bool, 16),
 		netDown:  make(chan struct{}),
 		stopped:  make(chan struct{}),
-		born:     time.Now(),
 	}
 	n.life, n.endLife = context.WithCancelCause(context.Background())
 	processGatherer() // before the stores open: raft-wal takes go-metrics' instance then
@@ -295,6 +295,7 @@ func New(cfg Config) (_ *Node, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
+	n.born = time.Now()
 	n.check = newLeaderCheck(n.raft)
 	n.check.waited = n.metrics.leaderCheck
 
