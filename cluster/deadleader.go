@@ -200,7 +200,7 @@ const (
 func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	voters := n.voters()
 	self := n.leaderView()
-	if !n.isVoterOf(voters) || !self.follower || self.silentFor < after {
+	if !n.isVoter(n.id) || !self.follower || self.silentFor < after {
 		return checkSkipped
 	}
 	// Every other voter is asked at once. The answers stop being awaited
@@ -230,7 +230,10 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 				answers <- answer{i, leaderView{id: id}} // not answered: counted as hearing the leader
 				return
 			}
-			answers <- answer{i, leaderView{id: id, answered: true, silentFor: time.Duration(info.LeaderSilentMs) * time.Millisecond,
+			// A peer's silence is bounded to a day: a value no clock
+			// reaches cannot overflow the duration.
+			silentMs := min(max(info.LeaderSilentMs, 0), int64(24*time.Hour/time.Millisecond))
+			answers <- answer{i, leaderView{id: id, answered: true, silentFor: time.Duration(silentMs) * time.Millisecond,
 				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex}}
 		})
 	}
@@ -262,15 +265,6 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	}
 	n.metrics.deadLeader.WithLabelValues("started").Inc()
 	return checkStarted
-}
-
-func (n *Node) isVoterOf(voters []raft.Server) bool {
-	for _, s := range voters {
-		if string(s.ID) == n.id {
-			return true
-		}
-	}
-	return false
 }
 
 func (n *Node) lastLeaderID() string {
