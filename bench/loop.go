@@ -211,6 +211,3 @@ func (p *cpuProfile) stop() error {
 	}
 	return nil
 }
-
-// close stops the profile if a run ended before stop.
-func (p *cpuProfile) close() { p.stop() }

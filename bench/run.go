@@ -32,7 +32,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer prof.close()
+	defer prof.stop() // a run that ended before the window's end
 	e, err := newEnv(ctx, &cfg)
 	if err != nil {
 		return nil, err

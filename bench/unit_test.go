@@ -265,22 +265,18 @@ func TestAllocsPerOp(t *testing.T) {
 	b := mark{at: at.Add(time.Second), nodes: []nodeSample{node(1300, false), node(9000, true), node(400, false)}}
 	e := &env{cfg: &Config{Workload: "job-cycle", Concurrency: 1, Endpoints: []string{"a", "b", "c"}}}
 	p := &phase{start: at, end: at.Add(time.Second), ops: 100, hist: newHist()}
-	get := func(r *Result, k string) string {
-		v, _ := r.Get(k)
-		return v
-	}
 	r := e.result(p, between(a, b), 1)
-	if all, lead := get(r, "allocs_per_op"), get(r, "allocs_per_op_leader"); all != "46.0" || lead != "40.0" {
+	if all, lead := getKey(r, "allocs_per_op"), getKey(r, "allocs_per_op_leader"); all != "46.0" || lead != "40.0" {
 		t.Fatalf("allocs_per_op %s, leader %s; want 46.0 and 40.0", all, lead)
 	}
 	b.nodes[2] = node(50, false) // node 3 restarted
 	r = e.result(p, between(a, b), 1)
-	if all, lead := get(r, "allocs_per_op"), get(r, "allocs_per_op_leader"); all != "NA" || lead != "40.0" {
+	if all, lead := getKey(r, "allocs_per_op"), getKey(r, "allocs_per_op_leader"); all != "NA" || lead != "40.0" {
 		t.Fatalf("a node's count went back: allocs_per_op %s, leader %s; want NA and 40.0", all, lead)
 	}
 	b.nodes[1].metrics.mallocsOK = false // an old server without the Go collector's count
 	r = e.result(p, between(a, b), 1)
-	if lead := get(r, "allocs_per_op_leader"); lead != "NA" {
+	if lead := getKey(r, "allocs_per_op_leader"); lead != "NA" {
 		t.Fatalf("the leader's count unknown: allocs_per_op_leader %s, want NA", lead)
 	}
 }
