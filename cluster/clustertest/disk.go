@@ -2,6 +2,7 @@ package clustertest
 
 import (
 	"os"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -21,7 +22,33 @@ type DiskFaults struct {
 	// refused right after a deletion of the log's entries.
 	Refused, RefusedAfterDelete atomic.Uint64
 	deleted                     atomic.Bool
+	// hold, while set, is closed to let the log appends waiting on it go on
+	// (HoldAppends); holding is the last index of the batch waiting, and
+	// stored the last index of the last batch the store took.
+	hold            atomic.Pointer[chan struct{}]
+	holding, stored atomic.Uint64
 }
+
+// HoldAppends makes every log append wait until the returned release is
+// called, as a slow disk would. Holding tells the batch waiting.
+func (d *DiskFaults) HoldAppends() (release func()) {
+	ch := make(chan struct{})
+	d.hold.Store(&ch)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			d.hold.Store(nil)
+			close(ch)
+		})
+	}
+}
+
+// Holding is the last index of a log append waiting on HoldAppends, 0 if
+// none has waited since the last release.
+func (d *DiskFaults) Holding() uint64 { return d.holding.Load() }
+
+// Stored is the last index of the last batch the log store took.
+func (d *DiskFaults) Stored() uint64 { return d.stored.Load() }
 
 // FailAppends makes every log append (only) return errno, until Heal.
 func (d *DiskFaults) FailAppends(errno error) {
@@ -99,7 +126,18 @@ func (f *faultyLog) StoreLogs(logs []*raft.Log) error {
 		}
 		return err
 	}
-	return f.LogStore.StoreLogs(logs)
+	if p := f.d.hold.Load(); p != nil && len(logs) > 0 {
+		f.d.holding.Store(logs[len(logs)-1].Index)
+		<-*p
+		f.d.holding.Store(0)
+	}
+	if err := f.LogStore.StoreLogs(logs); err != nil {
+		return err
+	}
+	if len(logs) > 0 {
+		f.d.stored.Store(logs[len(logs)-1].Index)
+	}
+	return nil
 }
 
 func (f *faultyLog) DeleteRange(lo, hi uint64) error {

@@ -23,8 +23,9 @@ import (
 //
 // A write acknowledged while a node's disk was full is a write like any
 // (counted apart: acked_while_disk_full). A definite refusal is no write:
-// a call answered DISK_FULL (the node could not log it: on the leader the
-// append failed and nothing was applied, a follower never forwarded it),
+// a call answered DISK_FULL (the node, its disk known full, refused it
+// before proposing it; a leader whose own append fails answers
+// OUTCOME_UNKNOWN, as its followers may hold the batch),
 // QUOTA_EXCEEDED, TOO_LARGE, RATE_LIMITED or a credential's refusal must
 // leave nothing behind, so a job whose every submit was refused so may not
 // exist in any final state.
