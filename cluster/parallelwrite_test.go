@@ -62,8 +62,10 @@ func TestLeaderReplicatesWhileItWrites(t *testing.T) {
 }
 
 // A staged batch stays readable until it is stored, whatever the cache's
-// ring does meanwhile (a compaction's DeleteRange empties it), and is gone
-// once dropped after a failed write.
+// ring does meanwhile (a compaction's DeleteRange empties it). Dropped
+// after a failed write, its entries read ErrLogWriteFailed, never "not
+// found" (which would make a replicator send a snapshot), until a batch is
+// staged or stored.
 func TestLogCacheStaging(t *testing.T) {
 	store := raft.NewInmemStore()
 	cache, err := raft.NewLogCache(4, store)
@@ -91,11 +93,28 @@ func TestLogCacheStaging(t *testing.T) {
 	}
 	cache.UnstageLogs()
 	var got raft.Log
-	if err := cache.GetLog(3, &got); !errors.Is(err, raft.ErrLogNotFound) {
-		t.Fatalf("a dropped staged entry read back: %q, %v", got.Data, err)
+	for _, l := range batch {
+		if err := cache.GetLog(l.Index, &got); !errors.Is(err, raft.ErrLogWriteFailed) {
+			t.Fatalf("entry %d of a dropped batch: %q, %v", l.Index, got.Data, err)
+		}
+	}
+	if err := cache.DeleteRange(1, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.GetLog(7, &got); !errors.Is(err, raft.ErrLogWriteFailed) {
+		t.Fatalf("a dropped entry after a truncation: %q, %v", got.Data, err)
 	}
 	if cache.StageLogs([]*raft.Log{{Index: 2}, {Index: 4}}) {
 		t.Fatal("a batch with a gap was staged")
+	}
+	if err := cache.StoreLogs([]*raft.Log{{Index: 2, Data: []byte("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cache.GetLog(3, &got); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("an entry never stored, after a store: %q, %v", got.Data, err)
+	}
+	if err := cache.DeleteRange(2, 2); err != nil {
+		t.Fatal(err)
 	}
 
 	// Stored, the batch reads back from the store once it leaves the ring.

@@ -1223,7 +1223,9 @@ func (r *Raft) CurrentTerm() uint64 {
 }
 
 // LastIndex returns the last index in stable storage,
-// either from the last log or from the last snapshot.
+// either from the last log or from the last snapshot. On a leader it
+// includes a batch being written while it is sent to the followers
+// (leasehold's change, FORK.md).
 func (r *Raft) LastIndex() uint64 {
 	return r.getLastIndex()
 }

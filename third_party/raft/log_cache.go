@@ -4,6 +4,7 @@
 package raft
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -24,7 +25,17 @@ type LogCache struct {
 	// DeleteRange empties, so a staged entry stays readable until stored.
 	// leasehold's change.
 	staged []*Log
+	// failedLo and failedHi bound a batch dropped after its write failed
+	// (UnstageLogs): a replicator told of it must not take it for a
+	// compacted entry (ErrLogNotFound sends a snapshot), so it reads
+	// ErrLogWriteFailed until a batch is staged or stored: entries reach
+	// the store only through StoreLogs. leasehold's change.
+	failedLo, failedHi uint64
 }
+
+// ErrLogWriteFailed is returned by LogCache.GetLog for an entry a leader
+// staged and then failed to write. leasehold's change.
+var ErrLogWriteFailed = errors.New("log entry's write failed on this node")
 
 // NewLogCache is used to create a new LogCache with the
 // given capacity and backend store.
@@ -56,7 +67,11 @@ func (c *LogCache) GetLog(idx uint64, log *Log) error {
 	if n := len(c.staged); n > 0 && idx >= c.staged[0].Index && idx <= c.staged[n-1].Index {
 		cached = c.staged[idx-c.staged[0].Index]
 	}
+	failed := c.failedHi != 0 && idx >= c.failedLo && idx <= c.failedHi
 	c.l.RUnlock()
+	if failed {
+		return ErrLogWriteFailed
+	}
 
 	// Check if entry is valid
 	if cached != nil && cached.Index == idx {
@@ -83,6 +98,7 @@ func (c *LogCache) StoreLogs(logs []*Log) error {
 		c.cache[l.Index%uint64(len(c.cache))] = l
 	}
 	c.staged = nil
+	c.failedLo, c.failedHi = 0, 0
 	c.l.Unlock()
 	return nil
 }
@@ -98,15 +114,25 @@ func (c *LogCache) StageLogs(logs []*Log) bool {
 			return false
 		}
 	}
+	if len(logs) == 0 {
+		return false
+	}
 	c.l.Lock()
 	c.staged = logs
+	c.failedLo, c.failedHi = 0, 0
 	c.l.Unlock()
-	return len(logs) > 0
+	return true
 }
 
-// UnstageLogs drops a staged batch whose write failed.
+// UnstageLogs drops a staged batch whose write failed. Until a batch is
+// staged or stored, GetLog answers its indexes
+// ErrLogWriteFailed: a replicator that was told of the batch stops sending
+// instead of taking the entries for compacted ones.
 func (c *LogCache) UnstageLogs() {
 	c.l.Lock()
+	if n := len(c.staged); n > 0 {
+		c.failedLo, c.failedHi = c.staged[0].Index, c.staged[n-1].Index
+	}
 	c.staged = nil
 	c.l.Unlock()
 }

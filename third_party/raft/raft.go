@@ -1286,8 +1286,11 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 			// The followers may hold the entries already, as they would
 			// had the leader failed after sending them; this node's last
 			// log is what it stored.
-			stager.UnstageLogs()
+			// The last index first: a replicator that reads it now
+			// stops at what is stored, and one that read the batch's
+			// is answered ErrLogWriteFailed, not "not found".
 			r.setLastLog(prevIndex, prevTerm)
+			stager.UnstageLogs()
 			// So the callers cannot take the failure for a refusal:
 			// the next leader may commit what the followers hold.
 			err = fmt.Errorf("%w: this node's log write failed after the entries went to the followers: %w",

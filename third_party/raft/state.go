@@ -155,7 +155,9 @@ func (r *raftState) waitShutdown() {
 }
 
 // getLastIndex returns the last index in stable storage.
-// Either from the last log or from the last snapshot.
+// Either from the last log or from the last snapshot. On a leader it
+// includes a batch being written while it is sent to the followers
+// (leasehold's change, FORK.md).
 func (r *raftState) getLastIndex() uint64 {
 	r.lastLock.Lock()
 	defer r.lastLock.Unlock()
