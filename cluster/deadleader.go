@@ -52,10 +52,16 @@ type leaderView struct {
 	lastTerm  uint64
 	lastIndex uint64
 	answered  bool // for another voter: it answered
+	// standing: it started an election through this check lately. Its
+	// state and term show that only once its Raft has taken the
+	// TimeoutNow it sent itself (the term later still), so a voter that
+	// asked meanwhile would see a candidate still in the old term, leave
+	// it out of the choice, and stand too.
+	standing bool
 }
 
 func (n *Node) leaderView() leaderView {
-	v := leaderView{id: n.id, answered: true, term: n.raft.CurrentTerm()}
+	v := leaderView{id: n.id, answered: true, term: n.raft.CurrentTerm(), standing: n.standing()}
 	switch n.raft.State() {
 	case raft.Leader:
 		// silentFor 0
@@ -84,8 +90,8 @@ func (n *Node) leaderView() leaderView {
 // electNow says whether self should start an election now, from what the
 // voters said (self's own view among them; a voter that did not answer
 // has answered false): a quorum of the voters has heard no leader for at
-// least after, none is in a later term than self (an election is under
-// way: another voter stood), and self is a silent follower whose log is
+// least after, none is in a later term than self nor standing (an
+// election is under way: another voter stood), and self is a silent follower whose log is
 // the most up to date of every voter that answered, the smallest id among
 // such followers. Every silent voter then grants self its vote (its log
 // permitting, which the choice ensures, and unless it stood meanwhile).
@@ -101,7 +107,7 @@ func electNow(self string, views []leaderView, voters int, after time.Duration) 
 	}
 	var silent []leaderView
 	for _, v := range views {
-		if v.answered && v.term > me.term {
+		if v.answered && (v.term > me.term || v.standing && v.id != self) {
 			return false
 		}
 		if v.answered && v.silentFor >= after {
@@ -170,7 +176,8 @@ func (n *Node) watchLeader() {
 		}
 		switch n.checkDeadLeader(after) {
 		case checkStarted:
-			// Raft's own timers take over if this election fails.
+			// Raft's own timers take over if this election fails; the
+			// node says it is standing for as long (standing).
 			quiet, misses = time.Now().Add(after+2*n.cfg.ElectionTimeout), 0
 		case checkNotAgreed, checkFailed:
 			quiet = time.Now().Add(min(every<<misses, n.cfg.HeartbeatTimeout))
@@ -234,7 +241,7 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 			// reaches cannot overflow the duration.
 			silentMs := min(max(info.LeaderSilentMs, 0), int64(24*time.Hour/time.Millisecond))
 			answers <- answer{i, leaderView{id: id, answered: true, silentFor: time.Duration(silentMs) * time.Millisecond,
-				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex}}
+				follower: info.Follower, term: info.Term, lastTerm: info.LastLogTerm, lastIndex: info.LastLogIndex, standing: info.Standing}}
 		})
 	}
 	for got := 0; got < asked && silent < len(voters)/2+1 && ctx.Err() == nil; got++ {
@@ -253,6 +260,9 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	if n.raft.State() != raft.Follower || n.heardWithin(after) || n.life.Err() != nil {
 		return checkSkipped // heard from a leader, or stood, meanwhile
 	}
+	// Said before the stand, so that any answer showing this node's
+	// Raft past the TimeoutNow also says it stood.
+	n.stoodAt.Store(time.Now().UnixNano())
 	n.logger.Info("leader_silent", "silent_for", self.silentFor.Round(time.Millisecond).String(),
 		"last_leader", n.lastLeaderID(), "outcome", "a quorum of voters agrees: starting an election")
 	var resp raft.TimeoutNowResponse
@@ -265,6 +275,14 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	}
 	n.metrics.deadLeader.WithLabelValues("started").Inc()
 	return checkStarted
+}
+
+// standing says this node stood through the check within the quiet time
+// that follows a stand (watchLeader), while the election it started is
+// decided.
+func (n *Node) standing() bool {
+	at := n.stoodAt.Load()
+	return at != 0 && time.Since(time.Unix(0, at)) < n.cfg.deadLeaderAfter()+2*n.cfg.ElectionTimeout
 }
 
 func (n *Node) lastLeaderID() string {

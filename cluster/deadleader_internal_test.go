@@ -28,6 +28,10 @@ func TestElectNow(t *testing.T) {
 		v.follower = false
 		return v
 	}
+	standing := func(v leaderView) leaderView {
+		v.standing = true
+		return v
+	}
 	for _, tc := range []struct {
 		name   string
 		self   string
@@ -51,6 +55,11 @@ func TestElectNow(t *testing.T) {
 		{"a single voter elects itself", "a", []leaderView{silent("a", 3, 100)}, 1, false},
 		{"a voter still hearing the leader has a longer log: nobody stands", "a", []leaderView{silent("a", 3, 100), silent("b", 3, 100), {id: "c", answered: true, follower: true, term: 5, lastTerm: 3, lastIndex: 101}}, 3, false},
 		{"another voter already stood (a later term)", "a", []leaderView{silent("a", 3, 100), later(candidate("b", 3, 100)), {id: "c"}}, 3, false},
+		// The race a 2-stand run showed: "a" stood, and its Raft was a
+		// candidate still in the old term when "b" asked.
+		{"another voter stood, its term not moved yet", "b", []leaderView{standing(candidate("a", 3, 100)), silent("b", 3, 100), {id: "c"}}, 3, false},
+		{"another voter stood, still a follower", "b", []leaderView{standing(silent("a", 3, 99)), silent("b", 3, 100), {id: "c"}}, 3, false},
+		{"self's own stand does not stop it", "a", []leaderView{standing(silent("a", 3, 100)), silent("b", 3, 100), {id: "c"}}, 3, true},
 		{"a voter in a later term, even a silent follower", "a", []leaderView{silent("a", 3, 100), later(silent("b", 3, 90)), silent("c", 3, 90)}, 3, false},
 	} {
 		if got := electNow(tc.self, tc.views, tc.voters, after); got != tc.want {

@@ -115,3 +115,28 @@ func TestDeadLeaderCheckNeedsAQuorum(t *testing.T) {
 	}
 	c.Net.HealAll()
 }
+
+// A voter that stood says so in its peer.info, which is how another voter
+// that asks before the stand shows in the first one's state and term
+// (a candidate still in the old term, a voter that granted its vote in
+// the new one) knows not to stand as well (a run of
+// TestDeadLeaderReplacedWhenAQuorumAgrees once saw both stand).
+func TestPeerInfoSaysStanding(t *testing.T) {
+	c := clustertest.New(t, 3, deadLeaderTimings)
+	leader := c.Leader()
+	f, o := c.Nodes[(leader.Index+1)%3], c.Nodes[(leader.Index+2)%3]
+	ask := func() bool {
+		info, err := o.AskPeerInfo(ctx(t), f.RaftAddr(), f.ID())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.Standing
+	}
+	if ask() {
+		t.Fatal("a follower that never stood says it is standing")
+	}
+	f.MarkStood()
+	if !ask() {
+		t.Fatal("a follower that stood does not say so")
+	}
+}

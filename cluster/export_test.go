@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/leasehold/leasehold/transport"
 )
 
 // Hooks for the tests of package cluster_test; compiled into tests only.
@@ -55,4 +57,16 @@ func AfterClaim(c *Config, f func(id string)) { c.afterClaim = f }
 // after it answers them.
 func (n *Node) HintLeader(id, api string) {
 	n.hint.Store(&leaderHint{id: id, api: api, at: time.Now()})
+}
+
+// MarkStood records a stand of the dead-leader check now, as checkDeadLeader
+// does before it sends the TimeoutNow.
+func (n *Node) MarkStood() { n.stoodAt.Store(time.Now().UnixNano()) }
+
+// AskPeerInfo asks the node at addr (with id) for its peer.info, as the
+// dead-leader check does.
+func (n *Node) AskPeerInfo(ctx context.Context, addr, id string) (transport.PeerInfo, error) {
+	var info transport.PeerInfo
+	err := n.peers.CallNode(ctx, addr, id, transport.MethodPeerInfo, transport.PeerInfoRequest{From: n.self()}, &info)
+	return info, err
 }

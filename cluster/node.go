@@ -95,6 +95,9 @@ type Node struct {
 	// is counted from there until it first hears a leader, so a node that
 	// spent long restoring a snapshot is not at once silent.
 	born time.Time
+	// stoodAt is when the dead-leader check last started an election
+	// (unix nanoseconds; 0: never), reported while it is decided.
+	stoodAt atomic.Int64
 
 	// life ends when the node stops; every background loop watches it.
 	// Its cause is why a node stopped on its own (halt).

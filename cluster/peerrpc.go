@@ -36,6 +36,7 @@ func (n *Node) handlePeerInfo(ctx context.Context, body json.RawMessage) (any, e
 		Node: n.self(), InCluster: n.inCluster(), BootstrapExpect: n.cfg.BootstrapExpect, Members: n.memberSet(),
 		LeaderID: string(leaderID), LeaderRaftAddr: string(leader), Level: int(n.level()), Version: n.cfg.Version,
 		LeaderSilentMs: v.silentFor.Milliseconds(), Term: v.term, Follower: v.follower, LastLogTerm: v.lastTerm, LastLogIndex: v.lastIndex,
+		Standing: v.standing,
 	}, nil
 }
 

@@ -47,12 +47,14 @@ type PeerInfo struct {
 	// last heard from a leader, 0 while it hears one or leads (and from
 	// builds before it); Follower says it is a follower; LastLogTerm and
 	// LastLogIndex are its last entry's (its snapshot's if newer); Term
-	// its current term.
+	// its current term; Standing says it started an election through
+	// that check lately, which its state and term may not show yet.
 	LeaderSilentMs int64  `json:"leader_silent_ms,omitempty"`
 	Term           uint64 `json:"term,omitempty"`
 	Follower       bool   `json:"follower,omitempty"`
 	LastLogTerm    uint64 `json:"last_log_term,omitempty"`
 	LastLogIndex   uint64 `json:"last_log_index,omitempty"`
+	Standing       bool   `json:"standing,omitempty"`
 }
 
 // PeerJoinRequest asks the leader to add a node as a voter (idempotent: a
