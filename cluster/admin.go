@@ -270,17 +270,7 @@ func (n *Node) TransferLeadership(ctx context.Context, id string, by Actor) (err
 		}
 		f = n.raft.LeadershipTransferToServer(raft.ServerID(id), addr)
 	}
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return n.raftError(err)
-		}
-		return nil
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	}
+	return n.waitRaft(ctx, f)
 }
 
 // NewLeader names the leader after a transfer this node made: the voter

@@ -213,26 +213,47 @@ func (p *proposal) wait(ctx context.Context) (any, error) {
 // change's), but not past ctx nor past the node's life. The future cannot
 // be cancelled; Raft resolves every future by commit, leadership loss or
 // shutdown, but one: a future still in its queue when it shuts down is
-// never answered, and the goroutine waiting on it stays blocked for the
-// rest of the process (a test's goleak check ignores exactly that
-// goroutine). Its caller, which may hold memberMu, returns.
+// never answered. Its caller, which may hold memberMu, returns.
+//
+// Raft's futures (our copy, third_party/raft) wait on those two themselves
+// (ErrorUntil), so nothing is left waiting on a future no one will
+// answer, and a proposal costs no goroutine; a future without it (one
+// Raft answers at once with an error) is waited on by a goroutine of its
+// own.
 func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
-	done := make(chan struct{})
-	go func() {
-		f.Error()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-	case <-n.life.Done():
-		return ErrShutdown
+	var err error
+	if u, ok := f.(untilFuture); ok {
+		var resolved bool
+		if err, resolved = u.ErrorUntil(ctx.Done(), n.life.Done()); !resolved {
+			if n.life.Err() != nil {
+				return ErrShutdown
+			}
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		}
+	} else {
+		done := make(chan struct{})
+		go func() {
+			err = f.Error()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+		case <-n.life.Done():
+			return ErrShutdown
+		}
 	}
-	if err := f.Error(); err != nil {
+	if err != nil {
 		return n.raftError(err)
 	}
 	return nil
+}
+
+// untilFuture is a Raft future that can stop waiting (third_party/raft's
+// deferError).
+type untilFuture interface {
+	ErrorUntil(stop, alsoStop <-chan struct{}) (error, bool)
 }
 
 // raftError maps Raft's errors to the cluster's.

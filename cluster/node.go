@@ -363,15 +363,11 @@ func (n *Node) halt(err error) {
 // (bounded by ctx), so a planned restart costs no election timeout.
 func (n *Node) Shutdown(ctx context.Context) error {
 	if n.raft.State() == raft.Leader && len(n.voters()) > 1 {
-		done := make(chan error, 1)
-		go func() { done <- n.raft.LeadershipTransfer().Error() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				n.logger.Warn("leadership_transfer_failed", "error", err)
-			}
-		case <-ctx.Done():
+		switch err := n.waitRaft(ctx, n.raft.LeadershipTransfer()); {
+		case errors.Is(err, ErrTimeout):
 			n.logger.Warn("leadership_transfer_timed_out")
+		case err != nil:
+			n.logger.Warn("leadership_transfer_failed", "error", err)
 		}
 	}
 	return n.stop()

@@ -118,6 +118,29 @@ func (d *deferError) Error() error {
 	return d.err
 }
 
+// ErrorUntil is Error, but gives up, answering false, as soon as stop or
+// alsoStop is closed (either may be nil) if the future has not resolved by
+// then. leasehold's change (FORK.md): a caller that must not wait past its
+// deadline needs no goroutine blocked in Error on its behalf.
+func (d *deferError) ErrorUntil(stop, alsoStop <-chan struct{}) (error, bool) {
+	if d.err != nil {
+		return d.err, true
+	}
+	if d.errCh == nil {
+		panic("waiting for response on nil channel")
+	}
+	select {
+	case d.err = <-d.errCh:
+	case <-d.ShutdownCh:
+		d.err = ErrRaftShutdown
+	case <-stop:
+		return nil, false
+	case <-alsoStop:
+		return nil, false
+	}
+	return d.err, true
+}
+
 func (d *deferError) respond(err error) {
 	if d.errCh == nil {
 		return
