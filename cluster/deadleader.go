@@ -61,7 +61,7 @@ type leaderView struct {
 }
 
 func (n *Node) leaderView() leaderView {
-	v := leaderView{id: n.id, answered: true, term: n.raft.CurrentTerm(), standing: n.standing()}
+	v := leaderView{id: n.id, answered: true, term: n.raft.CurrentTerm()}
 	switch n.raft.State() {
 	case raft.Leader:
 		// silentFor 0
@@ -84,6 +84,10 @@ func (n *Node) leaderView() leaderView {
 		term, index = sterm, sindex
 	}
 	v.lastTerm, v.lastIndex = term, index
+	// Read last: Raft turns candidate before its term moves, so an answer
+	// whose state or term shows this node's stand must also say it stood
+	// (stoodAt is set before the TimeoutNow is sent).
+	v.standing = n.standing()
 	return v
 }
 
@@ -262,13 +266,14 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	}
 	// Said before the stand, so that any answer showing this node's
 	// Raft past the TimeoutNow also says it stood.
-	n.stoodAt.Store(time.Now().UnixNano())
+	stood := n.markStood()
 	n.logger.Info("leader_silent", "silent_for", self.silentFor.Round(time.Millisecond).String(),
 		"last_leader", n.lastLeaderID(), "outcome", "a quorum of voters agrees: starting an election")
 	var resp raft.TimeoutNowResponse
 	if err := n.trans.TimeoutNow(raft.ServerID(n.id), raft.ServerAddress(n.advertise), &raft.TimeoutNowRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.id), Addr: []byte(n.advertise)},
 	}, &resp); err != nil {
+		n.stoodAt.CompareAndSwap(stood, 0) // it did not stand after all
 		n.logger.Warn("leader_silent", "outcome", "could not start an election", "error", err)
 		n.metrics.deadLeader.WithLabelValues("failed").Inc()
 		return checkFailed
@@ -282,7 +287,16 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 // decided.
 func (n *Node) standing() bool {
 	at := n.stoodAt.Load()
-	return at != 0 && time.Since(time.Unix(0, at)) < n.cfg.deadLeaderAfter()+2*n.cfg.ElectionTimeout
+	return at != 0 && time.Since(n.born)-time.Duration(at) < n.cfg.deadLeaderAfter()+2*n.cfg.ElectionTimeout
+}
+
+// markStood records a stand now and returns what it stored: the time
+// since Raft started (a monotonic reading, which a step of the wall clock
+// does not move), at least 1 (0 is "never").
+func (n *Node) markStood() int64 {
+	at := max(int64(time.Since(n.born)), 1)
+	n.stoodAt.Store(at)
+	return at
 }
 
 func (n *Node) lastLeaderID() string {

@@ -61,7 +61,7 @@ func (n *Node) HintLeader(id, api string) {
 
 // MarkStood records a stand of the dead-leader check now, as checkDeadLeader
 // does before it sends the TimeoutNow.
-func (n *Node) MarkStood() { n.stoodAt.Store(time.Now().UnixNano()) }
+func (n *Node) MarkStood() { n.markStood() }
 
 // AskPeerInfo asks the node at addr (with id) for its peer.info, as the
 // dead-leader check does.

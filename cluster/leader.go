@@ -64,7 +64,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	// The barrier applies every entry of earlier terms, so the expiry table
 	// is built from the complete state.
 	for {
-		err := n.raft.Barrier(n.cfg.ApplyTimeout).Error()
+		// Through waitRaft: a barrier Raft never answers (one queued
+		// when it shuts down) must not hold the node's stop.
+		err := n.waitRaft(ctx, n.raft.Barrier(n.cfg.ApplyTimeout))
 		if err == nil {
 			break
 		}

@@ -96,7 +96,7 @@ type Node struct {
 	// spent long restoring a snapshot is not at once silent.
 	born time.Time
 	// stoodAt is when the dead-leader check last started an election
-	// (unix nanoseconds; 0: never), reported while it is decided.
+	// (nanoseconds after born; 0: never), reported while it is decided.
 	stoodAt atomic.Int64
 
 	// life ends when the node stops; every background loop watches it.
@@ -299,7 +299,7 @@ func New(cfg Config) (_ *Node, err error) {
 		return nil, fmt.Errorf("raft: %w", err)
 	}
 	n.born = time.Now()
-	n.check = newLeaderCheck(n.raft)
+	n.check = newLeaderCheck(n.raft, n.life.Done())
 	n.check.waited = n.metrics.leaderCheck
 
 	// Peers' RPCs need Raft; connections that arrived before now waited in
@@ -364,7 +364,7 @@ func (n *Node) halt(err error) {
 func (n *Node) Shutdown(ctx context.Context) error {
 	if n.raft.State() == raft.Leader && len(n.voters()) > 1 {
 		switch err := n.waitRaft(ctx, n.raft.LeadershipTransfer()); {
-		case errors.Is(err, ErrTimeout):
+		case err != nil && ctx.Err() != nil:
 			n.logger.Warn("leadership_transfer_timed_out")
 		case err != nil:
 			n.logger.Warn("leadership_transfer_failed", "error", err)

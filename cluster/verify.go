@@ -49,8 +49,21 @@ const (
 	checkGap      = time.Millisecond
 )
 
-func newLeaderCheck(r *raft.Raft) *leaderCheck {
-	return &leaderCheck{verify: func() error { return r.VerifyLeader().Error() }, now: time.Now, sleep: time.Sleep}
+// newLeaderCheck checks through r until stop is closed (the node's
+// stop): a check Raft never answers (one still queued when it shuts down)
+// then ends with ErrShutdown rather than holding the check's goroutine.
+func newLeaderCheck(r *raft.Raft, stop <-chan struct{}) *leaderCheck {
+	verify := func() error {
+		f := r.VerifyLeader()
+		if u, ok := f.(untilFuture); ok {
+			if err, resolved := u.ErrorUntil(stop, nil); resolved {
+				return err
+			}
+			return ErrShutdown
+		}
+		return f.Error()
+	}
+	return &leaderCheck{verify: verify, now: time.Now, sleep: time.Sleep}
 }
 
 // confirm returns nil once a quorum confirmed this node's leadership after

@@ -129,6 +129,12 @@ func (d *deferError) ErrorUntil(stop, alsoStop <-chan struct{}) (error, bool) {
 	if d.errCh == nil {
 		panic("waiting for response on nil channel")
 	}
+	// An answer already there wins over a stop already closed.
+	select {
+	case d.err = <-d.errCh:
+		return d.err, true
+	default:
+	}
 	select {
 	case d.err = <-d.errCh:
 	case <-d.ShutdownCh:
