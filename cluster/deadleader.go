@@ -95,9 +95,9 @@ func (n *Node) leaderView() leaderView {
 // voters said (self's own view among them; a voter that did not answer
 // has answered false): a quorum of the voters has heard no leader for at
 // least after, none is in a later term than self nor standing (an
-// election is under way: another voter stood), and self is a silent follower whose log is
-// the most up to date of every voter that answered, the smallest id among
-// such followers. Every silent voter then grants self its vote (its log
+// election is under way: another voter stood), and self is a silent
+// follower whose log is the most up to date of every voter that answered,
+// the smallest id among such followers. Every silent voter then grants self its vote (its log
 // permitting, which the choice ensures, and unless it stood meanwhile).
 func electNow(self string, views []leaderView, voters int, after time.Duration) bool {
 	if voters < 2 {
