@@ -125,9 +125,9 @@ func (c *LogCache) StageLogs(logs []*Log) bool {
 }
 
 // UnstageLogs drops a staged batch whose write failed. Until a batch is
-// staged or stored, GetLog answers its indexes
-// ErrLogWriteFailed: a replicator that was told of the batch stops sending
-// instead of taking the entries for compacted ones.
+// staged or stored, GetLog answers its indexes ErrLogWriteFailed: a
+// replicator that was told of the batch stops sending instead of taking
+// the entries for compacted ones.
 func (c *LogCache) UnstageLogs() {
 	c.l.Lock()
 	if n := len(c.staged); n > 0 {

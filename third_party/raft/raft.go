@@ -1283,16 +1283,15 @@ func (r *Raft) dispatchLogs(applyLogs []*logFuture) {
 	if err := r.logs.StoreLogs(logs); err != nil {
 		r.logger.Error("failed to commit logs", "error", err)
 		if staged {
-			// The followers may hold the entries already, as they would
-			// had the leader failed after sending them; this node's last
-			// log is what it stored.
-			// The last index first: a replicator that reads it now
-			// stops at what is stored, and one that read the batch's
-			// is answered ErrLogWriteFailed, not "not found".
+			// This node's last log is what it stored, set before the
+			// batch is dropped: a replicator that reads it now stops
+			// there, and one that read the batch's is answered
+			// ErrLogWriteFailed, not "not found". The followers may hold
+			// the entries already, as they would had the leader failed
+			// after sending them, and the next leader may commit them:
+			// the callers must not take the failure for a refusal.
 			r.setLastLog(prevIndex, prevTerm)
 			stager.UnstageLogs()
-			// So the callers cannot take the failure for a refusal:
-			// the next leader may commit what the followers hold.
 			err = fmt.Errorf("%w: this node's log write failed after the entries went to the followers: %w",
 				ErrLeadershipLost, err)
 		}
