@@ -603,7 +603,7 @@ func (r *Raft) startStopReplication() {
 				currentTerm:         r.getCurrentTerm(),
 				nextIndex:           lastIdx + 1,
 				lastContact:         time.Now(),
-				notify:              make(map[*verifyFuture]struct{}),
+				notify:              make(map[*verifyFuture]time.Time),
 				notifyCh:            make(chan struct{}, 1),
 				stepDown:            r.leaderState.stepDown,
 			}
@@ -980,7 +980,7 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 	// Trigger immediate heartbeats
 	for _, repl := range r.leaderState.replState {
 		repl.notifyLock.Lock()
-		repl.notify[v] = struct{}{}
+		repl.notify[v] = time.Now()
 		repl.notifyLock.Unlock()
 		asyncNotifyCh(repl.notifyCh)
 	}

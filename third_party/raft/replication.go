@@ -82,7 +82,8 @@ type followerReplication struct {
 	notifyCh chan struct{}
 	// notify is a map of futures to be resolved upon receipt of an
 	// acknowledgement, then cleared from this map.
-	notify map[*verifyFuture]struct{}
+	// notify holds each check's registration time (notifyAll).
+	notify map[*verifyFuture]time.Time
 	// notifyLock protects 'notify'.
 	notifyLock sync.Mutex
 
@@ -97,11 +98,24 @@ type followerReplication struct {
 
 // notifyAll is used to notify all the waiting verify futures
 // if the follower believes we are still the leader.
-func (s *followerReplication) notifyAll(leader bool) {
+//
+// leasehold's change (FORK.md): sent is when the RPC whose answer this is
+// was sent. A "still leader" answer counts only for the checks registered
+// before then; one registered later waits for a later RPC, since the
+// answer says nothing of what the follower thinks after the check began
+// (a partition may have cut it off meanwhile). A "not leader" answer
+// counts for every check.
+func (s *followerReplication) notifyAll(leader bool, sent time.Time) {
 	// Clear the waiting notifies minimizing lock time
 	s.notifyLock.Lock()
 	n := s.notify
-	s.notify = make(map[*verifyFuture]struct{})
+	s.notify = make(map[*verifyFuture]time.Time)
+	for v, at := range n {
+		if leader && sent.Before(at) {
+			s.notify[v] = at
+			delete(n, v)
+		}
+	}
 	s.notifyLock.Unlock()
 
 	// Submit our votes
@@ -247,7 +261,7 @@ START:
 	// Update s based on success
 	if resp.Success {
 		// Update our replication state
-		updateLastAppended(s, &req)
+		updateLastAppended(s, &req, start)
 
 		// Clear any failures, allow pipelining
 		s.failures = 0
@@ -374,7 +388,7 @@ func (r *Raft) sendLatestSnapshot(s *followerReplication) (bool, error) {
 		s.failures = 0
 
 		// Notify we are still leader
-		s.notifyAll(true)
+		s.notifyAll(true, start)
 	} else {
 		s.failures++
 		r.logger.Warn("installSnapshot rejected to", "peer", peer.ID, "id", snapID)
@@ -434,7 +448,7 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 				metrics.MeasureSince([]string{"raft", "replication", "heartbeat", string(peer.ID)}, start)
 			}
 
-			s.notifyAll(resp.Success)
+			s.notifyAll(resp.Success, start)
 		}
 	}
 }
@@ -559,7 +573,7 @@ func (r *Raft) pipelineDecode(s *followerReplication, p AppendPipeline, stopCh, 
 			}
 
 			// Update our replication state
-			updateLastAppended(s, req)
+			updateLastAppended(s, req, ready.Start())
 		case <-stopCh:
 			return
 		}
@@ -645,14 +659,14 @@ func appendStats(peer string, start time.Time, logs float32, skipLegacy bool) {
 // handleStaleTerm is used when a follower indicates that we have a stale term.
 func (r *Raft) handleStaleTerm(s *followerReplication) {
 	r.logger.Error("peer has newer term, stopping replication", "peer", s.peer)
-	s.notifyAll(false) // No longer leader
+	s.notifyAll(false, time.Time{}) // No longer leader
 	asyncNotifyCh(s.stepDown)
 }
 
 // updateLastAppended is used to update follower replication state after a
 // successful AppendEntries RPC.
 // TODO: This isn't used during InstallSnapshot, but the code there is similar.
-func updateLastAppended(s *followerReplication, req *AppendEntriesRequest) {
+func updateLastAppended(s *followerReplication, req *AppendEntriesRequest, sent time.Time) {
 	// Mark any inflight logs as committed
 	if logs := req.Entries; len(logs) > 0 {
 		last := logs[len(logs)-1]
@@ -661,5 +675,5 @@ func updateLastAppended(s *followerReplication, req *AppendEntriesRequest) {
 	}
 
 	// Notify still leader
-	s.notifyAll(true)
+	s.notifyAll(true, sent)
 }
