@@ -217,37 +217,41 @@ func (p *proposal) wait(ctx context.Context) (any, error) {
 //
 // Raft's futures (our copy, third_party/raft) wait on those two themselves
 // (ErrorUntil), so nothing is left waiting on a future no one will
-// answer, and a proposal costs no goroutine; a future without it (one
-// Raft answers at once with an error) is waited on by a goroutine of its
-// own.
+// answer, and a proposal costs no goroutine.
 func (n *Node) waitRaft(ctx context.Context, f raft.Future) error {
-	var err error
-	if u, ok := f.(untilFuture); ok {
-		var resolved bool
-		if err, resolved = u.ErrorUntil(ctx.Done(), n.life.Done()); !resolved {
-			if n.life.Err() != nil {
-				return ErrShutdown
-			}
-			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		}
-	} else {
-		done := make(chan struct{})
-		go func() {
-			err = f.Error()
-			close(done)
-		}()
-		select {
-		case <-done:
-		case <-ctx.Done():
-			return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
-		case <-n.life.Done():
-			return ErrShutdown
-		}
-	}
-	if err != nil {
+	err, resolved := futureError(f, ctx.Done(), n.life.Done())
+	switch {
+	case !resolved && n.life.Err() != nil:
+		return ErrShutdown
+	case !resolved:
+		return fmt.Errorf("%w: %w", ErrTimeout, ctx.Err())
+	case err != nil:
 		return n.raftError(err)
 	}
 	return nil
+}
+
+// futureError is f's error once it resolves, or false as soon as stop or
+// alsoStop (either may be nil) is closed first. A future without
+// ErrorUntil (one Raft answers at once with an error) is waited on by a
+// goroutine of its own.
+func futureError(f raft.Future, stop, alsoStop <-chan struct{}) (error, bool) {
+	if u, ok := f.(untilFuture); ok {
+		return u.ErrorUntil(stop, alsoStop)
+	}
+	var err error
+	done := make(chan struct{})
+	go func() {
+		err = f.Error()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return err, true
+	case <-stop:
+	case <-alsoStop:
+	}
+	return nil, false
 }
 
 // untilFuture is a Raft future that can stop waiting (third_party/raft's

@@ -54,14 +54,10 @@ const (
 // then ends with ErrShutdown rather than holding the check's goroutine.
 func newLeaderCheck(r *raft.Raft, stop <-chan struct{}) *leaderCheck {
 	verify := func() error {
-		f := r.VerifyLeader()
-		if u, ok := f.(untilFuture); ok {
-			if err, resolved := u.ErrorUntil(stop, nil); resolved {
-				return err
-			}
-			return ErrShutdown
+		if err, resolved := futureError(r.VerifyLeader(), stop, nil); resolved {
+			return err
 		}
-		return f.Error()
+		return ErrShutdown
 	}
 	return &leaderCheck{verify: verify, now: time.Now, sleep: time.Sleep}
 }
