@@ -3,8 +3,11 @@
 package raft
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // A "still leader" answer counts only for the checks registered before its
@@ -49,5 +52,153 @@ func TestLeaseholdNotifyCountsOnlyLaterRPCs(t *testing.T) {
 	}
 	if lost.votes != 1 || lost.notifyCh != nil {
 		t.Fatalf("a stale-term answer: %d votes, answered %v; want 1 vote, answered", lost.votes, lost.notifyCh == nil)
+	}
+}
+
+// checkOn registers a leadership check with s, as verifyLeader does, and
+// returns it with the channel it is answered on.
+func checkOn(s *followerReplication) (*verifyFuture, chan *verifyFuture) {
+	v := &verifyFuture{quorumSize: 2}
+	v.init()
+	v.votes = 1
+	answered := make(chan *verifyFuture, 1)
+	v.notifyCh = answered
+	s.notifyLock.Lock()
+	s.notify[v] = time.Now()
+	s.notifyLock.Unlock()
+	return v, answered
+}
+
+// appendAnswers: a check rides on an append sent after it began; one with
+// no append out, or whose append failed, or that outlasts the wait, needs
+// its heartbeat.
+func TestLeaseholdAppendAnswers(t *testing.T) {
+	newRepl := func() *followerReplication {
+		return &followerReplication{notify: map[*verifyFuture]time.Time{}}
+	}
+	stop := make(chan struct{})
+
+	s := newRepl()
+	checkOn(s)
+	if s.appendAnswers(time.Hour, stop) {
+		t.Fatal("no append out, yet a heartbeat was not needed")
+	}
+
+	s = newRepl()
+	if !s.appendAnswers(time.Hour, stop) {
+		t.Fatal("no check waiting, yet a heartbeat was needed")
+	}
+
+	// An append sent after the check answers it.
+	s = newRepl()
+	_, answered := checkOn(s)
+	out := s.startAppend()
+	sent := time.Now()
+	done := make(chan bool, 1)
+	go func() { done <- s.appendAnswers(time.Hour, stop) }()
+	s.notifyAll(true, sent)
+	s.endAppend(out)
+	if !<-done {
+		t.Fatal("the append answered the check, yet a heartbeat was needed")
+	}
+	<-answered
+
+	// A failed append answers nothing.
+	s = newRepl()
+	checkOn(s)
+	out = s.startAppend()
+	go func() { done <- s.appendAnswers(time.Hour, stop) }()
+	s.endAppend(out)
+	if <-done {
+		t.Fatal("a failed append answered no check, yet no heartbeat was needed")
+	}
+
+	// An append that does not end within the wait.
+	s = newRepl()
+	checkOn(s)
+	out = s.startAppend()
+	if s.appendAnswers(time.Millisecond, stop) {
+		t.Fatal("an append still out after the wait, yet no heartbeat was needed")
+	}
+	s.endAppend(out)
+
+	// Stopping: no heartbeat.
+	s = newRepl()
+	checkOn(s)
+	out = s.startAppend()
+	close(stop)
+	if !s.appendAnswers(time.Hour, stop) {
+		t.Fatal("replication stopped, yet a heartbeat was needed")
+	}
+	s.endAppend(out)
+}
+
+// beatTransport counts the heartbeats sent through it and answers each
+// with success.
+type beatTransport struct {
+	Transport
+	beats atomic.Int32
+}
+
+func (b *beatTransport) AppendEntries(_ ServerID, _ ServerAddress, _ *AppendEntriesRequest, resp *AppendEntriesResponse) error {
+	b.beats.Add(1)
+	resp.Success = true
+	return nil
+}
+
+func (b *beatTransport) EncodePeer(id ServerID, _ ServerAddress) []byte { return []byte(id) }
+
+// The heartbeat goroutine sends no heartbeat for a check the append out
+// answers, and one for a check with no append out.
+func TestLeaseholdHeartbeatRidesOnAppend(t *testing.T) {
+	trans := &beatTransport{}
+	r := &Raft{trans: trans, logger: hclog.NewNullLogger()}
+	conf := DefaultConfig()
+	conf.LocalID = "leader"
+	conf.HeartbeatTimeout = time.Hour // no heartbeat on the timer in this test
+	r.conf.Store(*conf)
+	s := &followerReplication{notify: map[*verifyFuture]time.Time{}, notifyCh: make(chan struct{}, 1),
+		peer: Server{ID: "follower", Address: "follower"}}
+	stop, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		r.heartbeat(s, stop)
+	}()
+
+	// A check begins with an append out that was sent after it; the
+	// heartbeat goroutine takes the check's notify, then the append is
+	// answered.
+	_, answered := checkOn(s)
+	out := s.startAppend()
+	sent := time.Now()
+	asyncNotifyCh(s.notifyCh)
+	waitFor(t, "the heartbeat goroutine to take the notify", func() bool { return len(s.notifyCh) == 0 })
+	s.notifyAll(true, sent)
+	s.endAppend(out)
+	<-answered
+
+	// A check with no append out gets its heartbeat, and its answer.
+	_, answered = checkOn(s)
+	asyncNotifyCh(s.notifyCh)
+	select {
+	case <-answered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a check with no append out was not answered by a heartbeat")
+	}
+	close(stop)
+	<-exited
+	if n := trans.beats.Load(); n != 1 {
+		t.Fatalf("%d heartbeats sent; want 1, for the check no append answered", n)
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

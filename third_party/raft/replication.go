@@ -87,6 +87,13 @@ type followerReplication struct {
 	// notifyLock protects 'notify'.
 	notifyLock sync.Mutex
 
+	// appendOut is non-nil while replicateTo has an AppendEntries RPC out,
+	// and closed once its answer has been acted on (notifyAll included):
+	// leasehold's change (FORK.md), see appendAnswers.
+	appendOut chan struct{}
+	// appendLock protects 'appendOut'.
+	appendLock sync.Mutex
+
 	// stepDown is used to indicate to the leader that we
 	// should step down based on information from a follower.
 	stepDown chan struct{}
@@ -123,6 +130,80 @@ func (s *followerReplication) notifyAll(leader bool, sent time.Time) {
 		v.vote(leader)
 	}
 }
+
+// leasehold's change (FORK.md): a leadership check rides on the append
+// RPC that replicateTo has out, when it has one, instead of a heartbeat of
+// its own. Under a steady write load every check began with an append out,
+// and the heartbeat goroutine sent one RPC more per check and follower. How
+// a check counts answers does not change (notifyAll): an append answers the
+// checks registered before it was sent, as a heartbeat does.
+//
+// startAppend and endAppend bracket each append RPC of replicateTo, its
+// answer acted on included.
+func (s *followerReplication) startAppend() chan struct{} {
+	out := make(chan struct{})
+	s.appendLock.Lock()
+	s.appendOut = out
+	s.appendLock.Unlock()
+	return out
+}
+
+func (s *followerReplication) endAppend(out chan struct{}) {
+	s.appendLock.Lock()
+	if s.appendOut == out {
+		s.appendOut = nil
+	}
+	s.appendLock.Unlock()
+	close(out)
+}
+
+// checksWaiting counts the leadership checks waiting on this follower.
+func (s *followerReplication) checksWaiting() int {
+	s.notifyLock.Lock()
+	defer s.notifyLock.Unlock()
+	return len(s.notify)
+}
+
+// appendAnswers says whether the append RPCs answered every check waiting
+// on this follower, so the heartbeat asked for by a check need not be sent.
+// It waits for the append out, if any, and then for the next one if
+// replicateTo sent it meanwhile (the first may have been sent before a
+// check began, and answers only the older ones). It gives up after wait,
+// or when no append is out: the heartbeat is sent then, as upstream sends
+// it at once. A failed or refused append answers no check, so its checks
+// get their heartbeat.
+func (s *followerReplication) appendAnswers(wait time.Duration, stopCh chan struct{}) bool {
+	var timeout <-chan time.Time
+	for i := 0; i < 2; i++ {
+		s.appendLock.Lock()
+		out := s.appendOut
+		s.appendLock.Unlock()
+		if out == nil {
+			break
+		}
+		if timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
+		select {
+		case <-out:
+		case <-timeout:
+			return s.checksWaiting() == 0
+		case <-stopCh:
+			return true
+		}
+		if s.checksWaiting() == 0 {
+			return true
+		}
+	}
+	return s.checksWaiting() == 0
+}
+
+// appendAnswerWait bounds how long a check waits for the appends out
+// before its heartbeat is sent. An append's answer waits for the
+// follower's disk, a heartbeat's does not.
+const appendAnswerWait = 5 * time.Millisecond
 
 // cleanNotify is used to delete notify, .
 func (s *followerReplication) cleanNotify(v *verifyFuture) {
@@ -219,6 +300,7 @@ func (r *Raft) replicateTo(s *followerReplication, lastIndex uint64) (shouldStop
 	var resp AppendEntriesResponse
 	var start time.Time
 	var peer Server
+	var out chan struct{}
 
 START:
 	// Prevent an excessive retry rate on errors
@@ -241,10 +323,12 @@ START:
 	}
 
 	// Make the RPC call
+	out = s.startAppend() // leasehold's change (FORK.md)
 	start = time.Now()
 	if err := r.trans.AppendEntries(peer.ID, peer.Address, &req, &resp); err != nil {
 		r.logger.Error("failed to appendEntries to", "peer", peer, "error", err)
 		s.failures++
+		s.endAppend(out)
 		return
 	}
 	appendStats(string(peer.ID), start, float32(len(req.Entries)), r.noLegacyTelemetry)
@@ -252,6 +336,7 @@ START:
 	// Check for a newer term, stop running
 	if resp.Term > req.Term {
 		r.handleStaleTerm(s)
+		s.endAppend(out)
 		return true
 	}
 
@@ -275,6 +360,7 @@ START:
 		}
 		r.logger.Warn("appendEntries rejected, sending older logs", "peer", peer, "next", atomic.LoadUint64(&s.nextIndex))
 	}
+	s.endAppend(out)
 
 CHECK_MORE:
 	// Poll the stop channel here in case we are looping and have been asked
@@ -413,6 +499,15 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 		// Wait for the next heartbeat interval or forced notify
 		select {
 		case <-s.notifyCh:
+			// leasehold's change (FORK.md): the appends out may answer
+			// the checks that asked for this heartbeat.
+			wait := r.config().HeartbeatTimeout / 10
+			if wait > appendAnswerWait {
+				wait = appendAnswerWait
+			}
+			if s.appendAnswers(wait, stopCh) {
+				continue
+			}
 		case <-randomTimeout(r.config().HeartbeatTimeout / 10):
 		case <-stopCh:
 			return
