@@ -3,6 +3,7 @@
 package raft
 
 import (
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,6 +104,31 @@ func TestLeaseholdAppendAnswers(t *testing.T) {
 	}
 	<-answered
 
+	// An append sent before the check answers it not; the next one, out
+	// by the time the first ends, does.
+	waits := make(chan struct{}, 2)
+	appendAnswersWaits = func() { waits <- struct{}{} }
+	s = newRepl()
+	first := s.startAppend()
+	_, answered = checkOn(s)
+	go func() { done <- s.appendAnswers(time.Hour, stop) }()
+	<-waits // on the first append
+	second := s.startAppend()
+	s.notifyAll(true, time.Now().Add(-time.Hour)) // the first's answer: sent before the check
+	s.endAppend(first)
+	select {
+	case <-waits: // on the second
+	case ok := <-done:
+		t.Fatalf("gave up (%v) after the first append, with the check waiting and the next append out", ok)
+	}
+	s.notifyAll(true, time.Now())
+	s.endAppend(second)
+	if !<-done {
+		t.Fatal("the next append answered the check, yet a heartbeat was needed")
+	}
+	<-answered
+	appendAnswersWaits = nil
+
 	// A failed append answers nothing.
 	s = newRepl()
 	checkOn(s)
@@ -151,6 +177,8 @@ func (b *beatTransport) EncodePeer(id ServerID, _ ServerAddress) []byte { return
 // The heartbeat goroutine sends no heartbeat for a check the append out
 // answers, and one for a check with no append out.
 func TestLeaseholdHeartbeatRidesOnAppend(t *testing.T) {
+	defer func(w time.Duration) { appendAnswerWait = w }(appendAnswerWait)
+	appendAnswerWait = time.Hour // the append below is answered however late
 	trans := &beatTransport{}
 	r := &Raft{trans: trans, logger: hclog.NewNullLogger()}
 	conf := DefaultConfig()
@@ -200,5 +228,38 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// Checks that appends answer, however often, do not put off the periodic
+// heartbeat: its timer is kept across them.
+func TestLeaseholdPeriodicHeartbeatNotPutOff(t *testing.T) {
+	trans := &beatTransport{}
+	r := &Raft{trans: trans, logger: hclog.NewNullLogger()}
+	conf := DefaultConfig()
+	conf.LocalID = "leader"
+	conf.HeartbeatTimeout = 50 * time.Millisecond // a periodic heartbeat every 5 to 10 ms
+	r.conf.Store(*conf)
+	s := &followerReplication{notify: map[*verifyFuture]time.Time{}, notifyCh: make(chan struct{}, 1),
+		peer: Server{ID: "follower", Address: "follower"}}
+	stop, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		r.heartbeat(s, stop)
+	}()
+	defer func() {
+		close(stop)
+		<-exited
+	}()
+	// No check waits, so every notify is answered already: no heartbeat
+	// for it. Upstream's timer was made anew after each, and never fired
+	// while they came faster than it.
+	deadline := time.Now().Add(10 * time.Second)
+	for trans.beats.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no periodic heartbeat in 10 s while notifies kept coming")
+		}
+		asyncNotifyCh(s.notifyCh)
+		runtime.Gosched()
 	}
 }

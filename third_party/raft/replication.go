@@ -166,12 +166,13 @@ func (s *followerReplication) checksWaiting() int {
 
 // appendAnswers says whether the append RPCs answered every check waiting
 // on this follower, so the heartbeat asked for by a check need not be sent.
-// It waits for the append out, if any, and then for the next one if
-// replicateTo sent it meanwhile (the first may have been sent before a
-// check began, and answers only the older ones). It gives up after wait,
-// or when no append is out: the heartbeat is sent then, as upstream sends
-// it at once. A failed or refused append answers no check, so its checks
-// get their heartbeat.
+// It waits for the append out, if any, and, while a check still waits,
+// for the next one if replicateTo has sent it by then (an append sent
+// before a check began answers only older checks). It stops waiting after
+// wait, or when no append is out; then the heartbeat is sent if a check
+// still waits, as upstream sends it at once. A failed or refused append
+// answers no check, so its checks get their heartbeat unless the next
+// append, sent within the wait, answers them.
 func (s *followerReplication) appendAnswers(wait time.Duration, stopCh chan struct{}) bool {
 	var timeout <-chan time.Time
 	for i := 0; i < 2; i++ {
@@ -185,6 +186,9 @@ func (s *followerReplication) appendAnswers(wait time.Duration, stopCh chan stru
 			t := time.NewTimer(wait)
 			defer t.Stop()
 			timeout = t.C
+		}
+		if h := appendAnswersWaits; h != nil {
+			h()
 		}
 		select {
 		case <-out:
@@ -202,8 +206,12 @@ func (s *followerReplication) appendAnswers(wait time.Duration, stopCh chan stru
 
 // appendAnswerWait bounds how long a check waits for the appends out
 // before its heartbeat is sent. An append's answer waits for the
-// follower's disk, a heartbeat's does not.
-const appendAnswerWait = 5 * time.Millisecond
+// follower's disk, a heartbeat's does not. A variable for the tests.
+var appendAnswerWait = 5 * time.Millisecond
+
+// appendAnswersWaits, when set (by tests), is called as appendAnswers
+// begins to wait for an append.
+var appendAnswersWaits func()
 
 // cleanNotify is used to delete notify, .
 func (s *followerReplication) cleanNotify(v *verifyFuture) {
@@ -495,23 +503,38 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 	}
 
 	var resp AppendEntriesResponse
+	// leasehold's change (FORK.md): the timer of the periodic heartbeat is
+	// made where upstream makes it, after each heartbeat, and is kept
+	// across the heartbeats that checks asked for and appends made
+	// needless, so that checks in quick succession do not put it off.
+	var periodic <-chan time.Time
+	var periodicFor time.Duration
 	for {
+		if periodic == nil {
+			periodicFor = r.config().HeartbeatTimeout
+			periodic = randomTimeout(periodicFor / 10)
+		}
 		// Wait for the next heartbeat interval or forced notify
 		select {
 		case <-s.notifyCh:
 			// leasehold's change (FORK.md): the appends out may answer
 			// the checks that asked for this heartbeat.
-			wait := r.config().HeartbeatTimeout / 10
+			timeout := r.config().HeartbeatTimeout
+			wait := timeout / 10
 			if wait > appendAnswerWait {
 				wait = appendAnswerWait
 			}
 			if s.appendAnswers(wait, stopCh) {
+				if timeout != periodicFor {
+					periodic = nil // ReloadConfig changed the timeout: a timer for the new one
+				}
 				continue
 			}
-		case <-randomTimeout(r.config().HeartbeatTimeout / 10):
+		case <-periodic:
 		case <-stopCh:
 			return
 		}
+		periodic = nil
 
 		s.peerLock.RLock()
 		peer := s.peer
