@@ -40,6 +40,10 @@ type nodeMetrics struct {
 	// has allocated: per op, a figure a busy host does not blur.
 	mallocs   uint64
 	mallocsOK bool
+	// rpcs is the AppendEntries RPCs this node sent as leader, summed
+	// over its followers: heartbeats (leasehold_raft_replication_heartbeat_count)
+	// and appends carrying the log (..._append_entries_rpc_count).
+	rpcs [2]uint64
 }
 
 func (p *probe) metrics(ctx context.Context, addr string) (nodeMetrics, error) {
@@ -83,6 +87,13 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 			m.term = v
 		case "go_memstats_mallocs_total":
 			m.mallocs, m.mallocsOK = v, true
+		default:
+			// One series a follower, labelled by its id.
+			if strings.HasPrefix(name, "leasehold_raft_replication_heartbeat_count{") {
+				m.rpcs[0] += v
+			} else if strings.HasPrefix(name, "leasehold_raft_replication_append_entries_rpc_count{") {
+				m.rpcs[1] += v
+			}
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -234,6 +234,7 @@ type window struct {
 	entries   []float64    // NaN where unknown
 	allocs    []float64    // heap objects each node allocated, NaN unknown
 	syscalls  [][2]float64 // each node's read and write system calls, NaN unknown
+	rpcs      [][2]float64 // each node's heartbeat and append RPCs to its followers, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -275,6 +276,13 @@ func between(a, b mark) window {
 			sc = [2]float64{float64(nb.syscalls[0] - na.syscalls[0]), float64(nb.syscalls[1] - na.syscalls[1])}
 		}
 		w.syscalls = append(w.syscalls, sc)
+		rpcs := [2]float64{math.NaN(), math.NaN()}
+		if na.ok && nb.ok && nb.metrics.rpcs[0] >= na.metrics.rpcs[0] && nb.metrics.rpcs[1] >= na.metrics.rpcs[1] {
+			// Less at the end: a restarted process, or a follower's
+			// series forgotten (cluster/promsink.go): unknown.
+			rpcs = [2]float64{float64(nb.metrics.rpcs[0] - na.metrics.rpcs[0]), float64(nb.metrics.rpcs[1] - na.metrics.rpcs[1])}
+		}
+		w.rpcs = append(w.rpcs, rpcs)
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
 		}
@@ -359,6 +367,15 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	}
 	r.add("reads_per_op_leader", num(leaderSyscalls[0]/float64(p.ops), 2))
 	r.add("writes_per_op_leader", num(leaderSyscalls[1]/float64(p.ops), 2))
+	// The leader's Raft RPCs per op, to all its followers: the heartbeats
+	// (periodic, and those its leadership checks asked for) and the
+	// appends that carry the log.
+	leaderRPCs := [2]float64{math.NaN(), math.NaN()}
+	if w.leader >= 0 && w.leader < len(w.rpcs) && p.ops > 0 {
+		leaderRPCs = w.rpcs[w.leader]
+	}
+	r.add("raft_heartbeats_per_op_leader", num(leaderRPCs[0]/float64(p.ops), 3))
+	r.add("raft_appends_per_op_leader", num(leaderRPCs[1]/float64(p.ops), 3))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))

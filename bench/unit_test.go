@@ -94,9 +94,19 @@ leasehold_raft_log_entries_total 99
 leasehold_leader 1
 leasehold_jobs{state="queued"} 3
 go_memstats_mallocs_total 1.2345678e+07
+leasehold_raft_replication_heartbeat_count{peer_id="node-2"} 5
+leasehold_raft_replication_heartbeat_count{peer_id="node-3"} 7
+leasehold_raft_replication_heartbeat_node_2_count 5
+leasehold_raft_replication_heartbeat_sum{peer_id="node-2"} 1.5
+leasehold_raft_replication_append_entries_rpc_count{peer_id="node-2"} 20
+leasehold_raft_replication_append_entries_rpc_count{peer_id="node-3"} 22
+leasehold_raft_replication_append_entries_rpc_node_2_count 20
 `))
 	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader || m.mallocs != 12345678 || !m.mallocsOK {
 		t.Fatalf("%+v %v", m, err)
+	}
+	if m.rpcs != [2]uint64{12, 42} {
+		t.Fatalf("heartbeat and append RPCs %v, want [12 42] (the labelled series only)", m.rpcs)
 	}
 	if m, err := parseMetrics(strings.NewReader("leasehold_raft_log_writes_total 1\n")); err != nil || m.mallocsOK {
 		t.Fatalf("metrics without go_memstats_mallocs_total: %+v %v, want mallocs unknown", m, err)
@@ -151,6 +161,20 @@ func TestSyscallsPerOp(t *testing.T) {
 	r := e.result(p, between(a, b), 1)
 	if rd, wr := getKey(r, "reads_per_op_leader"), getKey(r, "writes_per_op_leader"); rd != "4.50" || wr != "3.00" {
 		t.Fatalf("reads_per_op_leader %s, writes_per_op_leader %s; want 4.50 and 3.00", rd, wr)
+	}
+	if hb, ap := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"); hb != "0.000" || ap != "0.000" {
+		t.Fatalf("no RPCs counted: raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s; want 0.000", hb, ap)
+	}
+	b.nodes[1].metrics.rpcs = [2]uint64{50, 120}
+	a.nodes[1].metrics.rpcs = [2]uint64{10, 20}
+	r = e.result(p, between(a, b), 1)
+	if hb, ap := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"); hb != "0.400" || ap != "1.000" {
+		t.Fatalf("raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s; want 0.400 and 1.000", hb, ap)
+	}
+	a.nodes[1].metrics.rpcs = [2]uint64{60, 20} // a series forgotten or a restart
+	r = e.result(p, between(a, b), 1)
+	if hb := getKey(r, "raft_heartbeats_per_op_leader"); hb != "NA" {
+		t.Fatalf("fewer RPCs at the end: raft_heartbeats_per_op_leader %s, want NA", hb)
 	}
 	b.nodes[1].syscallsOK = false
 	r = e.result(p, between(a, b), 1)
