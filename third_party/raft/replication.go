@@ -133,8 +133,8 @@ func (s *followerReplication) notifyAll(leader bool, sent time.Time) {
 
 // leasehold's change (FORK.md): a leadership check rides on the append
 // RPC that replicateTo has out, when it has one, instead of a heartbeat of
-// its own. Under a steady write load every check began with an append out,
-// and the heartbeat goroutine sent one RPC more per check and follower. How
+// its own. Under a steady write load about half the checks begin with an
+// append out, and for each of them upstream sent one RPC more per follower. How
 // a check counts answers does not change (notifyAll): an append answers the
 // checks registered before it was sent, as a heartbeat does.
 //
