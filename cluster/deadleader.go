@@ -175,14 +175,14 @@ func (n *Node) watchLeader() {
 			misses = 0
 			continue
 		}
-		if time.Now().Before(quiet) {
+		// A node that stood does not ask again while it is standing: if
+		// the election it started fails, Raft's own timers take over.
+		if time.Now().Before(quiet) || n.standing() {
 			continue
 		}
 		switch n.checkDeadLeader(after) {
 		case checkStarted:
-			// Raft's own timers take over if this election fails; the
-			// node says it is standing for as long (standing).
-			quiet, misses = time.Now().Add(after+2*n.cfg.ElectionTimeout), 0
+			quiet, misses = time.Time{}, 0
 		case checkNotAgreed, checkFailed:
 			quiet = time.Now().Add(min(every<<misses, n.cfg.HeartbeatTimeout))
 			misses = min(misses+1, 16)
@@ -282,12 +282,20 @@ func (n *Node) checkDeadLeader(after time.Duration) checkOutcome {
 	return checkStarted
 }
 
-// standing says this node stood through the check within the quiet time
-// that follows a stand (watchLeader), while the election it started is
-// decided.
+// standing says this node stood through the check, and the election it
+// started is not decided yet: it stood less than deadLeaderAfter plus two
+// election timeouts ago, it does not lead, and its Raft has heard from no
+// leader since (nor granted a vote in a later election: Raft notes both as
+// contact). A stand that is decided says nothing of the next failure: a
+// voter that lost an election it stood in, and then saw the winner die,
+// must not hold back the next stand (theirs or its own) for the rest of
+// the window.
 func (n *Node) standing() bool {
 	at := n.stoodAt.Load()
-	return at != 0 && time.Since(n.born)-time.Duration(at) < n.cfg.deadLeaderAfter()+2*n.cfg.ElectionTimeout
+	if at == 0 || time.Since(n.born)-time.Duration(at) >= n.cfg.deadLeaderAfter()+2*n.cfg.ElectionTimeout {
+		return false
+	}
+	return n.raft.State() != raft.Leader && !n.raft.LastContact().After(n.born.Add(time.Duration(at)))
 }
 
 // markStood records a stand now and returns what it stored: the time

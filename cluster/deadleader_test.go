@@ -122,7 +122,13 @@ func TestDeadLeaderCheckNeedsAQuorum(t *testing.T) {
 // the new one) knows not to stand as well (a run of
 // TestDeadLeaderReplacedWhenAQuorumAgrees once saw both stand).
 func TestPeerInfoSaysStanding(t *testing.T) {
-	c := clustertest.New(t, 3, deadLeaderTimings)
+	// Election timeouts of 30 s: a stand is not over by its time alone
+	// (deadLeaderAfter + 2 × election timeout) during the test.
+	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
+		deadLeaderTimings(i, cfg)
+		cfg.ElectionTimeout = 30 * time.Second
+		cfg.Grace, cfg.Toleration = 2*time.Minute, 6*time.Minute
+	})
 	leader := c.Leader()
 	f, o := c.Nodes[(leader.Index+1)%3], c.Nodes[(leader.Index+2)%3]
 	ask := func() bool {
@@ -135,8 +141,66 @@ func TestPeerInfoSaysStanding(t *testing.T) {
 	if ask() {
 		t.Fatal("a follower that never stood says it is standing")
 	}
+	// Cut off from the leader, as a follower that stands is: nothing it
+	// hears after the stand can decide it.
+	c.Net.Cut(f.Host, leader.Host)
+	c.WaitFor(10*time.Second, "the cut follower to have heard nothing for a second", func() bool {
+		return time.Since(f.RaftLastContact()) > time.Second
+	})
+	stood := time.Now()
 	f.MarkStood()
 	if !ask() {
 		t.Fatal("a follower that stood does not say so")
 	}
+	// Once it hears a leader after its stand, the election is decided, and
+	// it no longer says it is standing: a later failure of that leader
+	// must find nobody holding back the next stand.
+	c.Net.HealAll()
+	c.WaitFor(20*time.Second, "the follower to hear the leader after its stand", func() bool {
+		return f.RaftLastContact().After(stood)
+	})
+	if ask() {
+		t.Fatal("a follower that heard a leader after its stand still says it is standing")
+	}
+}
+
+// A voter that stood and then heard a leader (the election it stood in
+// decided, here by marking a stand while the leader leads) does not hold
+// back the stand that replaces that leader when it dies. The voter with
+// the larger id marks the stand, so the one the check chooses is the
+// other: with the stale stand still counted, it would refuse, and Raft's
+// own timers (3 s here) would elect the next leader instead.
+func TestDeadLeaderCheckAfterADecidedStand(t *testing.T) {
+	c := clustertest.New(t, 3, deadLeaderTimings)
+	old := c.Leader()
+	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 2})
+	c.Converged()
+	var followers []*clustertest.Node
+	for _, n := range c.Running() {
+		if n != old {
+			followers = append(followers, n)
+		}
+	}
+	x := followers[0]
+	if followers[1].ID() > x.ID() {
+		x = followers[1]
+	}
+	started := map[int]float64{}
+	for _, n := range followers {
+		started[n.Index] = deadLeaderChecks(t, n, "started")
+	}
+	stood := time.Now()
+	x.MarkStood()
+	c.WaitFor(10*time.Second, "the voter that stood to hear the leader after its stand", func() bool {
+		return x.RaftLastContact().After(stood)
+	})
+	c.Kill(old.Index)
+	c.Leader()
+	c.WaitFor(10*time.Second, "an election started by the dead-leader check", func() bool {
+		sum := 0.0
+		for _, n := range followers {
+			sum += deadLeaderChecks(t, n, "started") - started[n.Index]
+		}
+		return sum >= 1
+	})
 }

@@ -63,6 +63,10 @@ func (n *Node) HintLeader(id, api string) {
 // does before it sends the TimeoutNow.
 func (n *Node) MarkStood() { n.markStood() }
 
+// RaftLastContact is when this node's Raft last heard from a leader (or
+// granted a vote).
+func (n *Node) RaftLastContact() time.Time { return n.raft.LastContact() }
+
 // AskPeerInfo asks the node at addr (with id) for its peer.info, as the
 // dead-leader check does.
 func (n *Node) AskPeerInfo(ctx context.Context, addr, id string) (transport.PeerInfo, error) {
