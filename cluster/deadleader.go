@@ -182,7 +182,7 @@ func (n *Node) watchLeader() {
 		}
 		switch n.checkDeadLeader(after) {
 		case checkStarted:
-			quiet, misses = time.Time{}, 0
+			misses = 0
 		case checkNotAgreed, checkFailed:
 			quiet = time.Now().Add(min(every<<misses, n.cfg.HeartbeatTimeout))
 			misses = min(misses+1, 16)

@@ -121,14 +121,19 @@ func TestDeadLeaderCheckNeedsAQuorum(t *testing.T) {
 // (a candidate still in the old term, a voter that granted its vote in
 // the new one) knows not to stand as well (a run of
 // TestDeadLeaderReplacedWhenAQuorumAgrees once saw both stand).
+// longStandTimings are deadLeaderTimings with election timeouts of 30 s:
+// a stand is not over by its time alone (deadLeaderAfter + 2 × election
+// timeout) during a test, and a candidate whose pre-vote fails waits that
+// long before it tries again, so Raft's own timers elect no leader for a
+// while after the first follower's heartbeat timeout.
+func longStandTimings(i int, c *cluster.Config) {
+	deadLeaderTimings(i, c)
+	c.ElectionTimeout = 30 * time.Second
+	c.Grace, c.Toleration = 2*time.Minute, 6*time.Minute
+}
+
 func TestPeerInfoSaysStanding(t *testing.T) {
-	// Election timeouts of 30 s: a stand is not over by its time alone
-	// (deadLeaderAfter + 2 × election timeout) during the test.
-	c := clustertest.New(t, 3, func(i int, cfg *cluster.Config) {
-		deadLeaderTimings(i, cfg)
-		cfg.ElectionTimeout = 30 * time.Second
-		cfg.Grace, cfg.Toleration = 2*time.Minute, 6*time.Minute
-	})
+	c := clustertest.New(t, 3, longStandTimings)
 	leader := c.Leader()
 	f, o := c.Nodes[(leader.Index+1)%3], c.Nodes[(leader.Index+2)%3]
 	ask := func() bool {
@@ -169,9 +174,9 @@ func TestPeerInfoSaysStanding(t *testing.T) {
 // back the stand that replaces that leader when it dies. The voter with
 // the larger id marks the stand, so the one the check chooses is the
 // other: with the stale stand still counted, it would refuse, and Raft's
-// own timers (3 s here) would elect the next leader instead.
+// own timers would elect the next leader instead, or none within the wait.
 func TestDeadLeaderCheckAfterADecidedStand(t *testing.T) {
-	c := clustertest.New(t, 3, deadLeaderTimings)
+	c := clustertest.New(t, 3, longStandTimings)
 	old := c.Leader()
 	do(t, c, &fsm.RegisterWorker{WorkerID: "w", Capacity: 2})
 	c.Converged()
@@ -195,7 +200,6 @@ func TestDeadLeaderCheckAfterADecidedStand(t *testing.T) {
 		return x.RaftLastContact().After(stood)
 	})
 	c.Kill(old.Index)
-	c.Leader()
 	c.WaitFor(10*time.Second, "an election started by the dead-leader check", func() bool {
 		sum := 0.0
 		for _, n := range followers {
@@ -203,4 +207,5 @@ func TestDeadLeaderCheckAfterADecidedStand(t *testing.T) {
 		}
 		return sum >= 1
 	})
+	c.Leader() // and the stand elected one
 }
