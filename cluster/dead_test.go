@@ -74,8 +74,8 @@ func TestDeadLettersWaitForLevel6(t *testing.T) {
 	c.WaitFor(20*time.Second, "node-2 recorded at this build's level", recorded(fsm.Level))
 	g := failOut("after", "r2")
 	j, _ := c.Leader().FSM().Job("after")
-	if j.State != fsm.JobDead || j.Reason != "out of attempts (1 of 1): exit 75" {
-		t.Fatalf("at level 6 a job out of attempts: %s %q, want dead", j.State, j.Reason)
+	if j.State != fsm.JobDead || j.Reason() != "out of attempts (1 of 1): exit 75" {
+		t.Fatalf("at level 6 a job out of attempts: %s %q, want dead", j.State, j.Reason())
 	}
 	if got := do(t, c, &fsm.RetryJob{JobID: "after"}).(fsm.Job); got.State != fsm.JobQueued {
 		t.Fatalf("retried: %s", got.State)

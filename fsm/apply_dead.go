@@ -43,10 +43,10 @@ func (s *state) exhausted(j *Job, reason string) bool {
 	if s.level() < codecV6 {
 		return false
 	}
-	j.Reason = clipReason(reason)
+	j.setReason(clipReason(reason))
 	s.setState(j, JobDead)
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
-	ev := Event{Type: EventJobDead, JobID: j.ID, Detail: j.Reason}
+	ev := Event{Type: EventJobDead, JobID: j.ID, Detail: j.Reason()}
 	if l := j.lastLease(); l != nil {
 		ev.Token, ev.WorkerID, ev.Ref = l.Token, l.WorkerID, l.Ref()
 	}
@@ -84,7 +84,8 @@ func applyRetryJob(s *state, cmd Command) (any, error) {
 	// A fresh attempt budget; the lease history stays (the next grant's
 	// token is larger than every one in it, as always).
 	wasTimed := j.timed()
-	j.Attempts, j.Losses, j.NotBefore, j.Reason = 0, 0, 0, ""
+	j.Attempts, j.Losses, j.NotBefore = 0, 0, 0
+	j.setReason("")
 	if wasTimed && !j.timed() {
 		s.timed--
 	}
@@ -128,7 +129,7 @@ func applyPurgeJobs(s *state, cmd Command) (any, error) {
 				continue // a tombstone: it counts for nothing
 			}
 			j := s.job(e.seq)
-			if c.OlderThan > 0 && j.FinishedAt >= before {
+			if c.OlderThan > 0 && j.FinishedAt() >= before {
 				break
 			}
 			if len(res.Purged) == int(c.Limit) {

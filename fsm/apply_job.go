@@ -121,7 +121,7 @@ func applyCompact(s *state, cmd Command) (any, error) {
 	// Terminal jobs leave in finish order, the same on every replica.
 	for len(s.finished) > 0 {
 		j := s.job(s.finished[0])
-		if j.FinishedAt >= c.JobsBefore {
+		if j.FinishedAt() >= c.JobsBefore {
 			break
 		}
 		if res.Jobs == int(c.Limit) {

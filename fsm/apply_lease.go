@@ -353,9 +353,9 @@ func (s *state) releaseLease(j *Job, reason string) {
 
 // finishRevoked ends a revoked job whose lease ended without a report.
 func (s *state) finishRevoked(j *Job, l *Lease, how string) {
-	j.Reason = fmt.Sprintf("%s; lease %s", l.Revoke, how)
+	j.setReason(fmt.Sprintf("%s; lease %s", l.Revoke, how))
 	s.setState(j, JobCancelled)
-	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token, Detail: j.Reason})
+	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token, Detail: j.Reason()})
 }
 
 func applyExpire(s *state, cmd Command) (any, error) {
@@ -395,16 +395,16 @@ func (s *state) expireLease(j *Job, reason string) {
 	case l.Revoke != RevokeNone && !timedOut:
 		s.finishRevoked(j, l, "expired")
 	case j.OnWorkerLost == LostFail:
-		j.Reason = ReasonWorkerLost
+		j.setReason(ReasonWorkerLost)
 		s.setState(j, JobLost)
-		s.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: j.Reason})
+		s.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Detail: j.Reason()})
 	case j.Losses >= j.MaxWorkerLosses:
 		if s.exhausted(j, fmt.Sprintf("%s (%d)", ReasonPoison, j.Losses)) {
 			break // dead, from level 6
 		}
-		j.Reason = ReasonPoison
+		j.setReason(ReasonPoison)
 		s.setState(j, JobFailed)
-		s.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token, Detail: fmt.Sprintf("%s (%d)", j.Reason, j.Losses)})
+		s.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token, Detail: fmt.Sprintf("%s (%d)", j.Reason(), j.Losses)})
 	case !requeueExpired:
 		// The broken chaos_norelease build: the job stays where it was,
 		// under its ended lease, never queued again.
@@ -449,10 +449,10 @@ func applyCancel(s *state, cmd Command) (any, error) {
 }
 
 func (s *state) cancelQueued(j *Job, reason string) {
-	j.Reason = joinReason(ReasonCancelled, reason)
+	j.setReason(joinReason(ReasonCancelled, reason))
 	s.setState(j, JobCancelled)
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
-	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Detail: j.Reason})
+	s.emit(Event{Type: EventJobCancelled, JobID: j.ID, Detail: j.Reason()})
 }
 
 func joinReason(what, why string) string {

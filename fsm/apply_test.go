@@ -40,8 +40,8 @@ func TestSeedWorkerDies(t *testing.T) {
 			if j.State != tc.wantState || j.Attempts != 0 {
 				t.Fatalf("job %s attempts %d, want %s attempts 0", j.State, j.Attempts, tc.wantState)
 			}
-			if tc.policy == LostFail && j.Reason != ReasonWorkerLost {
-				t.Fatalf("reason %q, want %q", j.Reason, ReasonWorkerLost)
+			if tc.policy == LostFail && j.Reason() != ReasonWorkerLost {
+				t.Fatalf("reason %q, want %q", j.Reason(), ReasonWorkerLost)
 			}
 			if _, ok := m.lastEvent(tc.wantEvent); !ok {
 				t.Fatalf("no %s event", tc.wantEvent)
@@ -485,8 +485,8 @@ func TestPoisonJob(t *testing.T) {
 		m.do(&Expire{Leases: []LeaseRef{{"poison", g.Lease.Token}}})
 	}
 	j := m.job("poison")
-	if j.State != JobFailed || j.Reason != ReasonPoison || j.Losses != 2 || j.Attempts != 0 {
-		t.Fatalf("poison job: state %s reason %q losses %d attempts %d", j.State, j.Reason, j.Losses, j.Attempts)
+	if j.State != JobFailed || j.Reason() != ReasonPoison || j.Losses != 2 || j.Attempts != 0 {
+		t.Fatalf("poison job: state %s reason %q losses %d attempts %d", j.State, j.Reason(), j.Losses, j.Attempts)
 	}
 }
 
@@ -549,8 +549,8 @@ func TestDeregisterAsLostSettlesByPolicy(t *testing.T) {
 				id, j.State, j.Losses, j.Attempts, j.Leases[len(j.Leases)-1].State, want)
 		}
 	}
-	if j := m.job("run"); j.Reason != ReasonWorkerLost {
-		t.Fatalf("run's reason %q", j.Reason)
+	if j := m.job("run"); j.Reason() != ReasonWorkerLost {
+		t.Fatalf("run's reason %q", j.Reason())
 	}
 	if _, err := m.f.Worker("w1"); !errors.Is(err, ErrUnknownWorker) {
 		t.Fatalf("deregistered: %v", err)
@@ -584,8 +584,8 @@ func TestReleaseAsLostSettlesByPolicy(t *testing.T) {
 			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %+v, no attempt", id, j.State, j.Losses, j.Attempts, j.Leases[0].State, want)
 		}
 	}
-	if j := m.job("run"); j.Reason != ReasonWorkerLost {
-		t.Fatalf("run's reason %q", j.Reason)
+	if j := m.job("run"); j.Reason() != ReasonWorkerLost {
+		t.Fatalf("run's reason %q", j.Reason())
 	}
 	// The lease is over: the same release again is stale.
 	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: m.job("run").Leases[0].Token, Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {

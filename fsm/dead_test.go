@@ -62,25 +62,25 @@ func TestExhaustedJobEndsDeadOnlyFromLevel6(t *testing.T) {
 
 			out, p := m.job("out"), m.job("poison")
 			if !tc.dead {
-				if out.State != JobReported || out.Reason != "" || p.State != JobFailed || p.Reason != ReasonPoison {
-					t.Fatalf("below level 6: out %s %q, poison %s %q; want reported, failed", out.State, out.Reason, p.State, p.Reason)
+				if out.State != JobReported || out.Reason() != "" || p.State != JobFailed || p.Reason() != ReasonPoison {
+					t.Fatalf("below level 6: out %s %q, poison %s %q; want reported, failed", out.State, out.Reason(), p.State, p.Reason())
 				}
 				if _, ok := m.lastEvent(EventJobDead); ok {
 					t.Fatal("a job.dead event below level 6")
 				}
 				return
 			}
-			if out.State != JobDead || out.Reason != "out of attempts (3 of 3): exit 75" {
-				t.Fatalf("out of attempts: %s %q", out.State, out.Reason)
+			if out.State != JobDead || out.Reason() != "out of attempts (3 of 3): exit 75" {
+				t.Fatalf("out of attempts: %s %q", out.State, out.Reason())
 			}
 			if l := out.Leases[len(out.Leases)-1]; l.Answer != JobDead || l.Message() != "exit 75" || l.Ref() != "log-out" {
 				t.Fatalf("its last lease keeps the last error: %v", l)
 			}
-			if p.State != JobDead || p.Reason != ReasonPoison+" (1)" {
-				t.Fatalf("poison: %s %q", p.State, p.Reason)
+			if p.State != JobDead || p.Reason() != ReasonPoison+" (1)" {
+				t.Fatalf("poison: %s %q", p.State, p.Reason())
 			}
 			ev, ok := m.lastEvent(EventJobDead)
-			if !ok || ev.JobID != "poison" || ev.Detail != p.Reason {
+			if !ok || ev.JobID != "poison" || ev.Detail != p.Reason() {
 				t.Fatalf("job.dead event: %+v", ev)
 			}
 			// A failure that is not retryable is the worker's final word.
@@ -126,8 +126,8 @@ func TestRetryDeadJob(t *testing.T) {
 	m.roundTrip()
 	before := m.job("j")
 	got := m.do(&RetryJob{JobID: "j", Reason: "fixed"}).(Job)
-	if got.State != JobQueued || got.Attempts != 0 || got.Losses != 0 || got.NotBefore != 0 || got.Reason != "" ||
-		got.FinishSeq != 0 || got.FinishedAt != 0 || len(got.Leases) != len(before.Leases) {
+	if got.State != JobQueued || got.Attempts != 0 || got.Losses != 0 || got.NotBefore != 0 || got.Reason() != "" ||
+		got.FinishSeq() != 0 || got.FinishedAt() != 0 || len(got.Leases) != len(before.Leases) {
 		t.Fatalf("retried: %+v", got)
 	}
 	if ev, ok := m.lastEvent(EventJobRetried); !ok || ev.JobID != "j" {

@@ -25,7 +25,7 @@ type deadEntry struct {
 
 // push appends a job that just died: its finish seq is the largest yet.
 func (d *deadIndex) push(j *Job) {
-	d.items = append(d.items, deadEntry{fseq: j.FinishSeq, seq: j.Seq})
+	d.items = append(d.items, deadEntry{fseq: j.FinishSeq(), seq: j.Seq})
 	d.live++
 }
 
@@ -75,9 +75,9 @@ func (s *state) enterDead(j *Job) {
 // leaveDead takes a dead job out of both indexes (it is retried or
 // purged; its FinishSeq still set): a binary search in each.
 func (s *state) leaveDead(j *Job) {
-	s.dead.remove(j.FinishSeq)
+	s.dead.remove(j.FinishSeq())
 	if d := s.deadBy[j.Queue]; d != nil {
-		d.remove(j.FinishSeq)
+		d.remove(j.FinishSeq())
 		if d.live == 0 {
 			delete(s.deadBy, j.Queue)
 		}
@@ -92,7 +92,7 @@ func (f *FSM) OldestDead() (int64, bool) {
 	s := f.st
 	for _, e := range s.dead.items { // tidy keeps the front live; a walk costs nothing more
 		if e.seq != 0 {
-			return s.job(e.seq).FinishedAt, true
+			return s.job(e.seq).FinishedAt(), true
 		}
 	}
 	return 0, false

@@ -125,10 +125,10 @@ func (s *state) check() error {
 		} else if j.State == JobQueued {
 			qw.since = append(qw.since, readyItem{at: readySince(j), seq: j.Seq})
 		}
-		if !inTime(j.SubmittedAt) || !inTime(j.UpdatedAt) || !inTime(j.FinishedAt) ||
+		if !inTime(j.SubmittedAt) || !inTime(j.UpdatedAt) || !inTime(j.FinishedAt()) ||
 			j.CreateIndex > j.ModifyIndex || j.ModifyIndex > s.lastIndex {
 			fail("job %s: times %d/%d/%d, indexes %d/%d: beyond the state's time %d or index %d",
-				j.ID, j.SubmittedAt, j.UpdatedAt, j.FinishedAt, j.CreateIndex, j.ModifyIndex, s.lastTime, s.lastIndex)
+				j.ID, j.SubmittedAt, j.UpdatedAt, j.FinishedAt(), j.CreateIndex, j.ModifyIndex, s.lastTime, s.lastIndex)
 		}
 		if j.Attempts > j.MaxAttempts || j.Losses > j.MaxWorkerLosses && j.OnWorkerLost == LostRequeue {
 			fail("job %s: attempts %d/%d, losses %d/%d", j.ID, j.Attempts, j.MaxAttempts, j.Losses, j.MaxWorkerLosses)
@@ -189,8 +189,8 @@ func (s *state) check() error {
 				fail("job %s: live lease %d missing from worker %s's index", j.ID, cur.Token, cur.WorkerID)
 			}
 		}
-		if j.State.Terminal() != (j.FinishSeq != 0) || j.FinishSeq > s.finishSeq {
-			fail("job %s: state %s with finish seq %d (counter %d)", j.ID, j.State, j.FinishSeq, s.finishSeq)
+		if j.State.Terminal() != (j.FinishSeq() != 0) || j.FinishSeq() > s.finishSeq {
+			fail("job %s: state %s with finish seq %d (counter %d)", j.ID, j.State, j.FinishSeq(), s.finishSeq)
 		}
 		if j.State.Terminal() && j.State != JobDead {
 			terminal++
@@ -386,11 +386,11 @@ func (s *state) check() error {
 	for _, seq := range s.finished {
 		j := s.job(seq)
 		if j == nil || !j.State.Terminal() || j.State == JobDead ||
-			j.FinishSeq <= prevFin || j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+			j.FinishSeq() <= prevFin || j.FinishedAt() < prevAt || j.FinishedAt() > s.lastTime {
 			fail("finish order: seq %d is not a job of it in finish order and time", seq)
 			break
 		}
-		prevFin, prevAt = j.FinishSeq, j.FinishedAt
+		prevFin, prevAt = j.FinishSeq(), j.FinishedAt()
 	}
 	s.checkDead(counts[JobDead], fail)
 
@@ -496,12 +496,12 @@ func (s *state) checkDead(dead int, fail func(string, ...any)) {
 			}
 			live++
 			j := s.job(e.seq)
-			if j == nil || j.State != JobDead || j.FinishSeq != e.fseq || queue != "" && j.Queue != queue ||
-				j.FinishedAt < prevAt || j.FinishedAt > s.lastTime {
+			if j == nil || j.State != JobDead || j.FinishSeq() != e.fseq || queue != "" && j.Queue != queue ||
+				j.FinishedAt() < prevAt || j.FinishedAt() > s.lastTime {
 				fail("%s: seq %d is not a dead job of it in finish order and time", name, e.seq)
 				break
 			}
-			prevAt = j.FinishedAt
+			prevAt = j.FinishedAt()
 		}
 		if live != d.live || len(d.items) > 0 && d.items[0].seq == 0 || len(d.items)-live > max(64, live) {
 			fail("%s: %d entries, %d live (counted %d)", name, len(d.items), live, d.live)

@@ -165,7 +165,7 @@ func (m *refModel) level() uint8 {
 
 // die ends a job dead with reason, after its lease's events.
 func (m *refModel) die(j *Job, l *Lease, reason string) {
-	j.Reason = reason
+	j.setReason(reason)
 	m.finish(j, JobDead)
 	m.emit(Event{Type: EventJobDead, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID, Ref: l.Ref()})
 }
@@ -232,8 +232,7 @@ func (m *refModel) touch(j *Job) { j.UpdatedAt, j.ModifyIndex = m.now, m.index }
 func (m *refModel) finish(j *Job, to JobState) {
 	j.State = to
 	m.finishSeq++
-	j.FinishSeq = m.finishSeq
-	j.FinishedAt = m.now
+	j.setEnd(m.now, m.finishSeq, j.Reason())
 }
 
 func copyJob(j *Job) Job {
@@ -421,8 +420,8 @@ func (m *refModel) retry(c *RetryJob) (any, error) {
 	case j.State != JobDead:
 		return nil, ErrNotDead
 	}
-	j.Attempts, j.Losses, j.NotBefore, j.Reason = 0, 0, 0, ""
-	j.FinishSeq, j.FinishedAt = 0, 0
+	j.Attempts, j.Losses, j.NotBefore = 0, 0, 0
+	j.setEnd(0, 0, "")
 	j.State = JobQueued
 	m.reports[j] = 0 // a fresh budget: the next execution is attempt 1 again
 	m.retried[j] = m.now
@@ -447,11 +446,11 @@ func (m *refModel) purge(c *PurgeJobs) (any, error) {
 		}
 	} else {
 		for _, j := range m.jobs {
-			if j.State == JobDead && (c.Queue == "" || j.Queue == c.Queue) && (c.OlderThan == 0 || j.FinishedAt < m.now-c.OlderThan) {
+			if j.State == JobDead && (c.Queue == "" || j.Queue == c.Queue) && (c.OlderThan == 0 || j.FinishedAt() < m.now-c.OlderThan) {
 				gone = append(gone, j)
 			}
 		}
-		slices.SortFunc(gone, func(a, b *Job) int { return cmp.Compare(a.FinishSeq, b.FinishSeq) })
+		slices.SortFunc(gone, func(a, b *Job) int { return cmp.Compare(a.FinishSeq(), b.FinishSeq()) })
 		if len(gone) > int(c.Limit) {
 			gone, res.More = gone[:c.Limit], true
 		}
@@ -863,7 +862,7 @@ func (m *refModel) retryTimedOut(j *Job, l *Lease) {
 			m.die(j, l, reason)
 			return
 		}
-		j.Reason = reason
+		j.setReason(reason)
 		m.finish(j, JobReported)
 		return
 	}
@@ -885,7 +884,7 @@ func (m *refModel) release(j *Job) {
 		m.endTimedOut(j, l)
 		m.retryTimedOut(j, l)
 	} else if l.Revoke != RevokeNone {
-		j.Reason = revokeWord(l.Revoke) + "; lease released"
+		j.setReason(revokeWord(l.Revoke) + "; lease released")
 		m.finish(j, JobCancelled)
 		m.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token})
 	} else {
@@ -909,9 +908,9 @@ func (m *refModel) releaseCmd(c *Release) (any, error) {
 }
 
 func (m *refModel) cancelQueued(j *Job, reason string) {
-	j.Reason = ReasonCancelled
+	j.setReason(ReasonCancelled)
 	if reason != "" {
-		j.Reason += ": " + reason
+		j.setReason(j.Reason() + ": " + reason)
 	}
 	m.finish(j, JobCancelled)
 	m.touch(j)
@@ -993,17 +992,17 @@ func (m *refModel) expire(c *Expire) (any, error) {
 		case timedOut && j.OnWorkerLost == LostRequeue:
 			m.retryTimedOut(j, l)
 		case l.Revoke != RevokeNone && !timedOut:
-			j.Reason = revokeWord(l.Revoke) + "; lease expired"
+			j.setReason(revokeWord(l.Revoke) + "; lease expired")
 			m.finish(j, JobCancelled)
 			m.emit(Event{Type: EventJobCancelled, JobID: j.ID, Token: l.Token})
 		case j.OnWorkerLost == LostFail:
-			j.Reason = ReasonWorkerLost
+			j.setReason(ReasonWorkerLost)
 			m.finish(j, JobLost)
 			m.emit(Event{Type: EventJobLost, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
 		case j.Losses >= j.MaxWorkerLosses && m.level() >= 6:
 			m.die(j, l, fmt.Sprintf("%s (%d)", ReasonPoison, j.Losses))
 		case j.Losses >= j.MaxWorkerLosses:
-			j.Reason = ReasonPoison
+			j.setReason(ReasonPoison)
 			m.finish(j, JobFailed)
 			m.emit(Event{Type: EventJobFailed, JobID: j.ID, Token: l.Token})
 		default:
@@ -1020,11 +1019,11 @@ func (m *refModel) compact(c *Compact) (any, error) {
 	// Every terminal job finished before the cutoff, oldest finish first.
 	var old []*Job
 	for _, j := range m.jobs {
-		if isTerminal(j.State) && j.FinishedAt < c.JobsBefore {
+		if isTerminal(j.State) && j.FinishedAt() < c.JobsBefore {
 			old = append(old, j)
 		}
 	}
-	slices.SortFunc(old, func(a, b *Job) int { return cmp.Compare(a.FinishSeq, b.FinishSeq) })
+	slices.SortFunc(old, func(a, b *Job) int { return cmp.Compare(a.FinishSeq(), b.FinishSeq()) })
 	if len(old) > int(c.Limit) {
 		old, res.More = old[:c.Limit], true
 	}
@@ -1049,7 +1048,6 @@ func (m *refModel) compact(c *Compact) (any, error) {
 // both sides in full.
 
 func normJob(j Job) Job {
-	j.gen = 0
 	if len(j.Payload) == 0 {
 		j.Payload = nil
 	}
@@ -1612,7 +1610,7 @@ func (g *modelGen) compact() Command {
 	}
 	switch r := g.rng.IntN(100); {
 	case r < 40 && len(done) > 0:
-		c.JobsBefore = pick(g, done).FinishedAt + g.rng.Int64N(2) // exactly at a boundary, or just past it
+		c.JobsBefore = pick(g, done).FinishedAt() + g.rng.Int64N(2) // exactly at a boundary, or just past it
 	case r < 75:
 		c.JobsBefore = g.m.now - g.rng.Int64N(30e9)
 	case r < 85:

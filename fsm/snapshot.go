@@ -433,6 +433,7 @@ func readState(r io.Reader) (*state, error) {
 			lastSeq = j.Seq
 			sh := s.mutableShard(j.Seq, true)
 			sh.jobs[j.Seq&shardMask] = j
+			sh.claim(j.Seq & shardMask)
 			sh.n++
 			if jobs++; jobs > MaxJobs {
 				return nil, fmt.Errorf("%w: more than %d jobs", ErrCorrupt, MaxJobs)
@@ -601,9 +602,9 @@ func encodeJob(e *encoder, j *Job, version byte) {
 	e.uvarint(uint64(j.Losses))
 	e.varint(j.SubmittedAt)
 	e.varint(j.UpdatedAt)
-	e.varint(j.FinishedAt)
-	e.uvarint(j.FinishSeq)
-	e.str(j.Reason)
+	e.varint(j.FinishedAt())
+	e.uvarint(j.FinishSeq())
+	e.str(j.Reason())
 	e.uvarint(j.CreateIndex)
 	e.uvarint(j.ModifyIndex)
 	e.uvarint(uint64(len(j.Leases)))
@@ -627,9 +628,8 @@ func decodeJob(d *decoder, j *Job, version byte) {
 	j.Losses = d.u32()
 	j.SubmittedAt = d.varint()
 	j.UpdatedAt = d.varint()
-	j.FinishedAt = d.varint()
-	j.FinishSeq = d.uvarint()
-	j.Reason = d.str(MaxMessageLen + 64)
+	finishedAt, finishSeq := d.varint(), d.uvarint()
+	j.setEnd(finishedAt, finishSeq, d.str(MaxMessageLen+64))
 	j.CreateIndex = d.uvarint()
 	j.ModifyIndex = d.uvarint()
 	if n := d.count(MaxLeaseHistory); n > 0 {

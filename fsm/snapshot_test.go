@@ -530,6 +530,21 @@ func TestSnapshotReleaseEndsCopies(t *testing.T) {
 	if ptr(queued[1].ID) == before {
 		t.Fatal("a job two live snapshots froze was changed in place")
 	}
+	// A second change in the same generation changes the copy the first
+	// made, in place (a copy each time would lose what a caller holding the
+	// first copy writes to it); a snapshot taken after it makes the next
+	// change copy again.
+	seq1 := ptr(queued[1].ID).Seq
+	first := m.f.st.editJob(seq1)
+	if again := m.f.st.editJob(seq1); again != first {
+		t.Fatal("a job changed twice in one generation was copied twice")
+	}
+	newest := m.f.Snapshot()
+	if third := m.f.st.editJob(seq1); third == first {
+		t.Fatal("a job the newest snapshot froze was changed in place")
+	}
+	m.f.st.settle() // the edits above were made outside an apply
+	newest.Release()
 	newer.Release()
 	newer.Release() // twice is harmless
 	before = ptr(queued[2].ID)

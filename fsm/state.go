@@ -19,11 +19,22 @@ const (
 )
 
 type jobShard struct {
-	num  uint64 // shard number: seq >> shardBits
-	gen  uint64
-	n    int // occupied slots
+	num uint64 // shard number: seq >> shardBits
+	gen uint64
+	n   int // occupied slots
+	// own has bit i set when jobs[i] is a version made in generation gen,
+	// which no snapshot reads (a snapshot freezes only older generations):
+	// a change may mutate it in place. The bits are cleared whenever the
+	// shard moves to a newer generation.
+	own  [shardSize / 64]uint64
 	jobs [shardSize]*Job
 }
+
+// owns says whether slot i holds a version of the shard's generation.
+func (sh *jobShard) owns(i uint64) bool { return sh.own[i>>6]&(1<<(i&63)) != 0 }
+
+// claim marks slot i as holding a version of the shard's generation.
+func (sh *jobShard) claim(i uint64) { sh.own[i>>6] |= 1 << (i & 63) }
 
 // state is everything the state machine holds. Fields above the line are
 // replicated (they are what a snapshot stores); the indexes below are
@@ -177,13 +188,15 @@ func (s *state) mutableShard(seq uint64, create bool) *jobShard {
 		return nil
 	}
 	sh := s.shards[i]
-	if sh.gen != s.gen && s.shared(sh.gen) {
-		c := *sh
-		c.gen = s.gen
-		sh = &c
-		s.shards[i] = sh
+	if sh.gen != s.gen {
+		if s.shared(sh.gen) {
+			c := *sh
+			sh = &c
+			s.shards[i] = sh
+		}
+		// Its jobs are versions of older generations now.
+		sh.gen, sh.own = s.gen, [shardSize / 64]uint64{}
 	}
-	sh.gen = s.gen
 	return sh
 }
 
@@ -193,25 +206,33 @@ func (s *state) shared(gen uint64) bool {
 	return len(s.frozen) > 0 && gen <= s.frozen[len(s.frozen)-1]
 }
 
-// editJob returns a version of the job that may be mutated in place.
+// editJob returns a version of the job that may be mutated in place. A
+// version the current generation does not own is copied first while any
+// snapshot is held: it may be one a snapshot reads. (Which one is not
+// known without a generation in every job, so a version made after the
+// last snapshot but before the current generation is copied needlessly;
+// that takes a snapshot released while an older one is still held.)
 func (s *state) editJob(seq uint64) *Job {
 	sh := s.mutableShard(seq, false)
-	j := sh.jobs[seq&shardMask]
+	i := seq & shardMask
+	j := sh.jobs[i]
 	s.touch(seq, jobBytes(j))
-	if j.gen != s.gen && s.shared(j.gen) {
-		j = j.clone()
-		sh.jobs[seq&shardMask] = j
+	if !sh.owns(i) {
+		if len(s.frozen) > 0 {
+			j = j.clone()
+			sh.jobs[i] = j
+		}
+		sh.claim(i)
 	}
-	j.gen = s.gen
 	return j
 }
 
 // insertJob stores a new job under its seq.
 func (s *state) insertJob(j *Job) {
 	s.touch(j.Seq, 0)
-	j.gen = s.gen
 	sh := s.mutableShard(j.Seq, true)
 	sh.jobs[j.Seq&shardMask] = j
+	sh.claim(j.Seq & shardMask)
 	sh.n++
 	s.jobIDs.set(j.ID, j.Seq, s)
 	s.counts[j.State]++
@@ -380,12 +401,11 @@ func (s *state) setState(j *Job, to JobState) {
 	}
 	if from == JobDead { // retried: only a dead job ever leaves a terminal state
 		s.leaveDead(j)
-		j.FinishSeq, j.FinishedAt = 0, 0
+		j.setEnd(0, 0, j.Reason())
 	}
 	if to.Terminal() {
 		s.finishSeq++
-		j.FinishSeq = s.finishSeq
-		j.FinishedAt = s.lastTime
+		j.setEnd(s.lastTime, s.finishSeq, j.Reason())
 		if to == JobDead {
 			s.enterDead(j)
 		} else {
@@ -500,9 +520,9 @@ func (s *state) rebuildIndexes() {
 		case j.State == JobQueued:
 			s.enterQueue(j)
 		case j.State == JobDead:
-			dead = append(dead, fin{j.FinishSeq, j.Seq})
+			dead = append(dead, fin{j.FinishSeq(), j.Seq})
 		case j.State.Terminal():
-			finished = append(finished, fin{j.FinishSeq, j.Seq})
+			finished = append(finished, fin{j.FinishSeq(), j.Seq})
 		}
 		return true
 	})

@@ -165,7 +165,7 @@ func (s *state) timedOutOfAttempts(j *Job, reason string) {
 	if s.exhausted(j, reason) {
 		return
 	}
-	j.Reason = reason
+	j.setReason(reason)
 	s.setState(j, JobReported)
 }
 

@@ -156,8 +156,8 @@ func TestTimeoutEndsEveryWay(t *testing.T) {
 	m.submitTimed("once", 1)
 	g = timeOutNow("once")
 	m.report(g, "r", OutcomeKilled, false)
-	if j := m.job("once"); j.State != JobReported || j.Attempts != 1 || j.Reason == "" {
-		t.Fatalf("out of attempts: %s attempts %d reason %q", j.State, j.Attempts, j.Reason)
+	if j := m.job("once"); j.State != JobReported || j.Attempts != 1 || j.Reason() == "" {
+		t.Fatalf("out of attempts: %s attempts %d reason %q", j.State, j.Attempts, j.Reason())
 	}
 
 	run := timedSpec("run-style", 3)

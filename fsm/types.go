@@ -187,9 +187,11 @@ type Job struct {
 	TimeoutMs   uint32
 	SubmittedAt int64 // unix nanoseconds, stamped by the leader
 	UpdatedAt   int64
-	FinishedAt  int64 // set when the job turns terminal
-	FinishSeq   uint64
-	Reason      string // why the job ended, for terminal states without a report
+	// end holds when and why the job ended (FinishedAt, FinishSeq, Reason),
+	// nil while it has not: most jobs kept at scale are live ones, and the
+	// 32 bytes out of line keep the record in a smaller size class. It is
+	// never mutated once set, so copies of the job may share it.
+	end *jobEnd
 	// Leases holds the job's most recent leases, oldest first; tokens strictly
 	// increase along it. Only the last one can be active.
 	Leases      []Lease
@@ -199,9 +201,62 @@ type Job struct {
 	// is not granted: its run-at time, then after a retryable failure the
 	// end of its backoff. Zero or past: ready when queued (delayed.go).
 	NotBefore int64
-
-	gen uint64 // copy-on-write generation, see state.editJob
 }
+
+// jobEnd is how a job ended; see Job.end.
+type jobEnd struct {
+	finishedAt int64  // leader time the job turned terminal
+	finishSeq  uint64 // its place in finish order
+	reason     string // why it ended, for terminal states without a report
+}
+
+// FinishedAt is the leader time (unix nanoseconds) the job turned
+// terminal, zero while it is not.
+func (j *Job) FinishedAt() int64 {
+	if j.end == nil {
+		return 0
+	}
+	return j.end.finishedAt
+}
+
+// FinishSeq is the job's place in the order jobs turned terminal, zero
+// while it is not terminal.
+func (j *Job) FinishSeq() uint64 {
+	if j.end == nil {
+		return 0
+	}
+	return j.end.finishSeq
+}
+
+// Reason says why the job ended, for terminal states without a report.
+func (j *Job) Reason() string {
+	if j.end == nil {
+		return ""
+	}
+	return j.end.reason
+}
+
+// String prints every field, the ones kept out of line too, so that two
+// equal jobs print alike (as %v printed the struct before they moved).
+func (j Job) String() string {
+	return fmt.Sprintf("{JobSpec:%+v Seq:%d Attempts:%d Losses:%d State:%v TimeoutMs:%d SubmittedAt:%d UpdatedAt:%d "+
+		"FinishedAt:%d FinishSeq:%d Reason:%s Leases:%v CreateIndex:%d ModifyIndex:%d NotBefore:%d}",
+		j.JobSpec, j.Seq, j.Attempts, j.Losses, j.State, j.TimeoutMs, j.SubmittedAt, j.UpdatedAt,
+		j.FinishedAt(), j.FinishSeq(), j.Reason(), j.Leases, j.CreateIndex, j.ModifyIndex, j.NotBefore)
+}
+
+// setEnd replaces how the job ended: a new record, never a change to the
+// one copies may share; none when every field is zero.
+func (j *Job) setEnd(finishedAt int64, finishSeq uint64, reason string) {
+	if finishedAt == 0 && finishSeq == 0 && reason == "" {
+		j.end = nil
+		return
+	}
+	j.end = &jobEnd{finishedAt: finishedAt, finishSeq: finishSeq, reason: reason}
+}
+
+// setReason replaces why the job ended.
+func (j *Job) setReason(reason string) { j.setEnd(j.FinishedAt(), j.FinishSeq(), reason) }
 
 // timed says whether the job carries what only snapshot version 5 holds.
 func (j *Job) timed() bool { return j.NotBefore != 0 || j.Retry != nil }
@@ -251,12 +306,10 @@ func (j *Job) clone() *Job {
 }
 
 // export returns a copy for a caller outside the package: nothing in it,
-// the payload included, aliases the state, and the copy-on-write generation
-// is cleared so equal states give equal values.
+// the payload included, aliases the state.
 func (j *Job) export() Job {
 	c := *j.clone()
 	c.Payload = append([]byte(nil), j.Payload...)
-	c.gen = 0
 	return c
 }
 

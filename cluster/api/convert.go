@@ -244,7 +244,7 @@ func revokeToProto(r fsm.Revoke) pb.Revoke {
 // The job, its spec, its leases and all their timestamps take four
 // allocations: an acquire's or a report's answer is mostly jobs.
 func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
-	n := set(j.SubmittedAt, j.UpdatedAt, j.FinishedAt, j.NotBefore)
+	n := set(j.SubmittedAt, j.UpdatedAt, j.FinishedAt(), j.NotBefore)
 	for i := range j.Leases {
 		l := &j.Leases[i]
 		n += set(l.GrantedAt, l.StartedAt, l.EndedAt)
@@ -258,7 +258,7 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	fillSpec(&block.spec, &j.JobSpec)
 	out.Spec, out.Seq, out.State, out.Attempts = &block.spec, j.Seq, stateToProto(j.State), j.Executions()
 	out.Losses, out.SubmittedAt, out.UpdatedAt = j.Losses, st.at(j.SubmittedAt), st.at(j.UpdatedAt)
-	out.FinishedAt, out.Reason, out.CreateIndex, out.ModifyIndex = st.at(j.FinishedAt), j.Reason, j.CreateIndex, j.ModifyIndex
+	out.FinishedAt, out.Reason, out.CreateIndex, out.ModifyIndex = st.at(j.FinishedAt()), j.Reason(), j.CreateIndex, j.ModifyIndex
 	out.NotBefore = st.at(j.NotBefore)
 	if j.TimeoutMs > 0 {
 		out.Spec.Timeout = durationpb.New(time.Duration(j.Timeout()))
