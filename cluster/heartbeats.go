@@ -33,7 +33,7 @@ type Heartbeats struct {
 	done  <-chan struct{}
 
 	answer chan error  // Confirm's, reused while it is not abandoned
-	live   []fsm.Lease // Answer's
+	live   []fsm.HeldLease // Answer's
 	named  []uint64    // Answer's
 }
 
@@ -166,7 +166,7 @@ func (h *Heartbeats) Confirm(ctx context.Context) error {
 // under the token named, as of a state read after the quorum check.
 func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.LeaseRef, a Arrival) {
 	defer func() { h.n.metrics.heartbeatAck.Observe(time.Since(a.at).Seconds()) }()
-	byToken := func(a, b fsm.Lease) int { return cmp.Compare(a.Token, b.Token) }
+	byToken := func(a, b fsm.HeldLease) int { return cmp.Compare(a.Token, b.Token) }
 	h.live = h.n.fsm.AppendWorkerLeases(h.live[:0], workerID)
 	slices.SortFunc(h.live, byToken)
 	h.named = h.named[:0]
@@ -179,7 +179,7 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 	res.Term = h.term()
 	for _, l := range held {
 		st := LeaseStatus{JobID: l.JobID, Token: l.Token, Verdict: VerdictLost}
-		i, ok := slices.BinarySearchFunc(h.live, l.Token, func(l fsm.Lease, tok uint64) int { return cmp.Compare(l.Token, tok) })
+		i, ok := slices.BinarySearchFunc(h.live, l.Token, func(l fsm.HeldLease, tok uint64) int { return cmp.Compare(l.Token, tok) })
 		if ok && h.live[i].JobID == l.JobID && !a.expiring[l.Token] {
 			st.Verdict, st.Revoke = VerdictKeep, h.live[i].Revoke
 			if st.Revoke != fsm.RevokeNone {

@@ -291,7 +291,7 @@ func (n *Node) registered(worker string) bool {
 	return err == nil
 }
 
-func liveTokens(leases []fsm.Lease) map[uint64]bool {
+func liveTokens(leases []fsm.HeldLease) map[uint64]bool {
 	out := make(map[uint64]bool, len(leases))
 	for _, l := range leases {
 		out[l.Token] = true

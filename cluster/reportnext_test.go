@@ -40,7 +40,7 @@ func TestReportNextProposesTheAcquireBehind(t *testing.T) {
 	next := func(id string) fsm.Acquire {
 		return fsm.Acquire{WorkerID: "w", RequestID: id, Queues: []string{"q"}, Max: 1, Start: true}
 	}
-	r, got, err := n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: a.JobID, Token: a.Token, ReportID: "rep-a",
+	r, got, err := n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: "a", Token: a.Token, ReportID: "rep-a",
 		Outcome: fsm.OutcomeSucceeded}, next("r1"), 0)
 	if err != nil || r.State != fsm.JobReported || len(got.Grants) != 1 || got.Grants[0].Job.ID != "b" {
 		t.Fatalf("report a, next: %+v, %+v, %v; want a reported and b granted", r, got, err)
@@ -53,7 +53,7 @@ func TestReportNextProposesTheAcquireBehind(t *testing.T) {
 		t.Fatalf("behind %v, want 1: the acquire waited for the report", behind)
 	}
 
-	r, got, err = n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: b.JobID, Token: b.Token, ReportID: "rep-b",
+	r, got, err = n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: "b", Token: b.Token, ReportID: "rep-b",
 		Outcome: fsm.OutcomeSucceeded}, next("r2"), 0)
 	if err != nil || r.State != fsm.JobReported || len(got.Grants) != 0 {
 		t.Fatalf("report b, next, nothing ready: %+v, %+v, %v", r, got, err)
@@ -63,7 +63,7 @@ func TestReportNextProposesTheAcquireBehind(t *testing.T) {
 	}
 
 	do(t, c, &fsm.SubmitJob{Spec: fsm.JobSpec{ID: "c", Queue: "q", Kind: "k", MaxAttempts: 1, MaxWorkerLosses: 3, OnWorkerLost: fsm.LostRequeue}})
-	_, _, err = n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: b.JobID, Token: b.Token, ReportID: "rep-b2",
+	_, _, err = n.ReportNext(ctx(t), &fsm.Report{WorkerID: "w", JobID: "b", Token: b.Token, ReportID: "rep-b2",
 		Outcome: fsm.OutcomeFailed}, next("r3"), 0)
 	if !errors.Is(err, fsm.ErrConflict) {
 		t.Fatalf("another report of b: %v, want a conflict", err)

@@ -53,7 +53,7 @@ type HeartbeatResult struct {
 	// Unnamed lists live leases of the worker that it did not name (the
 	// reply to its acquire was lost, or it restarted): it should take them
 	// up or release them.
-	Unnamed []fsm.Lease
+	Unnamed []fsm.HeldLease
 	// Term is the leader's term that answered, whose memory holds the
 	// beat's progress notes.
 	Term uint64
@@ -285,7 +285,7 @@ func (n *Node) proposeBehind(ctx context.Context, ls *leaderState, rep *fsm.Repo
 		return nil, ""
 	}
 	held := n.fsm.WorkerLeases(next.WorkerID)
-	if !slices.ContainsFunc(held, func(l fsm.Lease) bool { return l.Token == rep.Token && l.JobID == rep.JobID }) ||
+	if !slices.ContainsFunc(held, func(l fsm.HeldLease) bool { return l.Token == rep.Token && l.JobID == rep.JobID }) ||
 		len(held)-1 >= int(w.Capacity) {
 		return nil, ""
 	}

@@ -50,7 +50,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		}
 		s.lastToken++
 		l := Lease{
-			Token: s.lastToken, JobID: j.ID, WorkerID: w.ID, RequestID: c.RequestID,
+			Token: s.lastToken, WorkerID: w.ID, RequestID: c.RequestID,
 			State: LeaseActive, GrantedAt: s.lastTime,
 		}
 		to := JobAcquired
@@ -204,7 +204,7 @@ func applyStart(s *state, cmd Command) (any, error) {
 		return nil, err
 	}
 	if j.State == JobRunning {
-		return *j.lastLease(), nil
+		return HeldLease{Lease: *j.lastLease(), JobID: j.ID}, nil
 	}
 	j = s.editJob(j.Seq)
 	l := j.lastLease()
@@ -212,7 +212,7 @@ func applyStart(s *state, cmd Command) (any, error) {
 	s.setState(j, JobRunning)
 	j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 	s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
-	return *l, nil
+	return HeldLease{Lease: *l, JobID: j.ID}, nil
 }
 
 func applyReport(s *state, cmd Command) (any, error) {

@@ -150,9 +150,6 @@ func (s *state) check() error {
 			if seq, _ := s.tokens.find(l.Token); seq != j.Seq {
 				fail("token %d: index says job seq %d, held by %s (seq %d): granted twice?", l.Token, seq, j.ID, j.Seq)
 			}
-			if l.JobID != j.ID {
-				fail("lease %d: job id %q on job %s", l.Token, l.JobID, j.ID)
-			}
 			if _, ok := leaseStateNames[l.State]; !ok {
 				fail("lease %d: state %d", l.Token, l.State)
 			}

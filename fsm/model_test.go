@@ -680,7 +680,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 		since := m.readySince(best)
 		m.lastToken++
 		l := Lease{
-			Token: m.lastToken, JobID: best.ID, WorkerID: c.WorkerID, RequestID: c.RequestID,
+			Token: m.lastToken, WorkerID: c.WorkerID, RequestID: c.RequestID,
 			State: LeaseActive, GrantedAt: m.now,
 		}
 		best.State = JobAcquired
@@ -731,13 +731,13 @@ func (m *refModel) start(c *Start) (any, error) {
 		return nil, err
 	}
 	if j.State == JobRunning {
-		return *l, nil
+		return HeldLease{Lease: *l, JobID: j.ID}, nil
 	}
 	l.StartedAt = m.now
 	j.State = JobRunning
 	m.touch(j)
 	m.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: l.WorkerID})
-	return *l, nil
+	return HeldLease{Lease: *l, JobID: j.ID}, nil
 }
 
 func answerOf(j *Job, l *Lease) ReportResult {
@@ -1251,7 +1251,7 @@ type modelGen struct {
 	nRep    int
 	jobIDs  []string            // every job id ever submitted, first submission order
 	seenIDs map[string]bool     // lookup only
-	grants  []Lease             // grants seen, newest last (bounded)
+	grants  []HeldLease         // grants seen, newest last (bounded)
 	reports []Report            // reports accepted the first time (bounded)
 	reqs    map[string][]string // worker -> its request ids (lookup only)
 }
@@ -1876,7 +1876,7 @@ func (g *modelGen) observe(c Command, res any, err error) {
 		}
 		if r := res.(AcquireResult); !r.Replayed {
 			for _, gr := range r.Grants {
-				g.grants = append(g.grants, gr.Lease)
+				g.grants = append(g.grants, HeldLease{Lease: gr.Lease, JobID: gr.Job.ID})
 			}
 			if len(g.grants) > keep {
 				g.grants = slices.Delete(g.grants, 0, len(g.grants)-keep)
@@ -2377,17 +2377,17 @@ func (r *modelRun) compareState() {
 	}
 	liveAll := f.LiveLeases()
 	for _, w := range modelWorkers {
-		var want []Lease
+		var want []HeldLease
 		var refs []LeaseRef
 		for _, j := range m.heldBy(w) {
-			want = append(want, *m.live(j))
+			want = append(want, HeldLease{Lease: *m.live(j), JobID: j.ID})
 			refs = append(refs, LeaseRef{j.ID, m.live(j).Token})
 		}
 		if g, e := fmt.Sprintf("%+v", f.WorkerLeases(w)), fmt.Sprintf("%+v", want); g != e {
 			r.fail("WorkerLeases(%s)\n  got  %s\n  want %s", w, g, e)
 		}
 		appended := f.AppendWorkerLeases(nil, w)
-		slices.SortFunc(appended, func(a, b Lease) int { return cmp.Compare(a.Token, b.Token) })
+		slices.SortFunc(appended, func(a, b HeldLease) int { return cmp.Compare(a.Token, b.Token) })
 		if g, e := fmt.Sprintf("%+v", appended), fmt.Sprintf("%+v", want); g != e {
 			r.fail("AppendWorkerLeases(%s), sorted\n  got  %s\n  want %s", w, g, e)
 		}
@@ -2485,7 +2485,7 @@ func (r *modelRun) compareState() {
 	for _, j := range m.jobs {
 		for _, l := range j.Leases {
 			got, err := f.Lease(l.Token)
-			if err != nil || !got.Equal(l) {
+			if err != nil || !got.Equal(l) || got.JobID != j.ID {
 				r.fail("Lease(%d) = %+v %v\n  want %+v", l.Token, got, err, l)
 			}
 		}

@@ -28,15 +28,16 @@ func (f *FSM) HasJob(id string) bool {
 }
 
 // Lease returns a lease by token, live or ended, as long as its job is kept.
-func (f *FSM) Lease(token uint64) (Lease, error) {
+func (f *FSM) Lease(token uint64) (HeldLease, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if seq, ok := f.st.tokens.find(token); ok {
-		if l := findLease(f.st.job(seq), token); l != nil {
-			return *l, nil
+		j := f.st.job(seq)
+		if l := findLease(j, token); l != nil {
+			return HeldLease{Lease: *l, JobID: j.ID}, nil
 		}
 	}
-	return Lease{}, fmt.Errorf("%w: lease %d", ErrNotFound, token)
+	return HeldLease{}, fmt.Errorf("%w: lease %d", ErrNotFound, token)
 }
 
 // Worker returns a registered worker.
@@ -93,13 +94,14 @@ func (f *FSM) Node(id string) (Node, bool) {
 // WorkerLeases returns the live leases of one worker, by token. The leader's
 // heartbeat answers from it: a live lease keeps going or, revoked, stops; a
 // token the worker holds that is not listed is lost.
-func (f *FSM) WorkerLeases(workerID string) []Lease {
+func (f *FSM) WorkerLeases(workerID string) []HeldLease {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	set := f.st.workerLeases[workerID]
-	out := make([]Lease, 0, len(set))
+	out := make([]HeldLease, 0, len(set))
 	for _, e := range set {
-		out = append(out, *f.st.job(e.seq).lastLease())
+		j := f.st.job(e.seq)
+		out = append(out, HeldLease{Lease: *j.lastLease(), JobID: j.ID})
 	}
 	return out
 }
@@ -107,11 +109,12 @@ func (f *FSM) WorkerLeases(workerID string) []Lease {
 // AppendWorkerLeases appends the live leases of one worker to dst, in no
 // particular order: WorkerLeases for the leader's heartbeat path, which
 // answers many heartbeats a second and reuses its buffer.
-func (f *FSM) AppendWorkerLeases(dst []Lease, workerID string) []Lease {
+func (f *FSM) AppendWorkerLeases(dst []HeldLease, workerID string) []HeldLease {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	for _, e := range f.st.workerLeases[workerID] {
-		dst = append(dst, *f.st.job(e.seq).lastLease())
+		j := f.st.job(e.seq)
+		dst = append(dst, HeldLease{Lease: *j.lastLease(), JobID: j.ID})
 	}
 	return dst
 }

@@ -504,7 +504,7 @@ func (s *state) rebuildIndexes() {
 		}
 		for i := range j.Leases {
 			l := &j.Leases[i]
-			l.JobID, l.WorkerID = j.ID, s.intern(l.WorkerID)
+			l.WorkerID = s.intern(l.WorkerID)
 			tokens = append(tokens, leaseEntry{token: l.Token, seq: j.Seq})
 			key := requestKey{l.WorkerID, l.RequestID}
 			s.requests[key] = append(s.requests[key], l.Token)

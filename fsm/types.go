@@ -313,13 +313,15 @@ func (j *Job) export() Job {
 	return c
 }
 
-// Lease is a time-limited claim on one job by one worker. Its Token is its id.
+// Lease is a time-limited claim on one job by one worker. Its Token is its
+// id. It is kept in its job's Leases, so it does not repeat the job's id
+// (16 bytes of a record that is then 80, not 96); the queries that find a
+// lease without its job return a HeldLease, which carries it.
 type Lease struct {
 	// Leases are compared with Equal: == would compare where their report's
 	// strings are kept. This field (of no size) makes == a compile error.
 	_         [0]func()
 	Token     uint64
-	JobID     string
 	WorkerID  string
 	RequestID string // the acquire's idempotency key
 	GrantedAt int64
@@ -344,7 +346,7 @@ type Lease struct {
 
 // Equal says whether two leases hold the same values.
 func (l Lease) Equal(o Lease) bool {
-	return l.Token == o.Token && l.JobID == o.JobID && l.WorkerID == o.WorkerID && l.RequestID == o.RequestID &&
+	return l.Token == o.Token && l.WorkerID == o.WorkerID && l.RequestID == o.RequestID &&
 		l.GrantedAt == o.GrantedAt && l.StartedAt == o.StartedAt && l.EndedAt == o.EndedAt && l.State == o.State &&
 		l.Revoke == o.Revoke && l.Outcome == o.Outcome && l.Retryable == o.Retryable && l.Answer == o.Answer &&
 		l.ReportID() == o.ReportID() && l.Ref() == o.Ref() && l.Message() == o.Message()
@@ -353,11 +355,21 @@ func (l Lease) Equal(o Lease) bool {
 // String prints every field, the report's strings included (fmt alone
 // would print where they are kept).
 func (l Lease) String() string {
-	return fmt.Sprintf("{Token:%d JobID:%s WorkerID:%s RequestID:%s GrantedAt:%d StartedAt:%d EndedAt:%d State:%v "+
+	return fmt.Sprintf("{Token:%d WorkerID:%s RequestID:%s GrantedAt:%d StartedAt:%d EndedAt:%d State:%v "+
 		"Revoke:%v Outcome:%v Retryable:%t Answer:%v ReportID:%s Ref:%q Message:%q}",
-		l.Token, l.JobID, l.WorkerID, l.RequestID, l.GrantedAt, l.StartedAt, l.EndedAt, l.State,
+		l.Token, l.WorkerID, l.RequestID, l.GrantedAt, l.StartedAt, l.EndedAt, l.State,
 		l.Revoke, l.Outcome, l.Retryable, l.Answer, l.ReportID(), l.Ref(), l.Message())
 }
+
+// HeldLease is a lease with its job's id, as the queries that find leases
+// by token or by worker, and a start, return them.
+type HeldLease struct {
+	Lease
+	JobID string
+}
+
+// String prints the lease with its job's id.
+func (h HeldLease) String() string { return "{JobID:" + h.JobID + " " + h.Lease.String()[1:] }
 
 // reportWords are the strings of a lease's report.
 type reportWords struct {

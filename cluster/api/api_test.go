@@ -370,7 +370,7 @@ func TestTimeoutTranslates(t *testing.T) {
 		t.Fatalf("submit with a 30 s timeout: %+v %v", cmd, err)
 	}
 	j := fsm.Job{JobSpec: cmd.Spec, TimeoutMs: cmd.TimeoutMs, State: fsm.JobRunning,
-		Leases: []fsm.Lease{{Token: 7, JobID: "a", State: fsm.LeaseActive, Revoke: fsm.RevokeTimeout}}}
+		Leases: []fsm.Lease{{Token: 7, State: fsm.LeaseActive, Revoke: fsm.RevokeTimeout}}}
 	out := jobToProto(&j, time.Now())
 	if out.GetSpec().GetTimeout().AsDuration() != 30*time.Second {
 		t.Fatalf("job view timeout %v", out.GetSpec().GetTimeout())

@@ -195,15 +195,15 @@ func fillSpec(out *pb.JobSpec, s *fsm.JobSpec) {
 	out.MaxWorkerLosses, out.Retry = s.MaxWorkerLosses, retryToProto(s.Retry)
 }
 
-func leaseToProto(l *fsm.Lease) *pb.Lease {
+func leaseToProto(jobID string, l *fsm.Lease) *pb.Lease {
 	out := new(pb.Lease)
 	st := make(stamps, 0, set(l.GrantedAt, l.StartedAt, l.EndedAt))
-	fillLease(out, l, &st)
+	fillLease(out, jobID, l, &st)
 	return out
 }
 
-func fillLease(out *pb.Lease, l *fsm.Lease, st *stamps) {
-	out.Token, out.JobId, out.WorkerId, out.RequestId = l.Token, l.JobID, l.WorkerID, l.RequestID
+func fillLease(out *pb.Lease, jobID string, l *fsm.Lease, st *stamps) {
+	out.Token, out.JobId, out.WorkerId, out.RequestId = l.Token, jobID, l.WorkerID, l.RequestID
 	out.State, out.Revoke = pb.LeaseState(l.State), revokeToProto(l.Revoke)
 	out.GrantedAt, out.StartedAt, out.EndedAt = st.at(l.GrantedAt), st.at(l.StartedAt), st.at(l.EndedAt)
 	out.ReportId, out.Outcome, out.Retryable = l.ReportID(), pb.Outcome(l.Outcome), l.Retryable
@@ -271,7 +271,7 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 		leases := make([]pb.Lease, len(j.Leases))
 		out.Leases = make([]*pb.Lease, len(j.Leases))
 		for i := range j.Leases {
-			fillLease(&leases[i], &j.Leases[i], &st)
+			fillLease(&leases[i], j.ID, &j.Leases[i], &st)
 			out.Leases[i] = &leases[i]
 		}
 	}
@@ -316,7 +316,7 @@ func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, s
 	out.NotesTerm = res.Term
 	out.Unnamed = out.Unnamed[:0]
 	for i := range res.Unnamed {
-		out.Unnamed = append(out.Unnamed, leaseToProto(&res.Unnamed[i]))
+		out.Unnamed = append(out.Unnamed, leaseToProto(res.Unnamed[i].JobID, &res.Unnamed[i].Lease))
 	}
 	return statuses
 }
@@ -341,7 +341,7 @@ func eventToProto(e *fsm.Event) *pb.Event {
 func grantsToProto(gs []fsm.Grant, now time.Time) []*pb.Grant {
 	out := make([]*pb.Grant, 0, len(gs))
 	for i := range gs {
-		out = append(out, &pb.Grant{Job: jobToProto(&gs[i].Job, now), Lease: leaseToProto(&gs[i].Lease)})
+		out = append(out, &pb.Grant{Job: jobToProto(&gs[i].Job, now), Lease: leaseToProto(gs[i].Job.ID, &gs[i].Lease)})
 	}
 	return out
 }

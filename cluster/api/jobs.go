@@ -201,7 +201,7 @@ func (j jobService) GetLease(ctx context.Context, req *connect.Request[pb.GetLea
 		if err != nil {
 			return nil, err
 		}
-		return &pb.GetLeaseResponse{Lease: leaseToProto(&l)}, nil
+		return &pb.GetLeaseResponse{Lease: leaseToProto(l.JobID, &l.Lease)}, nil
 	})
 }
 

@@ -68,11 +68,11 @@ func (w workerService) StartLease(ctx context.Context, req *connect.Request[pb.S
 		if err := w.s.actAsWorker(ctx, req.Msg.GetWorkerId()); err != nil {
 			return nil, err
 		}
-		l, err := applyAs[fsm.Lease](w.s, ctx, req.Msg, startOf)
+		l, err := applyAs[fsm.HeldLease](w.s, ctx, req.Msg, startOf)
 		if err != nil {
 			return nil, err
 		}
-		return &pb.StartLeaseResponse{Lease: leaseToProto(&l)}, nil
+		return &pb.StartLeaseResponse{Lease: leaseToProto(l.JobID, &l.Lease)}, nil
 	})
 }
 
@@ -165,7 +165,7 @@ func (w workerService) ListLeases(ctx context.Context, req *connect.Request[pb.L
 			if err != nil {
 				continue // ended between the two reads
 			}
-			out.Leases = append(out.Leases, &pb.Grant{Job: jobToProto(&j, w.s.node.Wall()), Lease: leaseToProto(&l)})
+			out.Leases = append(out.Leases, &pb.Grant{Job: jobToProto(&j, w.s.node.Wall()), Lease: leaseToProto(l.JobID, &l.Lease)})
 		}
 		return out, nil
 	})
