@@ -32,9 +32,9 @@ type Heartbeats struct {
 	table *expiryTable
 	done  <-chan struct{}
 
-	answer chan error  // Confirm's, reused while it is not abandoned
+	answer chan error      // Confirm's, reused while it is not abandoned
 	live   []fsm.HeldLease // Answer's
-	named  []uint64    // Answer's
+	named  []uint64        // Answer's
 }
 
 // Heartbeats returns the heartbeats of this node's current term, or the
