@@ -2485,7 +2485,7 @@ func (r *modelRun) compareState() {
 	for _, j := range m.jobs {
 		for _, l := range j.Leases {
 			got, err := f.Lease(l.Token)
-			if err != nil || !got.Equal(l) || got.JobID != j.ID {
+			if err != nil || !got.Lease.Equal(l) || got.JobID != j.ID {
 				r.fail("Lease(%d) = %+v %v\n  want %+v", l.Token, got, err, l)
 			}
 		}

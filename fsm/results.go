@@ -6,7 +6,7 @@ package fsm
 //	DeregisterWorker DeregisterResult
 //	SubmitJob        SubmitResult
 //	Acquire          AcquireResult
-//	Start            Lease
+//	Start            HeldLease
 //	Report           ReportResult
 //	Release          Job
 //	Cancel           CancelResult

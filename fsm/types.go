@@ -305,8 +305,10 @@ func (j *Job) clone() *Job {
 	return &c
 }
 
-// export returns a copy for a caller outside the package: nothing in it,
-// the payload included, aliases the state.
+// export returns a copy for a caller outside the package: nothing in it
+// that the state may change aliases the state (the payload is copied; the
+// end record and the leases' report words, never changed once set, are
+// shared).
 func (j *Job) export() Job {
 	c := *j.clone()
 	c.Payload = append([]byte(nil), j.Payload...)
@@ -367,6 +369,9 @@ type HeldLease struct {
 	Lease
 	JobID string
 }
+
+// Equal says whether two held leases are the same lease of the same job.
+func (h HeldLease) Equal(o HeldLease) bool { return h.JobID == o.JobID && h.Lease.Equal(o.Lease) }
 
 // String prints the lease with its job's id.
 func (h HeldLease) String() string { return "{JobID:" + h.JobID + " " + h.Lease.String()[1:] }
