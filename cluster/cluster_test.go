@@ -157,9 +157,7 @@ func TestLeaderHintFollowsTheLeader(t *testing.T) {
 		rec, ok := f.FSM().Node(target.ID())
 		return id == old.ID() && api == old.APIAddr && ok && rec.APIAddr == target.APIAddr
 	})
-	if err := old.TransferLeadership(ctx(t), target.ID(), cluster.Actor{Name: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	c.Transfer(old, target)
 	c.WaitFor(10*time.Second, "the follower's Raft to name the new leader", func() bool {
 		return f.Status().LeaderID == target.ID()
 	})

@@ -262,9 +262,7 @@ func TestGrantRatesStartFromZeroEachTerm(t *testing.T) {
 	}
 	b := c.Nodes[(a.Index+1)%3]
 	for _, to := range []*clustertest.Node{b, a} {
-		if err := c.Leader().TransferLeadership(ctx(t), to.ID(), cluster.Actor{Name: "test"}); err != nil {
-			t.Fatal(err)
-		}
+		c.Transfer(c.Leader(), to)
 		c.WaitFor(10*time.Second, to.ID()+" leads", func() bool { return c.Leader() == to })
 		if to == b {
 			// The deposed node learns of its loss on its own leader loop,

@@ -12,7 +12,6 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/transport"
@@ -358,9 +357,7 @@ func TestHeartbeatStreamEndsWithTheTerm(t *testing.T) {
 	sendBeat(t, s, 1, "w1", refs...)
 	ack(t, s, 1)
 	next := c.Nodes[(old.Index+1)%3]
-	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	c.Transfer(old, next)
 	m, err := receive(t, s)
 	if err == nil || (reasonOf(err) != transport.ReasonNotLeader && reasonOf(err) != transport.ReasonNoLeader) {
 		t.Fatalf("after the term ended: %v, %v; want NOT_LEADER", m, err)

@@ -7,7 +7,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/transport"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
@@ -174,9 +173,7 @@ func TestProgressNotesEndWithTheTerm(t *testing.T) {
 		t.Fatal("the leader did not keep the note")
 	}
 	next := c.Nodes[(old.Index+1)%3]
-	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	c.Transfer(old, next)
 	leader := c.Leader()
 	js := leaseholdv1connect.NewJobServiceClient(h2c(t), "http://"+leader.APIAddr)
 	var j *pb.GetJobResponse

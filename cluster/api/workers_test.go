@@ -8,7 +8,6 @@ import (
 
 	"connectrpc.com/connect"
 
-	"github.com/leasehold/leasehold/cluster"
 	"github.com/leasehold/leasehold/cluster/api"
 	"github.com/leasehold/leasehold/cluster/clustertest"
 	"github.com/leasehold/leasehold/fsm"
@@ -263,9 +262,7 @@ func TestWorkerPresenceAfterFailover(t *testing.T) {
 	}
 	next := c.Nodes[(old.Index+1)%3]
 	c.WaitFor(10*time.Second, "the next leader has both workers", func() bool { return len(next.FSM().Workers()) == 2 })
-	if err := old.TransferLeadership(callCtx(t), next.ID(), cluster.Actor{Name: "test"}); err != nil {
-		t.Fatal(err)
-	}
+	c.Transfer(old, next)
 	leader := c.Leader()
 	if leader != next {
 		t.Fatalf("leadership went to %s, not %s", leader.ID(), next.ID())

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -331,6 +332,31 @@ func (c *Cluster) Leader() *Node {
 		return true
 	})
 	return leader
+}
+
+// Transfer moves the leadership from from to to and waits until to leads.
+// Raft gives a transfer one election timeout (200 ms here) to end, and on
+// two busy cores under -race it sometimes needs longer: a transfer that
+// timed out while to has not taken over is asked for again, up to five
+// times. Any other error fails the test.
+func (c *Cluster) Transfer(from, to *Node) {
+	c.t.Helper()
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := from.TransferLeadership(ctx, to.ID(), cluster.Actor{Name: "test"})
+		cancel()
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "leadership transfer timeout") || try == 5 {
+			c.t.Fatalf("transfer from %s to %s (try %d): %v", from.ID(), to.ID(), try, err)
+		}
+		if from = c.Leader(); from == to {
+			break // it took over after all
+		}
+		c.t.Logf("transfer to %s timed out (try %d); asking %s again", to.ID(), try, from.ID())
+	}
+	c.WaitFor(10*time.Second, to.ID()+" to lead", func() bool { return c.Leader() == to })
 }
 
 // Partition cuts every link between the groups (node indexes); links inside
