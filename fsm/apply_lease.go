@@ -31,6 +31,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 	heaps := s.candidateHeaps(c.Queues, c.Kinds)
 	var res AcquireResult
 	var toks []uint64
+	var block []Lease // the grants' copies of their jobs' leases (Job.exportIn)
 	for i := range n {
 		seq, ok := s.pickReady(heaps)
 		if !singleGrant && i == 0 {
@@ -40,6 +41,12 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		}
 		if !ok {
 			break
+		}
+		if res.Grants == nil {
+			// Sized once, for at most the jobs the heaps hold, rather
+			// than grown by doubling.
+			room := min(int(n), readyBound(heaps))
+			res.Grants, toks, block = make([]Grant, 0, room), make([]uint64, 0, room), make([]Lease, 0, room)
 		}
 		j := s.editJob(seq)
 		since := readySince(j)
@@ -65,13 +72,26 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		if c.Start {
 			s.emit(Event{Type: EventLeaseStarted, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
 		}
-		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: l, ReadySince: since})
+		res.Grants = append(res.Grants, Grant{Job: j.exportIn(&block), Lease: l, ReadySince: since})
 	}
 	if len(toks) > 0 {
-		// One slice of the acquire's exact size (the loop's grows by doubling).
-		s.requests[requestKey{w.ID, c.RequestID}] = slices.Clone(toks)
+		// Kept at the acquire's exact size.
+		if len(toks) < cap(toks) {
+			toks = slices.Clone(toks)
+		}
+		s.requests[requestKey{w.ID, c.RequestID}] = toks
 	}
 	return res, nil
+}
+
+// readyBound is at least the number of jobs heaps may grant: the queued
+// jobs they hold (some not yet ready, or in paused queues), at least 1.
+func readyBound(heaps []readyHeap) int {
+	n := 0
+	for _, rh := range heaps {
+		n += rh.h.live
+	}
+	return max(n, 1)
 }
 
 // doubleGrantable (the broken chaos_doublegrant build only) is the job of

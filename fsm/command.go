@@ -1132,12 +1132,16 @@ func decodeFor(b []byte, s *state) (Envelope, error) {
 	if err != nil {
 		return Envelope{}, err
 	}
-	return decodeBody(body, s)
+	return decodeBody(new(decoder), body, s)
 }
 
-// decodeBody is decodeFor of an entry whose checksum checkedBody passed.
-func decodeBody(body []byte, s *state) (Envelope, error) {
-	d := decoder{b: body, known: s}
+// decodeBody is decodeFor of an entry whose checksum checkedBody passed,
+// read with d, which it resets (the commands' decode methods take it
+// through an interface, so a decoder of its own would be allocated on
+// every call: FSM.Apply passes the one it keeps).
+func decodeBody(d *decoder, body []byte, s *state) (Envelope, error) {
+	*d = decoder{b: body, known: s}
+	defer func() { *d = decoder{} }() // keeps neither the entry nor the state
 	if d.codec = d.byte1(); d.err == nil && (d.codec < codecV1 || d.codec > Level) {
 		return Envelope{}, fmt.Errorf("%w: codec version %d (written by a newer leasehold?)", ErrCorrupt, d.codec)
 	}
@@ -1150,7 +1154,7 @@ func decodeBody(body []byte, s *state) (Envelope, error) {
 		return Envelope{}, fmt.Errorf("%w: %d", ErrUnknownCommand, t)
 	}
 	env := Envelope{Time: d.varint(), Command: factory()}
-	env.Command.decode(&d)
+	env.Command.decode(d)
 	if err := d.done(); err != nil {
 		return Envelope{}, err
 	}

@@ -21,6 +21,7 @@ type FSM struct {
 	handlers map[CommandType]handler
 	changed  chan struct{} // closed and replaced after every apply that emits events
 	counts   counters      // what this replica applied since it started (counts.go)
+	dec      decoder       // Apply's, under mu (decodeBody)
 }
 
 type handler func(s *state, c Command) (any, error)
@@ -89,7 +90,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	s := f.st
-	env, err := decodeBody(body, s)
+	env, err := decodeBody(&f.dec, body, s)
 	if err != nil {
 		return nil, err
 	}

@@ -454,6 +454,67 @@ func TestResultsDoNotAliasState(t *testing.T) {
 	}
 }
 
+// The grants of one acquire hold copies of their jobs' leases taken from
+// one shared block (Job.exportIn): each copy holds its own job's leases,
+// and neither writing into one nor appending to it changes the state or
+// another grant.
+func TestAcquireGrantsShareNoLeases(t *testing.T) {
+	m := newMachine(t)
+	m.register("w0", 1)
+	m.register("w1", 4)
+	for _, id := range []string{"a", "b", "c"} {
+		m.submit(spec(id))
+	}
+	// a has a lease behind it, so its copy (two leases) and b's and c's
+	// (one each) do not fit the block sized for three grants in turn.
+	g := m.acquireOne("w0")
+	m.do(&Release{WorkerID: "w0", JobID: g.Job.ID, Token: g.Lease.Token})
+	before := m.f.Hash()
+	grants := m.acquire("w1", 4)
+	if len(grants) != 3 {
+		t.Fatalf("granted %d leases, want 3", len(grants))
+	}
+	want := map[string]int{"a": 2, "b": 1, "c": 1}
+	for _, gr := range grants {
+		ls := gr.Job.Leases
+		if len(ls) != want[gr.Job.ID] || ls[len(ls)-1].Token != gr.Lease.Token || !ls[len(ls)-1].Equal(gr.Lease) {
+			t.Fatalf("grant of %s: leases %v, lease %v", gr.Job.ID, ls, gr.Lease)
+		}
+		if cap(ls) != len(ls) {
+			t.Fatalf("grant of %s: leases of capacity %d, length %d", gr.Job.ID, cap(ls), len(ls))
+		}
+	}
+	hash := m.f.Hash()
+	if hash == before {
+		t.Fatal("the acquire did not change the hash")
+	}
+	tokens := make([]uint64, len(grants))
+	for i, gr := range grants {
+		tokens[i] = gr.Lease.Token
+	}
+	for i := range grants {
+		ls := grants[i].Job.Leases
+		ls[len(ls)-1].Token = 999
+		grants[i].Job.Leases = append(ls, Lease{Token: 1000 + uint64(i)})
+		for k, other := range grants {
+			if k == i {
+				continue
+			}
+			if ol := other.Job.Leases; k > i && ol[len(ol)-1].Token != tokens[k] {
+				t.Fatalf("writing into grant %d changed grant %d: %v", i, k, ol)
+			}
+		}
+	}
+	if m.f.Hash() != hash {
+		t.Fatal("writing into the grants changed the state")
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if j := m.job(id); j.Leases[len(j.Leases)-1].Token == 999 {
+			t.Fatalf("job %s's stored lease was written through a grant", id)
+		}
+	}
+}
+
 func TestNodes(t *testing.T) {
 	m := newMachine(t)
 	n := m.do(&SetNode{NodeID: "a", RaftAddr: "h:1", APIAddr: "h:2"}).(Node)

@@ -315,6 +315,27 @@ func (j *Job) export() Job {
 	return c
 }
 
+// exportIn is export with the copy of the job's leases taken from block's
+// spare room when it has enough (a new allocation when not), and block
+// grown by them. An acquire's grants share one block: a small allocation
+// for each grant's copy would be garbage in the size class of the state's
+// own leases, and holes between them once collected, as Go's collector
+// does not move objects. The copy is capped at its length, so appending to
+// it never writes into the block.
+func (j *Job) exportIn(block *[]Lease) Job {
+	c := *j
+	c.Leases = nil
+	if n := len(j.Leases); n > 0 && n <= cap(*block)-len(*block) {
+		start := len(*block)
+		*block = append(*block, j.Leases...)
+		c.Leases = (*block)[start : start+n : start+n]
+	} else if n > 0 {
+		c.Leases = append([]Lease(nil), j.Leases...)
+	}
+	c.Payload = append([]byte(nil), j.Payload...)
+	return c
+}
+
 // Lease is a time-limited claim on one job by one worker. Its Token is its
 // id. It is kept in its job's Leases, so it does not repeat the job's id
 // (16 bytes of a record that is then 80, not 96); the queries that find a
