@@ -81,10 +81,11 @@ func New(cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		c.scheme = "https"
 	}
-	c.http = cfg.HTTPClient
-	if c.http == nil {
+	if cfg.HTTPClient != nil {
+		c.http = withJoinedFrames(cfg.HTTPClient)
+	} else {
 		c.owned = NewTransport(cfg.TLS)
-		c.http = &http.Client{Transport: c.owned}
+		c.http = withJoinedFrames(&http.Client{Transport: c.owned})
 	}
 	c.closed, c.closeFunc = context.WithCancel(context.Background())
 	return c, nil

@@ -31,7 +31,10 @@ type Config struct {
 	TLS *tls.Config
 	// HTTPClient replaces the client's own HTTP client (tests, proxies,
 	// custom transports). It must speak TLS itself when TLS is set; the
-	// Client uses TLS only to choose the https scheme then.
+	// Client uses TLS only to choose the https scheme then. The Client
+	// calls through a copy of it whose transport sends each message of a
+	// stream as one read of the request body (frames.go), and otherwise
+	// leaves the requests to it.
 	HTTPClient *http.Client
 	// CallTimeout bounds each attempt of a call, and the whole call when the
 	// caller's context has no deadline. A long poll gets its wait on top.

@@ -1,0 +1,101 @@
+package client
+
+import (
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// joinFrames wraps the transport a Client calls through so that each
+// message of a streaming call leaves as one HTTP/2 DATA frame, not two.
+//
+// Connect writes a streamed message into the request body as two writes,
+// its 5-byte envelope prefix and then the message, and Go's HTTP/2
+// transport sends every read of the body as a DATA frame of its own, and
+// flushes it: two frames, and two writes to the socket, for every
+// heartbeat a worker's stream sends. The server then handles two frames,
+// and may wake the stream's handler twice, for one message. The wrapper's
+// body reads each message whole (up to the transport's buffer) before it
+// returns, and never waits past the end of one: a message is sent as soon
+// as it is written, as before.
+type joinFrames struct{ next http.RoundTripper }
+
+// withJoinedFrames returns hc's transport wrapped by joinFrames, in a copy of
+// hc (nil transport: http.DefaultTransport).
+func withJoinedFrames(hc *http.Client) *http.Client {
+	out := *hc
+	next := out.Transport
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	out.Transport = joinFrames{next: next}
+	return &out
+}
+
+func (t joinFrames) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Body == nil || r.Body == http.NoBody || !enveloped(r.Header.Get("Content-Type")) {
+		return t.next.RoundTrip(r)
+	}
+	// A RoundTripper must not change the request it is given: send a
+	// shallow copy that reads the body through the joiner.
+	r2 := new(http.Request)
+	*r2 = *r
+	r2.Body = &joinedBody{body: r.Body}
+	return t.next.RoundTrip(r2)
+}
+
+// enveloped reports whether a request's body is a stream of enveloped
+// messages (Connect's streaming protocol, gRPC and gRPC-Web), each a flags
+// byte and a 4-byte big-endian length before the message.
+func enveloped(contentType string) bool {
+	return strings.HasPrefix(contentType, "application/connect+") || strings.HasPrefix(contentType, "application/grpc")
+}
+
+// envelopePrefix is the length of an envelope's prefix.
+const envelopePrefix = 5
+
+// joinedBody reads a stream of enveloped messages and returns from Read
+// at the end of each one (or when p is full), so that a read is a
+// message, whatever the writes that made it.
+type joinedBody struct {
+	body   io.ReadCloser
+	prefix [envelopePrefix]byte
+	got    int    // bytes of the current message's prefix read; envelopePrefix: in its message
+	left   uint32 // bytes of the current message still to read, once its prefix is read
+}
+
+func (b *joinedBody) Read(p []byte) (n int, err error) {
+	for n < len(p) {
+		want := len(p) - n
+		if b.got < envelopePrefix {
+			want = min(want, envelopePrefix-b.got)
+		} else {
+			want = min(want, int(b.left))
+		}
+		var m int
+		m, err = b.body.Read(p[n : n+want])
+		if b.got < envelopePrefix {
+			copy(b.prefix[b.got:], p[n:n+m])
+			b.got += m
+			if b.got == envelopePrefix {
+				b.left = binary.BigEndian.Uint32(b.prefix[1:])
+			}
+		} else {
+			b.left -= uint32(m)
+		}
+		n += m
+		if b.got == envelopePrefix && b.left == 0 {
+			// The message is whole: hand it over rather than wait for
+			// the next, which may not come for a while.
+			b.got = 0
+			return n, err
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
+}
+
+func (b *joinedBody) Close() error { return b.body.Close() }

@@ -1,0 +1,205 @@
+package client
+
+import (
+	"context"
+	"encoding/binary"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
+	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
+)
+
+// envelope is a message with its prefix, as Connect frames it.
+func envelope(msg []byte) []byte {
+	out := make([]byte, envelopePrefix, envelopePrefix+len(msg))
+	binary.BigEndian.PutUint32(out[1:], uint32(len(msg)))
+	return append(out, msg...)
+}
+
+// bound is how long a test waits for what must happen at once before it
+// says it did not (a bound against a hang, not a timing assertion).
+const bound = 10 * time.Second
+
+// A joined body returns each message whole from one Read, however the
+// writer split it, and returns at its end without waiting for the next
+// one: the writer sends the next only once the last was read.
+func TestJoinedBodyReadsWholeMessages(t *testing.T) {
+	pr, pw := io.Pipe()
+	body := &joinedBody{body: pr}
+	msgs := [][]byte{[]byte("abc"), {}, []byte(strings.Repeat("x", 100)), []byte("z")}
+	read := make(chan struct{}, len(msgs)) // buffered: a writer still in its empty write of a message of no bytes is released by the next Read
+	go func() {
+		defer pw.Close()
+		for _, m := range msgs {
+			env := envelope(m)
+			// As Connect writes it: the prefix, then the message.
+			if _, err := pw.Write(env[:envelopePrefix]); err != nil {
+				return
+			}
+			if _, err := pw.Write(env[envelopePrefix:]); err != nil {
+				return
+			}
+			select {
+			case <-read:
+			case <-time.After(bound):
+				pw.CloseWithError(io.ErrUnexpectedEOF)
+				return
+			}
+		}
+	}()
+	defer pr.Close()
+	buf := make([]byte, 64)
+	readOne := func() ([]byte, error) {
+		type result struct {
+			n   int
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			n, err := body.Read(buf)
+			done <- result{n, err}
+		}()
+		select {
+		case r := <-done:
+			return buf[:r.n], r.err
+		case <-time.After(bound):
+			t.Fatal("Read waited past the end of a message")
+			return nil, nil
+		}
+	}
+	for i, m := range msgs {
+		want := envelope(m)
+		var got []byte
+		for len(got) < len(want) {
+			b, err := readOne()
+			if err != nil {
+				t.Fatalf("message %d: %v after %d bytes", i, err, len(got))
+			}
+			if len(got) == 0 && len(want) <= len(buf) && len(b) != len(want) {
+				t.Fatalf("message %d: a read of %d bytes, want the whole %d", i, len(b), len(want))
+			}
+			got = append(got, b...)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("message %d: read %q, want %q", i, got, want)
+		}
+		read <- struct{}{}
+	}
+	if b, err := readOne(); len(b) != 0 || err != io.EOF {
+		t.Fatalf("after the last message: %d bytes, %v; want 0, EOF", len(b), err)
+	}
+}
+
+// A body that ends inside a message returns what it read with the error.
+func TestJoinedBodyShortMessage(t *testing.T) {
+	env := envelope([]byte("hello"))
+	body := &joinedBody{body: io.NopCloser(strings.NewReader(string(env[:7])))}
+	b, err := io.ReadAll(body)
+	if err != nil || string(b) != string(env[:7]) {
+		t.Fatalf("read %q, %v; want %q", b, err, env[:7])
+	}
+}
+
+// recorder is a transport that reads a request's body as Go's HTTP/2
+// transport does (each read a DATA frame) and records the reads' sizes.
+type recorder struct {
+	mu     sync.Mutex
+	bodies []io.ReadCloser
+	reads  []int
+	done   chan struct{} // closed when the streamed body has ended
+	resp   *io.PipeWriter
+}
+
+func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
+	r.mu.Lock()
+	r.bodies = append(r.bodies, req.Body)
+	r.mu.Unlock()
+	if !strings.HasPrefix(req.Header.Get("Content-Type"), "application/connect+") {
+		return &http.Response{StatusCode: http.StatusNotImplemented, Body: http.NoBody, Request: req}, nil
+	}
+	pr, pw := io.Pipe()
+	r.mu.Lock()
+	r.resp = pw
+	r.mu.Unlock()
+	go func() {
+		defer close(r.done)
+		buf := make([]byte, 16<<10)
+		for {
+			n, err := req.Body.Read(buf)
+			if n > 0 {
+				r.mu.Lock()
+				r.reads = append(r.reads, n)
+				r.mu.Unlock()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	h := http.Header{}
+	h.Set("Content-Type", req.Header.Get("Content-Type"))
+	return &http.Response{StatusCode: http.StatusOK, Proto: "HTTP/2.0", ProtoMajor: 2, Header: h, Body: pr, Request: req}, nil
+}
+
+// A Client's streams reach its transport one read per message; its unary
+// calls reach it untouched.
+func TestStreamMessagesLeaveWhole(t *testing.T) {
+	rec := &recorder{done: make(chan struct{})}
+	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, HTTPClient: &http.Client{Transport: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	workers := leaseholdv1connect.NewWorkerServiceClient(c.http, "http://127.0.0.1:1")
+
+	stream := workers.HeartbeatStream(ctx)
+	var want []int
+	for i, id := range []string{"w1", "worker-two", "w3"} {
+		req := &leaseholdv1.HeartbeatStreamRequest{Seq: uint64(i + 1), Heartbeat: &leaseholdv1.HeartbeatRequest{WorkerId: id}}
+		if err := stream.Send(req); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		want = append(want, envelopePrefix+proto.Size(req))
+	}
+	if err := stream.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rec.done:
+	case <-time.After(bound):
+		t.Fatal("the stream's body did not end")
+	}
+	rec.mu.Lock()
+	reads := rec.reads
+	rec.resp.Close()
+	rec.mu.Unlock()
+	_ = stream.CloseResponse()
+	if len(reads) != len(want) {
+		t.Fatalf("the transport read the stream's body in %v, want one read a message: %v", reads, want)
+	}
+	for i := range want {
+		if reads[i] != want[i] {
+			t.Fatalf("the transport read the stream's body in %v, want %v", reads, want)
+		}
+	}
+
+	// A unary call's body goes to the transport as it was.
+	_, _ = workers.RegisterWorker(ctx, connect.NewRequest(&leaseholdv1.RegisterWorkerRequest{WorkerId: "w1"}))
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if last := rec.bodies[len(rec.bodies)-1]; last == nil {
+		t.Fatal("the unary call sent no body")
+	} else if _, joined := last.(*joinedBody); joined {
+		t.Fatal("the unary call's body was wrapped")
+	}
+}
