@@ -57,7 +57,8 @@
 // It sends one heartbeat per renew, not one per lease, naming every lease
 // it holds, over one long-lived heartbeat stream to the leader
 // (Client.HeartbeatStream; one unary Heartbeat call each on a cluster that
-// does not serve streams), and applies the reply: keep; stop (the job was
+// does not serve streams; each message leaves as one HTTP/2 frame, see
+// frames.go), and applies the reply: keep; stop (the job was
 // cancelled or killed: the handler's context is cancelled with a
 // *RevokedError, and its result is still reported; a kill that follows a
 // cancel closes Killed(ctx)); lost (cancelled with ErrLeaseLost, and
