@@ -33,6 +33,14 @@ func withJoinedFrames(hc *http.Client) *http.Client {
 	return &out
 }
 
+// CloseIdleConnections closes the wrapped transport's idle connections,
+// as http.Client.CloseIdleConnections asks.
+func (t joinFrames) CloseIdleConnections() {
+	if c, ok := t.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 func (t joinFrames) RoundTrip(r *http.Request) (*http.Response, error) {
 	if r.Body == nil || r.Body == http.NoBody || !enveloped(r.Header.Get("Content-Type")) {
 		return t.next.RoundTrip(r)
@@ -46,11 +54,25 @@ func (t joinFrames) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // enveloped reports whether a request's body is a stream of enveloped
-// messages (Connect's streaming protocol, gRPC and gRPC-Web), each a flags
-// byte and a 4-byte big-endian length before the message.
+// messages in binary (Connect's streaming protocol, gRPC and gRPC-Web, not
+// gRPC-Web's base64 text), each a flags byte and a 4-byte big-endian length
+// before the message.
 func enveloped(contentType string) bool {
-	return strings.HasPrefix(contentType, "application/connect+") || strings.HasPrefix(contentType, "application/grpc")
+	if strings.HasPrefix(contentType, "application/connect+") {
+		return true
+	}
+	for _, ct := range []string{"application/grpc", "application/grpc-web"} {
+		if rest, ok := strings.CutPrefix(contentType, ct); ok && (rest == "" || rest[0] == '+' || rest[0] == ';') {
+			return true
+		}
+	}
+	return false
 }
+
+// envelopeFlags are the flags an envelope may carry (compressed, and the
+// end of a stream or gRPC-Web's trailers): a prefix with any other bit set
+// is not one, and the body is passed through as it is read.
+const envelopeFlags = 0x01 | 0x02 | 0x80
 
 // envelopePrefix is the length of an envelope's prefix.
 const envelopePrefix = 5
@@ -63,9 +85,13 @@ type joinedBody struct {
 	prefix [envelopePrefix]byte
 	got    int    // bytes of the current message's prefix read; envelopePrefix: in its message
 	left   uint32 // bytes of the current message still to read, once its prefix is read
+	raw    bool   // a prefix did not parse: reads pass through
 }
 
 func (b *joinedBody) Read(p []byte) (n int, err error) {
+	if b.raw {
+		return b.body.Read(p)
+	}
 	for n < len(p) {
 		want := len(p) - n
 		if b.got < envelopePrefix {
@@ -79,6 +105,12 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 			copy(b.prefix[b.got:], p[n:n+m])
 			b.got += m
 			if b.got == envelopePrefix {
+				if b.prefix[0]&^envelopeFlags != 0 {
+					// Not an envelope: never wait for a length it
+					// does not mean.
+					b.raw = true
+					return n + m, err
+				}
 				b.left = binary.BigEndian.Uint32(b.prefix[1:])
 			}
 		} else {

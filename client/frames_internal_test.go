@@ -203,3 +203,66 @@ func TestStreamMessagesLeaveWhole(t *testing.T) {
 		t.Fatal("the unary call's body was wrapped")
 	}
 }
+
+// Only the binary enveloped content types are joined.
+func TestEnvelopedContentTypes(t *testing.T) {
+	for ct, want := range map[string]bool{
+		"application/connect+proto":      true,
+		"application/connect+json":       true,
+		"application/grpc":               true,
+		"application/grpc+proto":         true,
+		"application/grpc-web":           true,
+		"application/grpc-web+proto":     true,
+		"application/grpc-web-text":      false,
+		"application/grpc-web-text+prot": false,
+		"application/grpcx":              false,
+		"application/proto":              false,
+		"application/json":               false,
+		"":                               false,
+	} {
+		if got := enveloped(ct); got != want {
+			t.Errorf("enveloped(%q) = %v, want %v", ct, got, want)
+		}
+	}
+}
+
+// A prefix with a flag no envelope carries is not an envelope: the body
+// is passed through as it is read, and no read waits for the length it
+// seems to give.
+func TestJoinedBodyPassesThroughWhatIsNotAnEnvelope(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	body := &joinedBody{body: pr}
+	next := make(chan struct{}, 3) // the writer writes a piece once the last was read
+	defer close(next)
+	go func() {
+		defer pw.Close()
+		for _, w := range []string{"\x40\xff\xff\xff\xff", "abc", "\x00\x00\x00\x00\x07"} {
+			if _, err := pw.Write([]byte(w)); err != nil {
+				return
+			}
+			if _, ok := <-next; !ok {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 64)
+	var got []byte
+	for range 3 {
+		done := make(chan int, 1)
+		go func() {
+			n, _ := body.Read(buf)
+			done <- n
+		}()
+		select {
+		case n := <-done:
+			got = append(got, buf[:n]...)
+			next <- struct{}{}
+		case <-time.After(bound):
+			t.Fatalf("a read waited for the length of what is not an envelope, after %q", got)
+		}
+	}
+	if want := "\x40\xff\xff\xff\xffabc\x00\x00\x00\x00\x07"; string(got) != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+}
