@@ -60,14 +60,24 @@ func (n *Net) isCut(a, b string) bool {
 	return n.blocked[link(a, b)]
 }
 
-func (n *Net) track(c net.Conn) net.Conn {
+// track records c so that a Cut of its link closes it, or closes it now
+// and reports false if its link is cut. The check and the record are one
+// step under mu: a connection dialed or accepted while a Cut runs is
+// either among those the Cut closes or sees the cut here, and never
+// outlives it (checked only before the dial, it could).
+func (n *Net) track(c net.Conn) (net.Conn, bool) {
 	lh, _, _ := net.SplitHostPort(c.LocalAddr().String())
 	rh, _, _ := net.SplitHostPort(c.RemoteAddr().String())
 	t := &trackedConn{Conn: c, net: n, local: lh, remote: rh}
 	n.mu.Lock()
+	if n.blocked[link(lh, rh)] {
+		n.mu.Unlock()
+		c.Close()
+		return nil, false
+	}
 	n.conns[t] = true
 	n.mu.Unlock()
-	return t
+	return t, true
 }
 
 // dialer returns the dial function of the node at host.
@@ -85,7 +95,11 @@ func (n *Net) dialer(host string) func(ctx context.Context, network, addr string
 		if err != nil {
 			return nil, err
 		}
-		return n.track(c), nil
+		t, ok := n.track(c)
+		if !ok {
+			return nil, ErrPartitioned
+		}
+		return t, nil
 	}
 }
 
@@ -102,13 +116,9 @@ func (l *listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		lh, _, _ := net.SplitHostPort(c.LocalAddr().String())
-		rh, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		if l.net.isCut(lh, rh) {
-			c.Close()
-			continue
+		if t, ok := l.net.track(c); ok {
+			return t, nil
 		}
-		return l.net.track(c), nil
 	}
 }
 
