@@ -265,29 +265,37 @@ func (c *cluster) membersOf(ctx context.Context, i int) ([]history.Member, error
 // unfinished counts the jobs not yet terminal (but the run's schedule's,
 // which no worker takes), read linearizably (not recorded).
 func (c *cluster) unfinished(ctx context.Context) (int, error) {
+	// One list of every job, in submission order, not one list per
+	// unfinished state: a job that moves between states while those lists
+	// are read can be in none of them (running when the scheduled list is
+	// read, scheduled for its retry by the time the running one is, as a
+	// timed-out job is once its worker reports the kill). Here each job is
+	// read once, and a job read as finished stays finished.
 	n := 0
-	// Scheduled jobs (a retry waiting out its backoff) are unfinished too:
-	// a list by queued shows only the due ones. Scheduled first: a job
-	// that comes due between the two lists is then counted twice, never
-	// missed.
-	for _, s := range []leaseholdv1.JobState{leaseholdv1.JobState_JOB_STATE_SCHEDULED, leaseholdv1.JobState_JOB_STATE_QUEUED,
-		leaseholdv1.JobState_JOB_STATE_ACQUIRED, leaseholdv1.JobState_JOB_STATE_RUNNING} {
-		var page uint64
-		for {
-			resp, err := c.client.Jobs(ctx, &leaseholdv1.ListJobsRequest{State: s, PageToken: page, PageSize: 1000})
-			if err != nil {
-				return 0, err
-			}
-			for _, j := range resp.GetJobs() {
-				// The run's schedule's jobs wait for no worker.
-				if j.GetSpec().GetQueue() != workload.QueueSchedule {
-					n++
-				}
-			}
-			if page = resp.GetNextPageToken(); page == 0 {
-				break
+	var page uint64
+	for {
+		resp, err := c.client.Jobs(ctx, &leaseholdv1.ListJobsRequest{PageToken: page, PageSize: 1000})
+		if err != nil {
+			return 0, err
+		}
+		for _, j := range resp.GetJobs() {
+			// The run's schedule's jobs wait for no worker.
+			if j.GetSpec().GetQueue() != workload.QueueSchedule && unfinishedState(j.GetState()) {
+				n++
 			}
 		}
+		if page = resp.GetNextPageToken(); page == 0 {
+			return n, nil
+		}
 	}
-	return n, nil
+}
+
+// unfinishedState reports whether a job in state s has yet to finish.
+func unfinishedState(s leaseholdv1.JobState) bool {
+	switch s {
+	case leaseholdv1.JobState_JOB_STATE_SCHEDULED, leaseholdv1.JobState_JOB_STATE_QUEUED,
+		leaseholdv1.JobState_JOB_STATE_ACQUIRED, leaseholdv1.JobState_JOB_STATE_RUNNING:
+		return true
+	}
+	return false
 }
