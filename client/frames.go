@@ -96,8 +96,8 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 		want := len(p) - n
 		if b.got < envelopePrefix {
 			want = min(want, envelopePrefix-b.got)
-		} else {
-			want = min(want, int(b.left))
+		} else if uint64(b.left) < uint64(want) {
+			want = int(b.left) // compared unconverted: an int may be 32 bits
 		}
 		var m int
 		m, err = b.body.Read(p[n : n+want])

@@ -310,9 +310,8 @@ func (j *Job) clone() *Job {
 // end record and the leases' report words, never changed once set, are
 // shared).
 func (j *Job) export() Job {
-	c := *j.clone()
-	c.Payload = append([]byte(nil), j.Payload...)
-	return c
+	var none []Lease // no room: the leases' copy is an allocation of its own
+	return j.exportIn(&none)
 }
 
 // exportIn is export with the copy of the job's leases taken from block's
