@@ -902,6 +902,15 @@ func (r *Raft) GetConfiguration() ConfigurationFuture {
 	return configReq
 }
 
+// LatestConfiguration is the latest configuration, committed or not, as
+// GetConfiguration's future holds it, without the future: it allocates
+// nothing, for callers that read it on every request. Its Servers are
+// shared with every other reader and must not be changed.
+// leasehold's change.
+func (r *Raft) LatestConfiguration() Configuration {
+	return r.getLatestConfiguration()
+}
+
 // AddPeer to the cluster configuration. Must be run on the leader, or it will fail.
 //
 // Deprecated: Use AddVoter/AddNonvoter instead.

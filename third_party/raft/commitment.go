@@ -4,7 +4,7 @@
 package raft
 
 import (
-	"sort"
+	"slices"
 	"sync"
 )
 
@@ -90,11 +90,15 @@ func (c *commitment) recalculate() {
 		return
 	}
 
-	matched := make([]uint64, 0, len(c.matchIndexes))
+	// leasehold's change: the match indexes are sorted in an array on the
+	// stack (up to 16 voters), where a slice went to the heap on every
+	// follower's answer.
+	var buf [16]uint64
+	matched := buf[:0]
 	for _, idx := range c.matchIndexes {
 		matched = append(matched, idx)
 	}
-	sort.Sort(uint64Slice(matched))
+	slices.Sort(matched)
 	quorumMatchIndex := matched[(len(matched)-1)/2]
 
 	if quorumMatchIndex > c.commitIndex && quorumMatchIndex >= c.startIndex {

@@ -263,3 +263,61 @@ func TestLeaseholdPeriodicHeartbeatNotPutOff(t *testing.T) {
 		runtime.Gosched()
 	}
 }
+
+// LatestConfiguration reads what GetConfiguration's future holds, before and
+// after a configuration is set, and allocates nothing doing it.
+func TestLeaseholdLatestConfiguration(t *testing.T) {
+	r := &Raft{}
+	if got := r.LatestConfiguration(); len(got.Servers) != 0 {
+		t.Fatalf("no configuration set: got %+v", got)
+	}
+	c := Configuration{Servers: []Server{
+		{Suffrage: Voter, ID: "a", Address: "a:1"},
+		{Suffrage: Nonvoter, ID: "b", Address: "b:1"},
+	}}
+	r.setLatestConfiguration(c, 7)
+	f := r.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	want, got := f.Configuration(), r.LatestConfiguration()
+	if len(got.Servers) != len(want.Servers) {
+		t.Fatalf("LatestConfiguration %+v, GetConfiguration %+v", got, want)
+	}
+	for i := range want.Servers {
+		if got.Servers[i] != want.Servers[i] {
+			t.Fatalf("server %d: LatestConfiguration %+v, GetConfiguration %+v", i, got.Servers[i], want.Servers[i])
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = r.LatestConfiguration() }); n != 0 {
+		t.Fatalf("LatestConfiguration allocates %.0f times a call", n)
+	}
+}
+
+// The commit index is the quorum's match index, for up to 16 voters (sorted
+// on the stack, allocating nothing) and past them; a follower's answer that
+// moves its match index allocates nothing.
+func TestLeaseholdCommitmentQuorumMatch(t *testing.T) {
+	for _, n := range []int{1, 3, 5, 16, 17, 20} {
+		var c Configuration
+		for i := 0; i < n; i++ {
+			c.Servers = append(c.Servers, Server{Suffrage: Voter, ID: ServerID(string(rune('a' + i)))})
+		}
+		cm := newCommitment(make(chan struct{}, 1), c, 1)
+		// Voter i has matched index 10*(n-i): the quorum's index is the
+		// one a majority (n/2+1 voters) has reached.
+		for i, s := range c.Servers {
+			cm.match(s.ID, uint64(10*(n-i)))
+		}
+		if want := uint64(10 * (n - n/2)); cm.getCommitIndex() != want {
+			t.Fatalf("%d voters: commit index %d, want %d", n, cm.getCommitIndex(), want)
+		}
+		if n > 16 {
+			continue
+		}
+		id, idx := c.Servers[0].ID, uint64(10*n)
+		if a := testing.AllocsPerRun(100, func() { idx++; cm.match(id, idx) }); a != 0 {
+			t.Fatalf("%d voters: a match allocates %.0f times", n, a)
+		}
+	}
+}
