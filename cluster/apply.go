@@ -201,12 +201,11 @@ func (p *proposal) wait(ctx context.Context) (any, error) {
 	if err := p.n.waitRaft(ctx, p.f); err != nil {
 		return nil, err
 	}
-	r, ok := p.f.Response().(applyResult)
-	if !ok {
-		return nil, fmt.Errorf("unexpected apply response %T", p.f.Response())
-	}
 	p.n.metrics.apply.WithLabelValues(p.cmd.Type().String()).Observe(time.Since(p.start).Seconds())
-	return r.value, r.err
+	if r, refused := p.f.Response().(applyResult); refused {
+		return r.value, r.err
+	}
+	return p.f.Response(), nil
 }
 
 // waitRaft waits for a Raft future (an entry's, a configuration

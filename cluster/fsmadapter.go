@@ -37,8 +37,11 @@ type persistedSnapshot struct {
 	took  time.Duration
 }
 
-// applyResult carries a command's result and its refusal back to the
-// proposer through the ApplyFuture.
+// applyResult carries a command's refusal, and what result came with it,
+// back to the proposer through the ApplyFuture. A command applied without
+// one returns the state machine's result itself: boxing it again would
+// cost an allocation per entry on every node, for a result only the
+// leader's proposer reads.
 type applyResult struct {
 	value any
 	err   error
@@ -63,7 +66,10 @@ func (a *raftFSM) Apply(l *raft.Log) any {
 			"(see \"Storage and recovery\" in docs/operations.md)", l.Index, err))
 		return applyResult{err: ErrShutdown}
 	}
-	return applyResult{value: v, err: err}
+	if err != nil {
+		return applyResult{value: v, err: err}
+	}
+	return v
 }
 
 // Snapshot freezes the state (microseconds: see fsm/DESIGN.md); Persist

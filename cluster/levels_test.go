@@ -148,3 +148,16 @@ func TestJoinerRecordedWithItsLevel(t *testing.T) {
 	})
 	_ = joiner
 }
+
+// Every proposal's level check and every submit ask the cluster's level:
+// it reads Raft's configuration without a future, so it allocates nothing.
+func TestClusterLevelAllocatesNothing(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	c.WaitFor(10*time.Second, "every voter recorded at this build's level", func() bool {
+		return leader.ClusterLevel() == fsm.Level
+	})
+	if n := testing.AllocsPerRun(100, func() { leader.ClusterLevel() }); n != 0 {
+		t.Fatalf("ClusterLevel allocates %.0f times a call, want 0", n)
+	}
+}

@@ -401,11 +401,7 @@ func (n *Node) stop() error {
 // voterAddr is the Raft address of the voter id, if id is one. Every
 // response's leader hint asks it, so it copies no list.
 func (n *Node) voterAddr(id raft.ServerID) (string, bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return "", false
-	}
-	for _, s := range f.Configuration().Servers {
+	for _, s := range n.raft.LatestConfiguration().Servers {
 		if s.ID == id && s.Suffrage == raft.Voter {
 			return string(s.Address), true
 		}
@@ -414,12 +410,8 @@ func (n *Node) voterAddr(id raft.ServerID) (string, bool) {
 }
 
 func (n *Node) voters() []raft.Server {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return nil
-	}
 	var out []raft.Server
-	for _, s := range f.Configuration().Servers {
+	for _, s := range n.raft.LatestConfiguration().Servers {
 		if s.Suffrage == raft.Voter {
 			out = append(out, s)
 		}

@@ -186,7 +186,7 @@ func TestApplyStopsOnAnEntryItCannotDecode(t *testing.T) {
 	good, _ := fsm.Encode(1, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
 	bad := append([]byte(nil), good...)
 	bad[len(bad)-1] ^= 0x80
-	if r := a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: good}).(applyResult); r.err != nil {
+	if r, refused := a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: good}).(applyResult); refused {
 		t.Fatal(r.err)
 	}
 	if r := a.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: bad}).(applyResult); !errors.Is(r.err, ErrShutdown) {
@@ -518,4 +518,26 @@ func TestLogStoreGhostsFollowRaft(t *testing.T) {
 			t.Fatalf("store starts at %d, want 101", first)
 		}
 	})
+}
+
+// An entry applied without a refusal answers its proposer with the state
+// machine's result itself, not boxed again (an allocation per entry on
+// every node); a refused one carries the refusal.
+func TestApplyAnswersTheResultItself(t *testing.T) {
+	a := &raftFSM{f: fsm.New(), halt: func(err error) { t.Fatal(err) }}
+	reg, _ := fsm.Encode(1, &fsm.RegisterWorker{WorkerID: "w", Capacity: 1})
+	acq, _ := fsm.Encode(1, &fsm.Acquire{WorkerID: "nobody", RequestID: "r", Queues: []string{"q"}, Max: 1})
+	got := a.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: reg})
+	if _, boxed := got.(applyResult); boxed {
+		t.Fatalf("an applied entry answered %#v, want the state machine's result", got)
+	}
+	r, refused := a.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: acq}).(applyResult)
+	if !refused || !errors.Is(r.err, fsm.ErrUnknownWorker) {
+		t.Fatalf("an acquire by an unknown worker answered %#v, want its refusal", r)
+	}
+	f := fsm.New()
+	want, err := f.Apply(1, reg)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("applied through Raft: %v; the state machine alone: %v, %v", got, want, err)
+	}
 }
