@@ -25,7 +25,9 @@
 # driving bench reports it), and the workload's own headline (expiry
 # lateness p99, failover's longest write gap); cpu_other_pct is the highest
 # seen in any run (other processes' CPU: a busy machine makes every figure
-# worse). `bench/compare.sh table FILE` prints the table of a RESULT file
+# worse). Beside each median: the lowest and highest run of each binary,
+# and "apart" when the two ranges do not overlap; a ratio without it is
+# within the runs' spread. `bench/compare.sh table FILE` prints the table of a RESULT file
 # again.
 set -u
 
@@ -45,6 +47,22 @@ table() {
 		if (n == 0) return ""
 		return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
+	# span is a list'"'"'s lowest and highest values, "lo..hi".
+	function span(list,   n, a, i, lo, hi) {
+		n = split(list, a, " ")
+		if (n == 0) return ""
+		lo = hi = a[1] + 0
+		for (i = 2; i <= n; i++) { if (a[i] + 0 < lo) lo = a[i] + 0; if (a[i] + 0 > hi) hi = a[i] + 0 }
+		return lo ".." hi
+	}
+	# apart says whether two spans do not overlap: every run of one binary
+	# above every run of the other, a difference the runs'"'"' spread cannot
+	# explain.
+	function apart(s, t,   a, b) {
+		if (s == "" || t == "") return ""
+		split(s, a, /\.\./); split(t, b, /\.\./)
+		return (a[2] + 0 < b[1] + 0 || b[2] + 0 < a[1] + 0) ? "apart" : ""
+	}
 	function add(k, v) { if (v != "" && v != "NA") vals[k] = vals[k] " " v }
 	function ratio(o, n) { return (o == "" || n == "" || o + 0 == 0) ? "-" : sprintf("%.2f", n / o) }
 	$1 == "RESULT" {
@@ -62,18 +80,22 @@ table() {
 		if ("cpu_other_pct" in kv && kv["cpu_other_pct"] != "NA" && (other == "" || kv["cpu_other_pct"] + 0 > other)) other = kv["cpu_other_pct"] + 0
 	}
 	END {
-		printf "%-30s %-5s %10s %10s %6s   %-40s\n", "case", "fig", "old", "new", "new/old", ""
+		printf "%-30s %-5s %10s %10s %7s  %-19s %s\n", "case", "fig", "old", "new", "new/old", "old runs", "new runs"
 		split("ops p50 p99 cpu alloc own", figs, " ")
 		name["ops"] = "ops/s"; name["p50"] = "p50ms"; name["p99"] = "p99ms"; name["cpu"] = "cpums"; name["alloc"] = "alloc"; name["own"] = "own"
 		for (i = 1; i <= ncases; i++) {
 			c = order[i]
 			for (f = 1; f <= 6; f++) {
-				o = med(vals[c SUBSEP "old" SUBSEP figs[f]]); n = med(vals[c SUBSEP "new" SUBSEP figs[f]])
+				ol = vals[c SUBSEP "old" SUBSEP figs[f]]; nl = vals[c SUBSEP "new" SUBSEP figs[f]]
+				o = med(ol); n = med(nl)
 				if (o == "" && n == "") continue
-				printf "%-30s %-5s %10s %10s %6s\n", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n)
+				os = span(ol); ns = span(nl)
+				line = sprintf("%-30s %-5s %10s %10s %7s  %-19s %-19s %s", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n), os, ns, apart(os, ns))
+				sub(/ +$/, "", line)
+				print line
 			}
 		}
-		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op;\nalloc: servers heap allocations per op\n"
+		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op;\nalloc: servers heap allocations per op; old runs, new runs: the lowest and highest of each\nbinary'"'"'s runs; apart: the two do not overlap\n"
 		printf "highest cpu_other_pct seen: %s\n", other
 	}' "$@"
 }

@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// compare.sh's table: each figure's median per binary and new/old, and
-// the highest cpu_other_pct of any run, negative ones included (a run
+// compare.sh's table: each figure's median per binary and new/old, the
+// lowest and highest run of each binary and whether the two do not
+// overlap, and the highest cpu_other_pct of any run, negative ones included (a run
 // can read below zero: the host's idle time is sampled apart from the
 // processes').
 func TestCompareTable(t *testing.T) {
@@ -19,7 +20,7 @@ RESULT op=heartbeat ops_s=120 p50_ms=1 p99_ms=3 cpu_srv_pct=48 allocs_per_op=8 c
 RESULT op=heartbeat ops_s=90 p50_ms=3 p99_ms=5 cpu_srv_pct=50 allocs_per_op=9 cpu_other_pct=-5.7 case=hb bin=old
 RESULT op=heartbeat ops_s=140 p50_ms=1 p99_ms=2 cpu_srv_pct=49 allocs_per_op=8 cpu_other_pct=-7.0 case=hb bin=new
 RESULT op=heartbeat ops_s=110 p50_ms=2 p99_ms=4 cpu_srv_pct=51 allocs_per_op=9 cpu_other_pct=-8.0 case=hb bin=old
-RESULT op=heartbeat ops_s=130 p50_ms=1 p99_ms=3 cpu_srv_pct=47 allocs_per_op=8 cpu_other_pct=-6.1 case=hb bin=new
+RESULT op=heartbeat ops_s=130 p50_ms=1 p99_ms=4 cpu_srv_pct=47 allocs_per_op=8 cpu_other_pct=-6.1 case=hb bin=new
 `
 	path := filepath.Join(t.TempDir(), "results.txt")
 	if err := os.WriteFile(path, []byte(results), 0o600); err != nil {
@@ -30,9 +31,10 @@ RESULT op=heartbeat ops_s=130 p50_ms=1 p99_ms=3 cpu_srv_pct=47 allocs_per_op=8 c
 		t.Fatalf("compare.sh table: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		`(?m)^hb\s+ops/s\s+100\s+130\s+1\.30$`,
-		`(?m)^\s+p50ms\s+2\s+1\s+0\.50$`,
-		`(?m)^\s+alloc\s+9\s+8\s+0\.89$`,
+		`(?m)^hb\s+ops/s\s+100\s+130\s+1\.30\s+90\.\.110\s+120\.\.140\s+apart$`,
+		`(?m)^\s+p50ms\s+2\s+1\s+0\.50\s+2\.\.3\s+1\.\.1\s+apart$`,
+		`(?m)^\s+p99ms\s+4\s+3\s+0\.75\s+4\.\.5\s+2\.\.4$`, // runs that overlap
+		`(?m)^\s+alloc\s+9\s+8\s+0\.89\s+9\.\.9\s+8\.\.8\s+apart$`,
 		`(?m)^highest cpu_other_pct seen: -5\.7$`,
 	} {
 		if !regexp.MustCompile(want).Match(out) {
