@@ -26,9 +26,9 @@
 # lateness p99, failover's longest write gap); cpu_other_pct is the highest
 # seen in any run (other processes' CPU: a busy machine makes every figure
 # worse). Beside each median: the lowest and highest run of each binary,
-# and "apart" when the two ranges do not overlap; a ratio without it is
-# within the runs' spread. `bench/compare.sh table FILE` prints the table of a RESULT file
-# again.
+# and "apart" when the two ranges (of two runs or more each) do not
+# overlap; a ratio without it is within the runs' spread.
+# `bench/compare.sh table FILE` prints the table of a RESULT file again.
 set -u
 
 DEFAULT_CASES='job-cycle -c 1
@@ -55,11 +55,11 @@ table() {
 		for (i = 2; i <= n; i++) { if (a[i] + 0 < lo) lo = a[i] + 0; if (a[i] + 0 > hi) hi = a[i] + 0 }
 		return lo ".." hi
 	}
-	# apart says whether two spans do not overlap: every run of one binary
-	# above every run of the other, a difference the runs'"'"' spread cannot
-	# explain.
-	function apart(s, t,   a, b) {
-		if (s == "" || t == "") return ""
+	# apart says whether two spans of two runs or more do not overlap: every
+	# run of one binary above every run of the other, a difference the
+	# runs'"'"' spread cannot explain. One run a side has no spread to judge by.
+	function apart(s, t, ls, lt,   a, b) {
+		if (s == "" || t == "" || split(ls, a, " ") < 2 || split(lt, b, " ") < 2) return ""
 		split(s, a, /\.\./); split(t, b, /\.\./)
 		return (a[2] + 0 < b[1] + 0 || b[2] + 0 < a[1] + 0) ? "apart" : ""
 	}
@@ -90,7 +90,7 @@ table() {
 				o = med(ol); n = med(nl)
 				if (o == "" && n == "") continue
 				os = span(ol); ns = span(nl)
-				line = sprintf("%-30s %-5s %10s %10s %7s  %-19s %-19s %s", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n), os, ns, apart(os, ns))
+				line = sprintf("%-30s %-5s %10s %10s %7s  %-19s %-19s %s", (f == 1 ? c : ""), name[figs[f]], o, n, ratio(o, n), os, ns, apart(os, ns, ol, nl))
 				sub(/ +$/, "", line)
 				print line
 			}
