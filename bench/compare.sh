@@ -47,13 +47,14 @@ table() {
 		if (n == 0) return ""
 		return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 	}
-	# span is a list'"'"'s lowest and highest values, "lo..hi".
+	# span is a list'"'"'s lowest and highest values as the runs printed them,
+	# "lo..hi" (as numbers, awk would print them to six digits).
 	function span(list,   n, a, i, lo, hi) {
 		n = split(list, a, " ")
 		if (n == 0) return ""
-		lo = hi = a[1] + 0
-		for (i = 2; i <= n; i++) { if (a[i] + 0 < lo) lo = a[i] + 0; if (a[i] + 0 > hi) hi = a[i] + 0 }
-		return lo ".." hi
+		lo = hi = 1
+		for (i = 2; i <= n; i++) { if (a[i] + 0 < a[lo] + 0) lo = i; if (a[i] + 0 > a[hi] + 0) hi = i }
+		return a[lo] ".." a[hi]
 	}
 	# apart says whether two spans of two runs or more do not overlap: every
 	# run of one binary above every run of the other, a difference the

@@ -1,6 +1,6 @@
 module github.com/hashicorp/raft
 
-go 1.20
+go 1.21
 
 retract v1.1.3 // Deleted original tag; module checksum may not be accurate.
 

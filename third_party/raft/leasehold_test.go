@@ -264,8 +264,9 @@ func TestLeaseholdPeriodicHeartbeatNotPutOff(t *testing.T) {
 	}
 }
 
-// LatestConfiguration reads what GetConfiguration's future holds, before and
-// after a configuration is set, and allocates nothing doing it.
+// LatestConfiguration reads the configuration last set (a copy, which the
+// setter's later changes do not reach), before and after one is set, and
+// allocates nothing doing it.
 func TestLeaseholdLatestConfiguration(t *testing.T) {
 	r := &Raft{}
 	if got := r.LatestConfiguration(); len(got.Servers) != 0 {
@@ -275,18 +276,16 @@ func TestLeaseholdLatestConfiguration(t *testing.T) {
 		{Suffrage: Voter, ID: "a", Address: "a:1"},
 		{Suffrage: Nonvoter, ID: "b", Address: "b:1"},
 	}}
+	want := c.Clone()
 	r.setLatestConfiguration(c, 7)
-	f := r.GetConfiguration()
-	if err := f.Error(); err != nil {
-		t.Fatal(err)
-	}
-	want, got := f.Configuration(), r.LatestConfiguration()
+	c.Servers[0].Suffrage = Nonvoter // the caller's copy changes; the stored one must not
+	got := r.LatestConfiguration()
 	if len(got.Servers) != len(want.Servers) {
-		t.Fatalf("LatestConfiguration %+v, GetConfiguration %+v", got, want)
+		t.Fatalf("LatestConfiguration %+v, want %+v", got, want)
 	}
 	for i := range want.Servers {
 		if got.Servers[i] != want.Servers[i] {
-			t.Fatalf("server %d: LatestConfiguration %+v, GetConfiguration %+v", i, got.Servers[i], want.Servers[i])
+			t.Fatalf("server %d: LatestConfiguration %+v, want %+v", i, got.Servers[i], want.Servers[i])
 		}
 	}
 	if n := testing.AllocsPerRun(100, func() { _ = r.LatestConfiguration() }); n != 0 {
