@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/h2ctest"
 	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
@@ -76,13 +77,8 @@ func newFakeNode(t *testing.T) *fakeNode {
 	})
 	// Like the real API: HTTP/1.1 and HTTP/2 without TLS (the client's
 	// default transport speaks h2c).
-	n.srv = httptest.NewUnstartedServer(mux)
-	n.srv.Config.Protocols = new(http.Protocols)
-	n.srv.Config.Protocols.SetHTTP1(true)
-	n.srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	n.srv.Start()
+	n.srv = h2ctest.Start(t, mux)
 	n.addr = n.srv.Listener.Addr().String()
-	t.Cleanup(n.srv.Close)
 	return n
 }
 

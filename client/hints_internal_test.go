@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/internal/h2ctest"
 	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
@@ -36,12 +36,7 @@ func newMembersNode(t *testing.T) *membersNode {
 	n := &membersNode{entered: make(chan struct{}, 16)}
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewClusterServiceHandler(n))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
+	srv := h2ctest.Start(t, mux)
 	n.addr = srv.Listener.Addr().String()
 	n.list = []string{n.addr}
 	return n

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/h2ctest"
 	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
@@ -37,17 +37,12 @@ type captured struct {
 func newCaptureServer(t *testing.T) *captureServer {
 	t.Helper()
 	s := &captureServer{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := h2ctest.Start(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.got = append(s.got, captured{method: r.Method, path: r.URL.Path, auth: r.Header.Get("Authorization") != ""})
 		s.mu.Unlock()
 		http.Error(w, "captured", http.StatusServiceUnavailable)
 	}))
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	t.Cleanup(srv.Close)
 	s.addr = srv.Listener.Addr().String()
 	return s
 }

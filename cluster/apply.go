@@ -202,10 +202,11 @@ func (p *proposal) wait(ctx context.Context) (any, error) {
 		return nil, err
 	}
 	p.n.metrics.apply.WithLabelValues(p.cmd.Type().String()).Observe(time.Since(p.start).Seconds())
-	if r, refused := p.f.Response().(applyResult); refused {
+	res := p.f.Response()
+	if r, refused := res.(applyResult); refused {
 		return r.value, r.err
 	}
-	return p.f.Response(), nil
+	return res, nil
 }
 
 // waitRaft waits for a Raft future (an entry's, a configuration

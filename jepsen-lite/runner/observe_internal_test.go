@@ -3,7 +3,6 @@ package runner
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/leasehold/leasehold/client"
+	"github.com/leasehold/leasehold/internal/h2ctest"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 	"github.com/leasehold/leasehold/transport/gen/leasehold/v1/leaseholdv1connect"
 )
@@ -46,12 +46,7 @@ func (m *movingJobs) ListJobs(_ context.Context, req *connect.Request[leaseholdv
 func TestUnfinishedCountsAJobThatMoves(t *testing.T) {
 	mux := http.NewServeMux()
 	mux.Handle(leaseholdv1connect.NewJobServiceHandler(&movingJobs{}))
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	defer srv.Close()
+	srv := h2ctest.Start(t, mux)
 	cl, err := client.New(client.Config{Endpoints: []string{strings.TrimPrefix(srv.URL, "http://")}})
 	if err != nil {
 		t.Fatal(err)

@@ -6,12 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/internal/h2ctest"
 	"github.com/leasehold/leasehold/jepsen-lite/history"
 	"github.com/leasehold/leasehold/transport"
 )
@@ -44,12 +44,7 @@ func TestFloodRecordsAnswers(t *testing.T) {
 		io.Copy(io.Discard, r.Body) // waits for a body that never comes
 		refuse(w, r, transport.ReasonInvalidArgument)
 	})
-	srv := httptest.NewUnstartedServer(mux)
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	defer srv.Close()
+	srv := h2ctest.Start(t, mux)
 	addr := srv.Listener.Addr().String()
 
 	rec := history.NewRecorder(nil)
