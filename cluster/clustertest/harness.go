@@ -341,18 +341,35 @@ func (c *Cluster) Leader() *Node {
 // times. Any other error fails the test.
 func (c *Cluster) Transfer(from, to *Node) {
 	c.t.Helper()
-	for try := 1; ; try++ {
+	transfer := func(from *Node) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		err := from.TransferLeadership(ctx, to.ID(), cluster.Actor{Name: "test"})
-		cancel()
+		defer cancel()
+		return from.TransferLeadership(ctx, to.ID(), cluster.Actor{Name: "test"})
+	}
+	// Raft answers a transfer that timed out before it clears its flag of a
+	// transfer in progress (its leaderLoop says so), so the next try can
+	// find the last one still winding down: that try is asked again until
+	// the last one has ended.
+	inProgress := func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "leadership transfer in progress")
+	}
+	for try := 1; ; try++ {
+		err := transfer(from)
+		if inProgress(err) {
+			c.WaitFor(10*time.Second, "the last transfer to end", func() bool {
+				err = transfer(from)
+				return !inProgress(err)
+			})
+		}
 		if err == nil {
 			break
 		}
-		if !strings.Contains(err.Error(), "leadership transfer timeout") || try == 5 {
-			c.t.Fatalf("transfer from %s to %s (try %d): %v", from.ID(), to.ID(), try, err)
-		}
+		asked := from
 		if from = c.Leader(); from == to {
 			break // it took over after all
+		}
+		if !strings.Contains(err.Error(), "leadership transfer timeout") || try == 5 {
+			c.t.Fatalf("transfer from %s to %s (try %d): %v", asked.ID(), to.ID(), try, err)
 		}
 		c.t.Logf("transfer to %s timed out (try %d); asking %s again", to.ID(), try, from.ID())
 	}
