@@ -980,3 +980,29 @@ func heapInuse() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapInuse
 }
+
+// BenchmarkApplyCycleOnEmptyQueue times one job's whole cycle (submit,
+// acquire, report) on a queue that holds no other job, as under a job
+// cycle whose workers keep up with the executors: each job refills a queue
+// the one before emptied.
+func BenchmarkApplyCycleOnEmptyQueue(b *testing.B) {
+	d := newBenchDriver()
+	d.must(b, &RegisterWorker{WorkerID: "bw", Capacity: 1})
+	runtime.GC()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		d.must(b, &SubmitJob{Spec: benchSpec("job-", i, 1)})
+		res := d.must(b, &Acquire{WorkerID: "bw", RequestID: "acq-" + strconv.Itoa(i), Queues: benchQueues, Max: 1}).(AcquireResult)
+		if len(res.Grants) != 1 {
+			b.Fatalf("acquire %d granted %d leases, want 1", i, len(res.Grants))
+		}
+		g := res.Grants[0]
+		d.must(b, &Report{WorkerID: "bw", JobID: g.Job.ID, Token: g.Lease.Token, ReportID: "rep-" + strconv.Itoa(i),
+			Outcome: OutcomeSucceeded})
+	}
+	b.StopTimer()
+	if st := d.f.Stats(); st.Jobs[JobQueued] != 0 || st.Jobs[JobReported] != b.N {
+		b.Fatalf("%d queued and %d reported jobs, want 0 and %d", st.Jobs[JobQueued], st.Jobs[JobReported], b.N)
+	}
+}

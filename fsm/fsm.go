@@ -106,6 +106,7 @@ func (f *FSM) Apply(index uint64, data []byte) (any, error) {
 	res, err := f.handlers[env.Command.Type()](s, env.Command)
 	s.dropStaleTimeouts()
 	s.settle()
+	s.recycle()
 	f.counts.count(s, env.Command.Type(), int(s.eventSeq-events))
 	if s.eventSeq != events {
 		close(f.changed)

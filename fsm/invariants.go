@@ -353,6 +353,7 @@ func (s *state) check() error {
 			return j.Submitter == sub && it.prio == 0
 		})
 	}
+	s.checkSpares(fail)
 	if readyLive+delayed != counts[JobQueued] || submitterLive != queuedWithSubmitter {
 		fail("ready queues hold %d and the delayed heap %d of %d queued jobs, submitter heaps %d of %d",
 			readyLive, delayed, counts[JobQueued], submitterLive, queuedWithSubmitter)
@@ -515,5 +516,39 @@ func (s *state) checkDead(dead int, fail func(string, ...any)) {
 	}
 	if n != dead {
 		fail("the queues' dead indexes list %d jobs, %d are dead", n, dead)
+	}
+}
+
+// checkSpares checks the spare heaps and table of kinds (spare.go): empty,
+// within their bounds, and none of them in use by an index.
+func (s *state) checkSpares(fail func(string, ...any)) {
+	sp := &s.spare
+	if len(sp.emptied) != 0 || sp.emptiedKinds != nil {
+		fail("spares: %d heaps and %t table of kinds emptied by an apply not yet recycled", len(sp.emptied), sp.emptiedKinds != nil)
+	}
+	if len(sp.heaps) > spareHeaps {
+		fail("spares: %d heaps, at most %d", len(sp.heaps), spareHeaps)
+	}
+	inUse := map[*jobHeap]bool{}
+	for _, kinds := range s.ready {
+		for _, h := range kinds {
+			inUse[h] = true
+		}
+	}
+	for _, h := range s.submitted {
+		inUse[h] = true
+	}
+	for i, h := range sp.heaps {
+		if h.live != 0 || len(h.items) != 0 || cap(h.items) > spareHeapItems || inUse[h] || slices.Index(sp.heaps, h) != i {
+			fail("spare heap %d: live %d, %d entries (room %d), in use %t", i, h.live, len(h.items), cap(h.items), inUse[h])
+		}
+	}
+	if len(sp.kinds) != 0 {
+		fail("spare table of kinds holds %d", len(sp.kinds))
+	}
+	for q := range sp.wide {
+		if _, ok := s.ready[q]; !ok {
+			fail("spares: queue %s noted wide without ready heaps", q)
+		}
 	}
 }

@@ -89,6 +89,7 @@ type state struct {
 	eventVersions [snapVersion + 1]int
 	bytes         int64            // jobs' and events' size (size.go)
 	touched       map[uint64]int64 // during an apply: seq -> size before it changed
+	spare         spares           // emptied heaps and tables of kinds, for reuse (spare.go)
 }
 
 func newState() *state {
@@ -306,7 +307,7 @@ func (s *state) enterQueue(j *Job) {
 	if j.Submitter != "" {
 		sh := s.submitted[j.Submitter]
 		if sh == nil {
-			sh = &jobHeap{}
+			sh = s.newHeap()
 			s.submitted[j.Submitter] = sh
 		}
 		sh.entered(heapItem{seq: j.Seq})
@@ -324,13 +325,14 @@ func (s *state) enterQueue(j *Job) {
 func (s *state) enterReady(j *Job) {
 	kinds := s.ready[j.Queue]
 	if kinds == nil {
-		kinds = map[string]*jobHeap{}
+		kinds = s.newKinds()
 		s.ready[j.Queue] = kinds
 	}
 	h := kinds[j.Kind]
 	if h == nil {
-		h = &jobHeap{}
+		h = s.newHeap()
 		kinds[j.Kind] = h
+		s.kindAdded(j.Queue, len(kinds))
 	}
 	h.entered(heapItem{prio: j.Priority, seq: j.Seq})
 	s.queues[j.Queue].readyEntered(j)
@@ -348,8 +350,10 @@ func (s *state) leaveQueue(j *Job) {
 		h.left(s.isReady)
 		if h.live == 0 {
 			delete(kinds, j.Kind)
+			s.heapEmptied(h)
 			if len(kinds) == 0 {
 				delete(s.ready, j.Queue)
+				s.kindsEmptied(j.Queue, kinds)
 			}
 		}
 		s.readyLeft(qc)
@@ -358,6 +362,7 @@ func (s *state) leaveQueue(j *Job) {
 		sh.left(s.isQueued)
 		if sh.live == 0 {
 			delete(s.submitted, j.Submitter)
+			s.heapEmptied(sh)
 		}
 	}
 }
