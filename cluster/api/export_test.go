@@ -16,3 +16,10 @@ func (s *Server) ListedBodies() int {
 	}
 	return s.watch.listed()
 }
+
+// HoldHeapDump takes the heap dump's lock, as a dump being written would,
+// until the returned function releases it.
+func HoldHeapDump() (release func()) {
+	heapDumps.Lock()
+	return heapDumps.Unlock
+}

@@ -68,12 +68,13 @@ func DefaultLimits() Limits {
 }
 
 // unboundedWrites are the paths whose answers may take as long as they
-// need: an event stream, a heartbeat stream, a snapshot. (A profile or a
+// need: an event stream, a heartbeat stream, a snapshot, a heap dump. (A profile or a
 // trace sets its own: write_timeout plus its length, net/http/pprof's.)
 var unboundedWrites = map[string]bool{
 	"/leasehold.v1.EventService/WatchEvents":      true,
 	"/leasehold.v1.WorkerService/HeartbeatStream": true,
-	"/v1/snapshot": true,
+	"/v1/snapshot":    true,
+	"/debug/heapdump": true,
 }
 
 // bodyStreams are the paths whose request body is a stream of messages that

@@ -3,6 +3,7 @@ package api_test
 import (
 	"io"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,6 +68,51 @@ func TestBodilessRequestOutlivesBodyTimeout(t *testing.T) {
 		}
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("HTTP/%d: a 1 s profile with body_timeout 200ms: %d %q", want, resp.StatusCode, b)
+		}
+	}
+}
+
+// A heap dump is served with the profiles, to admins only, one at a time.
+func TestHeapDumpAdminOnly(t *testing.T) {
+	for _, on := range []bool{false, true} {
+		c := clustertest.Prepare(t, 1)
+		c.API = func(_ int, o *api.Options) { o.Credentials, o.Pprof = testCreds, on }
+		c.Start(0)
+		addr := c.Leader().APIAddr
+		get := func(secret string) (int, []byte) {
+			req, _ := http.NewRequest("GET", "http://"+addr+"/debug/heapdump", nil)
+			if secret != "" {
+				req.Header.Set("Authorization", "Bearer "+secret)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.StatusCode, b
+		}
+		if got, b := get(opsSecret); !on && got != http.StatusNotFound {
+			t.Errorf("pprof off, admin: %d, want 404", got)
+		} else if on && (got != http.StatusOK || !strings.HasPrefix(string(b), "go1.7 heap dump\n")) {
+			t.Errorf("pprof on, admin: %d and %d bytes starting %q, want 200 and a heap dump", got, len(b), b[:min(len(b), 16)])
+		}
+		if got, _ := get(subSecret); got != http.StatusForbidden {
+			t.Errorf("pprof %t, submitter: %d, want 403", on, got)
+		}
+		if got, _ := get(""); got != http.StatusUnauthorized {
+			t.Errorf("pprof %t, no token: %d, want 401", on, got)
+		}
+		if on {
+			release := api.HoldHeapDump()
+			got, b := get(opsSecret)
+			release()
+			if got != http.StatusTooManyRequests {
+				t.Errorf("while another dump is written: %d %q, want 429", got, b)
+			}
 		}
 	}
 }

@@ -38,7 +38,8 @@ type Options struct {
 	// Limits bound requests, connections and rates; the zero value means
 	// DefaultLimits.
 	Limits Limits
-	// Pprof serves Go's profiles at /debug/pprof/, to admins only.
+	// Pprof serves Go's profiles at /debug/pprof/, and a dump of the heap
+	// at /debug/heapdump, to admins only.
 	Pprof bool
 	// HostNames are the names (beyond IP addresses and localhost) a
 	// request may call this node by while the API has no authentication:
@@ -152,6 +153,7 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("GET /debug/heapdump", s.heapDump)
 	}
 	// authenticate unlists a body from the watch when the handler below it
 	// returns, before net/http retires the stream: nothing above it may

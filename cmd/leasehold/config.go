@@ -158,7 +158,8 @@ type CertEntry struct {
 
 // DebugSection is [debug]: what a node shows about its own running.
 type DebugSection struct {
-	// Pprof serves Go's profiles at /debug/pprof/ to admin credentials.
+	// Pprof serves Go's profiles at /debug/pprof/, and a dump of the heap at
+	// /debug/heapdump, to admin credentials.
 	Pprof bool `toml:"pprof"`
 }
 
