@@ -85,9 +85,7 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		return nil, fmt.Errorf("%w: %d jobs kept; compact or raise retention", ErrTooLarge, s.jobIDs.len())
 	}
 	s.jobSeq++
-	j := newJob(spec.ID) // the job and its id in one allocation (jobbox.go)
-	id := j.ID
-	*j = Job{
+	j := &Job{
 		JobSpec:     *spec,
 		Seq:         s.jobSeq,
 		SubmittedAt: s.lastTime,
@@ -97,7 +95,6 @@ func applySubmitJob(s *state, cmd Command) (any, error) {
 		NotBefore:   c.RunAt,
 		TimeoutMs:   c.TimeoutMs,
 	}
-	j.ID = id
 	j.Queue, j.Kind, j.Submitter = s.intern(j.Queue), s.intern(j.Kind), s.intern(j.Submitter)
 	j.Retry = s.internRetry(j.Retry)
 	s.insertJob(j)

@@ -299,14 +299,10 @@ func (j *Job) lastLease() *Lease {
 
 // clone copies the job for copy-on-write: mutating the copy never touches
 // the original. The state never mutates a payload, so the copy shares it.
-// The copy is boxed with its own copy of the id (jobbox.go).
 func (j *Job) clone() *Job {
-	c := newJob(j.ID)
-	id := c.ID
-	*c = *j
-	c.ID = id
+	c := *j
 	c.Leases = append([]Lease(nil), j.Leases...)
-	return c
+	return &c
 }
 
 // export returns a copy for a caller outside the package: nothing in it
