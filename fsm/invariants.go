@@ -551,4 +551,9 @@ func (s *state) checkSpares(fail func(string, ...any)) {
 			fail("spares: queue %s noted wide without ready heaps", q)
 		}
 	}
+	for q, kinds := range s.ready {
+		if _, wide := sp.wide[q]; len(kinds) > spareKindsMost && !wide {
+			fail("spares: queue %s has %d kinds but is not noted wide", q, len(kinds))
+		}
+	}
 }

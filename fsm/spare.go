@@ -3,9 +3,10 @@ package fsm
 // Spare ready heaps. When workers keep up with the executors, a queue is
 // empty between one job and the next: its last job leaving took its ready
 // heap, its submitter's heap and the queue's table of kinds with it, and
-// the next job made them again, five allocations a job (one of them of
-// the job's own size, so a span holding jobs also holds their holes). A
-// few emptied ones are kept for the next queue that needs one instead.
+// the next job made them again: six allocations a job (the heaps, their
+// entry arrays, the table and its group of slots, the last of the job's own
+// size class). A few emptied ones are kept for the next queue that needs
+// one instead.
 //
 // An emptied heap becomes a spare only once the apply that emptied it is
 // done (recycle): until then an acquire's list of candidate heaps, or a
@@ -21,8 +22,8 @@ const (
 )
 
 // spares is the state's recycling of emptied heaps and tables of kinds.
-// It is derived, like the indexes: nothing reads it but newHeap and
-// newKinds, and a restored state starts without.
+// It is derived, like the indexes: only the functions below and the
+// invariant check touch it, and a restored state starts without.
 type spares struct {
 	heaps   []*jobHeap // ready for reuse, empty
 	emptied []*jobHeap // emptied by the running apply

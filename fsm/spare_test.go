@@ -76,10 +76,42 @@ func TestSparesKeepLittle(t *testing.T) {
 	}
 	m.acquire("w", jobs)
 	s = m.f.st
-	if len(s.spare.heaps) != 1 || cap(s.spare.heaps[0].items) != 0 {
-		t.Fatalf("spare heaps %d, the first with room for %d entries, want 1 with none", len(s.spare.heaps), cap(s.spare.heaps[0].items))
+	if len(s.spare.heaps) != 1 {
+		t.Fatalf("%d spare heaps, want 1", len(s.spare.heaps))
+	}
+	if c := cap(s.spare.heaps[0].items); c != 0 {
+		t.Fatalf("the spare heap kept room for %d entries, want none", c)
 	}
 	if s.spare.kinds == nil {
 		t.Error("did not keep the table of a queue of one kind")
+	}
+}
+
+// A heap or table of kinds emptied by an apply is not handed out again
+// before that apply ends: its candidate heaps may still name it.
+func TestEmptiedHeapWaitsForItsApplyToEnd(t *testing.T) {
+	s := newState()
+	h := s.newHeap()
+	s.heapEmptied(h)
+	if s.newHeap() == h {
+		t.Fatal("reused a heap in the apply that emptied it")
+	}
+	kinds := s.newKinds()
+	kinds["probe"] = nil
+	delete(kinds, "probe")
+	s.kindsEmptied("q", kinds)
+	k2 := s.newKinds()
+	k2["probe"] = nil
+	if _, same := kinds["probe"]; same {
+		t.Fatal("reused a table of kinds in the apply that emptied it")
+	}
+	s.recycle()
+	if s.newHeap() != h {
+		t.Error("did not reuse the heap once its apply ended")
+	}
+	k3 := s.newKinds()
+	k3["probe2"] = nil
+	if _, same := kinds["probe2"]; !same {
+		t.Error("did not reuse the table of kinds once its apply ended")
 	}
 }
