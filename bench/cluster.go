@@ -33,7 +33,9 @@ type ClusterOptions struct {
 	// admin token, and every call must carry it.
 	Token string
 	// Pprof serves the nodes' Go profiles at /debug/pprof/ (to admins:
-	// anyone when Token is empty), which scale reads the heap from.
+	// anyone when Token is empty), which scale reads the heap from, and a
+	// dump of their heaps at /debug/heapdump (to admins; when Token is
+	// empty, to callers on the host).
 	Pprof bool
 	// ServerRaftTimeouts keeps the server's own Raft timeouts instead of
 	// the bench's short ones (raftTOML), as scale does: it measures the
@@ -75,7 +77,7 @@ func StartCluster(ctx context.Context, o ClusterOptions) (*LocalCluster, error) 
 	args := []string{"--renew-seconds", secs(o.RenewSeconds), "--grace-seconds", secs(o.GraceSeconds),
 		"--toleration-seconds", secs(o.TolerationSeconds), "--log-level", o.LogLevel}
 	if o.Pprof {
-		args = append(args, "--pprof")
+		args = append(args, "--pprof", "--heap-dump")
 	}
 	lc, err := localcluster.Start(ctx, localcluster.Options{Binary: o.Binary, Nodes: o.Nodes, Dir: o.Dir, Config: cfg, Args: args,
 		ReadyTimeout: o.ReadyTimeout})

@@ -38,9 +38,12 @@ type Options struct {
 	// Limits bound requests, connections and rates; the zero value means
 	// DefaultLimits.
 	Limits Limits
-	// Pprof serves Go's profiles at /debug/pprof/, and a dump of the heap
-	// at /debug/heapdump, to admins only.
+	// Pprof serves Go's profiles at /debug/pprof/, to admins only.
 	Pprof bool
+	// HeapDump serves a dump of the node's heap at /debug/heapdump, to
+	// admins only, and with authentication off only to callers on the
+	// node's own host: the dump holds every secret the process does.
+	HeapDump bool
 	// HostNames are the names (beyond IP addresses and localhost) a
 	// request may call this node by while the API has no authentication:
 	// its advertised API host, say (see guardHost).
@@ -59,6 +62,7 @@ type Server struct {
 	cluster  string
 	insecure bool
 	pprof    bool
+	heapDump bool            // Options.HeapDump
 	names    map[string]bool // Options.HostNames, lower case
 	refusals *cluster.RefusalLimiter
 	limits   Limits
@@ -85,7 +89,7 @@ func NewServer(o Options) *Server {
 	if limits == (Limits{}) {
 		limits = DefaultLimits()
 	}
-	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, pprof: o.Pprof, refusals: cluster.NewRefusalLimiter(),
+	s := &Server{node: o.Node, log: o.Logger, cluster: o.Cluster, insecure: o.Insecure, pprof: o.Pprof, heapDump: o.HeapDump, refusals: cluster.NewRefusalLimiter(),
 		limits: limits, rates: newRates(limits), watch: newBodyWatch(limits.BodyTimeout), errw: connect.NewErrorWriter(), peers: map[string]*peerClients{}, names: map[string]bool{}}
 	for _, n := range o.HostNames {
 		s.names[strings.ToLower(n)] = true
@@ -153,7 +157,9 @@ func (s *Server) Handler() http.Handler {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		mux.HandleFunc("GET /debug/heapdump", s.heapDump)
+	}
+	if s.heapDump {
+		mux.HandleFunc("/debug/heapdump", s.serveHeapDump) // admin only, as the profiles
 	}
 	// authenticate unlists a body from the watch when the handler below it
 	// returns, before net/http retires the stream: nothing above it may

@@ -71,7 +71,7 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
 		&cli.BoolFlag{Name: "unchained", Usage: "job-cycle: take each job with an acquire call of its own, not in the report that ends the previous cycle"},
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
-		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10"},
+		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10, and a dump of their heaps at /debug/heapdump (go run ./bench/holes reads it)"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
 		&cli.StringFlag{Name: "server-bin", Usage: "with --start: the leasehold executable the nodes run, so one build's load generator can measure another build's servers (bench/compare.sh DRIVER=new)", DefaultText: "this one"},
 		&cli.BoolFlag{Name: "flood", Usage: "job-cycle: run a hostile client beside the load (gzip bombs, oversized bodies, hanging connections, ghost heartbeats, bad tokens)"},
@@ -148,7 +148,7 @@ func runBench(c *cli.Context, workload string) error {
 		defer lc.Stop()
 		fmt.Fprintf(os.Stderr, "bench: started %d nodes in %s (data in %s)\n", n, time.Since(t0).Round(time.Millisecond), lc.Dir())
 		if c.Bool("pprof") {
-			fmt.Fprintf(os.Stderr, "bench: the nodes' profiles: %s (each http://ADDR/debug/pprof/)\n", strings.Join(lc.Endpoints(), ", "))
+			fmt.Fprintf(os.Stderr, "bench: the nodes' profiles: %s (each http://ADDR/debug/pprof/, and its heap at http://ADDR/debug/heapdump)\n", strings.Join(lc.Endpoints(), ", "))
 		}
 		cfg.Cluster = lc
 		res, err := bench.Run(ctx, cfg)

@@ -158,9 +158,12 @@ type CertEntry struct {
 
 // DebugSection is [debug]: what a node shows about its own running.
 type DebugSection struct {
-	// Pprof serves Go's profiles at /debug/pprof/, and a dump of the heap at
-	// /debug/heapdump, to admin credentials.
+	// Pprof serves Go's profiles at /debug/pprof/ to admin credentials.
 	Pprof bool `toml:"pprof"`
+	// HeapDump serves a dump of the heap at /debug/heapdump to admin
+	// credentials (with authentication off, to callers on the node's own
+	// host only). The dump holds every secret the node holds.
+	HeapDump bool `toml:"heap_dump"`
 }
 
 // LimitsSection is [limits]: what one caller can make a node do, and the

@@ -36,6 +36,7 @@ func serverFlags() []cli.Flag {
 		&cli.StringFlag{Name: "log-level", EnvVars: env("LOG_LEVEL"), Value: d.LogLevel, Usage: "trace, debug, info, warn or error (TOML: log_level)"},
 		&cli.BoolFlag{Name: "log-json", EnvVars: env("LOG_JSON"), Usage: "log one JSON object per line, for log shippers (TOML: log_json)"},
 		&cli.BoolFlag{Name: "pprof", EnvVars: env("PPROF"), Usage: "serve Go's profiles at /debug/pprof/ to admin credentials (TOML: [debug] pprof)"},
+		&cli.BoolFlag{Name: "heap-dump", EnvVars: env("HEAP_DUMP"), Usage: "serve a dump of the heap, every secret the node holds included, at /debug/heapdump to admin credentials (with authentication off: to callers on this host only) (TOML: [debug] heap_dump)"},
 		&cli.BoolFlag{Name: "insecure", EnvVars: env("INSECURE"), Usage: "start even when a non-loopback address has no peer mutual TLS or no API authentication (anyone who reaches it owns the cluster; see docs/security.md) (TOML: insecure)"},
 		&cli.IntFlag{Name: "raft-fd", Usage: "serve Raft on the listening TCP socket inherited as this file descriptor (bound by whoever started the process, as test launchers do); its address stands in for --raft-bind", DefaultText: "none"},
 		&cli.IntFlag{Name: "api-fd", Usage: "serve the API on the listening TCP socket inherited as this file descriptor; its address stands in for --api-bind", DefaultText: "none"},
@@ -77,6 +78,9 @@ func resolveServerConfig(c *cli.Context) (ServerConfig, error) {
 	}
 	if c.IsSet("pprof") {
 		cfg.Debug.Pprof = c.Bool("pprof")
+	}
+	if c.IsSet("heap-dump") {
+		cfg.Debug.HeapDump = c.Bool("heap-dump")
 	}
 	if c.IsSet("bootstrap-expect") {
 		cfg.BootstrapExpect = c.Int("bootstrap-expect")
@@ -198,7 +202,7 @@ func startNode(cfg ServerConfig, logger hclog.Logger) (*runningNode, error) {
 		return nil, err
 	}
 	srv := api.NewServer(api.Options{Node: node, Credentials: creds, Cluster: cfg.ClusterName, Insecure: insecure,
-		Limits: cfg.apiLimits(), Pprof: cfg.Debug.Pprof, HostNames: cfg.apiHostNames(), Logger: logger})
+		Limits: cfg.apiLimits(), Pprof: cfg.Debug.Pprof, HeapDump: cfg.Debug.HeapDump, HostNames: cfg.apiHostNames(), Logger: logger})
 	return &runningNode{node: node, api: srv, http: api.Serve(srv, ln, apiConf), peerTLS: peerTLS, apiTLS: apiTLS}, nil
 }
 
