@@ -16,6 +16,8 @@ package main
 
 import (
 	"bufio"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -152,9 +154,9 @@ func analyze(r *bufio.Reader, pages map[uint64]uint64) (report, error) {
 			}
 			slices.SortFunc(rep.classes, func(a, b class) int {
 				if a.holes() != b.holes() {
-					return -compareU64(a.holes(), b.holes())
+					return -cmp.Compare(a.holes(), b.holes())
 				}
-				return compareU64(a.size, b.size)
+				return cmp.Compare(a.size, b.size)
 			})
 			return rep, nil
 		}
@@ -197,32 +199,14 @@ func analyze(r *bufio.Reader, pages map[uint64]uint64) (report, error) {
 	return rep, err
 }
 
-func compareU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
+// readUvarint reads one of the dump's varints; a dump that ends inside a
+// record is cut short.
 func readUvarint(r *bufio.Reader) (uint64, error) {
-	var v uint64
-	for shift := uint(0); shift < 64; shift += 7 {
-		b, err := r.ReadByte()
-		if err != nil {
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
-			return 0, err
-		}
-		v |= uint64(b&0x7f) << shift
-		if b < 0x80 {
-			return v, nil
-		}
+	v, err := binary.ReadUvarint(r)
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
 	}
-	return 0, errors.New("a varint longer than 64 bits")
+	return v, err
 }
 
 // classRow is a line of the size class table's comment:
