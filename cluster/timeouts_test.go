@@ -88,10 +88,10 @@ func TestTimeoutRevokesAtTheLeadersTime(t *testing.T) {
 
 	rep := do(t, c, &fsm.Report{WorkerID: "w", JobID: "slow", Token: g.Lease.Token, ReportID: "k", Outcome: fsm.OutcomeKilled}).(fsm.ReportResult)
 	j, err := leader.FSM().Job("slow")
-	if err != nil || !rep.Requeued || j.Attempts != 1 || j.Leases[0].Outcome != fsm.OutcomeTimedOut {
+	if err != nil || !rep.Requeued || j.Attempts != 1 || j.Leases()[0].Outcome != fsm.OutcomeTimedOut {
 		t.Fatalf("after the kill: %+v, job %+v %v", rep, j, err)
 	}
-	if j.NotBefore != j.Leases[0].EndedAt+int64(2*time.Second) {
+	if j.NotBefore != j.Leases()[0].EndedAt+int64(2*time.Second) {
 		t.Fatalf("queued again not before %d, want the report's time + 2 s", j.NotBefore)
 	}
 	res, err := leader.Acquire(ctx(t), fsm.Acquire{WorkerID: "w", RequestID: "early", Queues: []string{"default"}, Max: 1}, 50*time.Millisecond)
@@ -122,8 +122,8 @@ func TestTimedOutLeaseThatExpiresCountsAnAttempt(t *testing.T) {
 		return a.State == fsm.LeaseExpired && b.State == fsm.LeaseExpired
 	})
 	j, _ := leader.FSM().Job("hung")
-	if j.State != fsm.JobQueued || j.Attempts != 1 || j.Losses != 0 || j.Leases[0].Outcome != fsm.OutcomeTimedOut {
-		t.Fatalf("timed out, then expired: %s attempts %d losses %d outcome %s", j.State, j.Attempts, j.Losses, j.Leases[0].Outcome)
+	if j.State != fsm.JobQueued || j.Attempts != 1 || j.Losses != 0 || j.Leases()[0].Outcome != fsm.OutcomeTimedOut {
+		t.Fatalf("timed out, then expired: %s attempts %d losses %d outcome %s", j.State, j.Attempts, j.Losses, j.Leases()[0].Outcome)
 	}
 	if j, _ := leader.FSM().Job("plain"); j.Attempts != 0 || j.Losses != 1 {
 		t.Fatalf("expired without a timeout: attempts %d losses %d, want a loss only", j.Attempts, j.Losses)

@@ -105,7 +105,7 @@ func (s *state) doubleGrantable(worker string, queues, kinds []string) (uint64, 
 		}
 		for _, e := range set {
 			tok, j := e.token, s.job(e.seq)
-			if j == nil || len(j.Leases) != 1 || (best != 0 && tok > best) || !slices.Contains(queues, j.Queue) ||
+			if j == nil || len(j.Leases()) != 1 || (best != 0 && tok > best) || !slices.Contains(queues, j.Queue) ||
 				(len(kinds) > 0 && !slices.Contains(kinds, j.Kind)) {
 				continue
 			}
@@ -176,9 +176,9 @@ func (s *state) pickReady(heaps []readyHeap) (uint64, bool) {
 }
 
 func findLease(j *Job, tok uint64) *Lease {
-	for i := range j.Leases {
-		if j.Leases[i].Token == tok {
-			return &j.Leases[i]
+	for i, ls := 0, j.Leases(); i < len(ls); i++ {
+		if ls[i].Token == tok {
+			return &ls[i]
 		}
 	}
 	return nil

@@ -544,9 +544,9 @@ func TestDeregisterAsLostSettlesByPolicy(t *testing.T) {
 	}
 	for id, want := range map[string]JobState{"run": JobLost, "eval": JobQueued, "revoked": JobCancelled} {
 		j := m.job(id)
-		if j.State != want || j.Losses != 1 || j.Attempts != 0 || j.Leases[len(j.Leases)-1].State != LeaseExpired {
+		if j.State != want || j.Losses != 1 || j.Attempts != 0 || j.Leases()[len(j.Leases())-1].State != LeaseExpired {
 			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %s, one loss, no attempt, expired",
-				id, j.State, j.Losses, j.Attempts, j.Leases[len(j.Leases)-1].State, want)
+				id, j.State, j.Losses, j.Attempts, j.Leases()[len(j.Leases())-1].State, want)
 		}
 	}
 	if j := m.job("run"); j.Reason() != ReasonWorkerLost {
@@ -571,24 +571,24 @@ func TestReleaseAsLostSettlesByPolicy(t *testing.T) {
 	m.submit(spec("plain"))
 	m.acquire("w1", 3)
 	for _, id := range []string{"run", "eval"} {
-		m.do(&Release{WorkerID: "w1", JobID: id, Token: m.job(id).Leases[0].Token, Reason: "command gone", Lost: true})
+		m.do(&Release{WorkerID: "w1", JobID: id, Token: m.job(id).Leases()[0].Token, Reason: "command gone", Lost: true})
 	}
-	m.do(&Release{WorkerID: "w1", JobID: "plain", Token: m.job("plain").Leases[0].Token})
+	m.do(&Release{WorkerID: "w1", JobID: "plain", Token: m.job("plain").Leases()[0].Token})
 	for id, want := range map[string]struct {
 		state  JobState
 		losses int
 		lease  LeaseState
 	}{"run": {JobLost, 1, LeaseExpired}, "eval": {JobQueued, 1, LeaseExpired}, "plain": {JobQueued, 0, LeaseReleased}} {
 		j := m.job(id)
-		if j.State != want.state || int(j.Losses) != want.losses || j.Attempts != 0 || j.Leases[0].State != want.lease {
-			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %+v, no attempt", id, j.State, j.Losses, j.Attempts, j.Leases[0].State, want)
+		if j.State != want.state || int(j.Losses) != want.losses || j.Attempts != 0 || j.Leases()[0].State != want.lease {
+			t.Fatalf("job %s: %s, %d losses, %d attempts, lease %s; want %+v, no attempt", id, j.State, j.Losses, j.Attempts, j.Leases()[0].State, want)
 		}
 	}
 	if j := m.job("run"); j.Reason() != ReasonWorkerLost {
 		t.Fatalf("run's reason %q", j.Reason())
 	}
 	// The lease is over: the same release again is stale.
-	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: m.job("run").Leases[0].Token, Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {
+	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: m.job("run").Leases()[0].Token, Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {
 		t.Fatalf("a second release as lost: %v", err)
 	}
 }
@@ -615,7 +615,7 @@ func TestRemoveIdleKeepsHolders(t *testing.T) {
 	if _, err := m.f.Worker("idle"); !errors.Is(err, ErrUnknownWorker) {
 		t.Fatalf("removed worker: %v", err)
 	}
-	if j := m.job("job"); j.State != JobAcquired || j.Leases[0].Token != g.Lease.Token {
+	if j := m.job("job"); j.State != JobAcquired || j.Leases()[0].Token != g.Lease.Token {
 		t.Fatalf("a holder's lease changed: %+v", j)
 	}
 	// Told twice (a retried proposal), nothing more happens.

@@ -73,7 +73,7 @@ func TestExhaustedJobEndsDeadOnlyFromLevel6(t *testing.T) {
 			if out.State != JobDead || out.Reason() != "out of attempts (3 of 3): exit 75" {
 				t.Fatalf("out of attempts: %s %q", out.State, out.Reason())
 			}
-			if l := out.Leases[len(out.Leases)-1]; l.Answer != JobDead || l.Message() != "exit 75" || l.Ref() != "log-out" {
+			if l := out.Leases()[len(out.Leases())-1]; l.Answer != JobDead || l.Message() != "exit 75" || l.Ref() != "log-out" {
 				t.Fatalf("its last lease keeps the last error: %v", l)
 			}
 			if p.State != JobDead || p.Reason() != ReasonPoison+" (1)" {
@@ -127,7 +127,7 @@ func TestRetryDeadJob(t *testing.T) {
 	before := m.job("j")
 	got := m.do(&RetryJob{JobID: "j", Reason: "fixed"}).(Job)
 	if got.State != JobQueued || got.Attempts != 0 || got.Losses != 0 || got.NotBefore != 0 || got.Reason() != "" ||
-		got.FinishSeq() != 0 || got.FinishedAt() != 0 || len(got.Leases) != len(before.Leases) {
+		got.FinishSeq() != 0 || got.FinishedAt() != 0 || len(got.Leases()) != len(before.Leases()) {
 		t.Fatalf("retried: %+v", got)
 	}
 	if ev, ok := m.lastEvent(EventJobRetried); !ok || ev.JobID != "j" {

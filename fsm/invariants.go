@@ -134,8 +134,9 @@ func (s *state) check() error {
 			fail("job %s: attempts %d/%d, losses %d/%d", j.ID, j.Attempts, j.MaxAttempts, j.Losses, j.MaxWorkerLosses)
 		}
 		var prevTok uint64
-		for i := range j.Leases {
-			l := &j.Leases[i]
+		ls := j.Leases()
+		for i := range ls {
+			l := &ls[i]
 			leases++
 			if l.Token <= prevTok {
 				fail("job %s: token %d after %d (I1)", j.ID, l.Token, prevTok)
@@ -159,7 +160,7 @@ func (s *state) check() error {
 			if (l.Revoke == RevokeTimeout || l.Outcome == OutcomeTimedOut) && j.TimeoutMs == 0 {
 				fail("lease %d: timed out, its job %s has no timeout", l.Token, j.ID)
 			}
-			if l.State == LeaseActive && i != len(j.Leases)-1 {
+			if l.State == LeaseActive && i != len(ls)-1 {
 				fail("job %s: lease %d is live but not the newest (I2)", j.ID, l.Token)
 			}
 			if l.State == LeaseReported {

@@ -181,16 +181,16 @@ func (m *refModel) job(id string) *Job {
 
 // live returns the job's live lease: the newest one, if active.
 func (m *refModel) live(j *Job) *Lease {
-	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseActive {
-		return &j.Leases[n-1]
+	if n := len(j.Leases()); n > 0 && j.Leases()[n-1].State == LeaseActive {
+		return &j.Leases()[n-1]
 	}
 	return nil
 }
 
 func (m *refModel) leaseOf(j *Job, tok uint64) *Lease {
-	for i := range j.Leases {
-		if j.Leases[i].Token == tok {
-			return &j.Leases[i]
+	for i := range j.Leases() {
+		if j.Leases()[i].Token == tok {
+			return &j.Leases()[i]
 		}
 	}
 	return nil
@@ -237,7 +237,7 @@ func (m *refModel) finish(j *Job, to JobState) {
 
 func copyJob(j *Job) Job {
 	c := *j
-	c.Leases = slices.Clone(j.Leases)
+	c.SetLeases(slices.Clone(j.Leases()))
 	return c
 }
 
@@ -402,8 +402,8 @@ func (m *refModel) setNode(c *SetNode) (any, error) {
 // its last lease's end, its retry from dead and its NotBefore.
 func (m *refModel) readySince(j *Job) int64 {
 	since := max(j.SubmittedAt, j.NotBefore)
-	if n := len(j.Leases); n > 0 {
-		since = max(since, j.Leases[n-1].EndedAt)
+	if ls := j.Leases(); len(ls) > 0 {
+		since = max(since, ls[len(ls)-1].EndedAt)
 	}
 	if at, ok := m.retried[j]; ok {
 		since = max(since, at)
@@ -641,7 +641,7 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 	}
 	var served []kept
 	for _, j := range m.jobs {
-		for _, l := range j.Leases {
+		for _, l := range j.Leases() {
 			if l.WorkerID == c.WorkerID && l.RequestID == c.RequestID {
 				served = append(served, kept{j, l})
 			}
@@ -687,11 +687,12 @@ func (m *refModel) acquire(c *Acquire) (any, error) {
 		if c.Start {
 			best.State, l.StartedAt = JobRunning, m.now
 		}
-		if len(best.Leases) >= MaxLeaseHistory {
-			best.Leases = slices.Delete(best.Leases, 0, 1)
+		ls := best.Leases()
+		if len(ls) >= MaxLeaseHistory {
+			ls = slices.Delete(ls, 0, 1)
 			m.trimmed++
 		}
-		best.Leases = append(best.Leases, l)
+		best.SetLeases(append(ls, l))
 		m.touch(best)
 		m.emit(Event{Type: EventLeaseAcquired, JobID: best.ID, Token: l.Token, WorkerID: c.WorkerID})
 		if c.Start {
@@ -1051,10 +1052,36 @@ func normJob(j Job) Job {
 	if len(j.Payload) == 0 {
 		j.Payload = nil
 	}
-	if len(j.Leases) == 0 {
-		j.Leases = nil
-	}
+	// A job holds its leases behind a pointer, which reflect.DeepEqual
+	// would follow to the first lease only: same compares them apart
+	// (leasesIn).
+	j.SetLeases(nil)
 	return j
+}
+
+// leasesIn lists the leases of the jobs in v, one of the values norm
+// knows to hold jobs, each nil when empty.
+func leasesIn(v any) [][]Lease {
+	var jobs []Job
+	switch x := v.(type) {
+	case Job:
+		jobs = []Job{x}
+	case SubmitResult:
+		jobs = []Job{x.Job}
+	case AcquireResult:
+		for _, g := range x.Grants {
+			jobs = append(jobs, g.Job)
+		}
+	case CancelResult:
+		jobs = []Job{x.Job}
+	}
+	out := make([][]Lease, len(jobs))
+	for i, j := range jobs {
+		if ls := j.Leases(); len(ls) > 0 {
+			out[i] = ls
+		}
+	}
+	return out
 }
 
 // normEvent blanks the Detail the model does not predict: everything but
@@ -1153,7 +1180,9 @@ func canon(v any) string {
 	return fmt.Sprintf("%T%+v", v, v)
 }
 
-func same(a, b any) bool { return reflect.DeepEqual(norm(a), norm(b)) }
+func same(a, b any) bool {
+	return reflect.DeepEqual(norm(a), norm(b)) && reflect.DeepEqual(leasesIn(a), leasesIn(b))
+}
 
 var modelSentinels = []error{
 	ErrInvalidArgument, ErrTooLarge, ErrNotFound, ErrConflict, ErrStaleToken, ErrNotOwner,
@@ -2483,7 +2512,7 @@ func (r *modelRun) compareState() {
 
 	// Every kept lease by token, fences, and some tokens no longer kept.
 	for _, j := range m.jobs {
-		for _, l := range j.Leases {
+		for _, l := range j.Leases() {
 			got, err := f.Lease(l.Token)
 			if err != nil || !got.Lease.Equal(l) || got.JobID != j.ID {
 				r.fail("Lease(%d) = %+v %v\n  want %+v", l.Token, got, err, l)

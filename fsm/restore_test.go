@@ -50,7 +50,7 @@ func crafted(t testing.TB, f *FSM, edit func(h *snapHeader, jobs []*Job, events 
 // leased returns the first job with a lease.
 func leased(jobs []*Job) *Job {
 	for _, j := range jobs {
-		if len(j.Leases) > 0 {
+		if len(j.Leases()) > 0 {
 			return j
 		}
 	}
@@ -69,17 +69,19 @@ func TestRestoreRefusesLies(t *testing.T) {
 		t.Fatal("crafted() without edits differs from the snapshot")
 	}
 	lies := map[string]func(h *snapHeader, jobs []*Job, events []*Event){
-		"index 2^64-1":          func(h *snapHeader, _ []*Job, _ []*Event) { h.lastIndex = math.MaxUint64 },
-		"index at MaxIndex":     func(h *snapHeader, _ []*Job, _ []*Event) { h.lastIndex = MaxIndex },
-		"job seq 2^64-1":        func(h *snapHeader, _ []*Job, _ []*Event) { h.jobSeq = math.MaxUint64 },
-		"finish seq 2^64-1":     func(h *snapHeader, _ []*Job, _ []*Event) { h.finishSeq = math.MaxUint64 },
-		"time beyond int64":     func(h *snapHeader, _ []*Job, _ []*Event) { h.lastTime = math.MaxUint64 },
-		"one job more":          func(h *snapHeader, _ []*Job, _ []*Event) { h.jobs++ },
-		"one event fewer":       func(h *snapHeader, _ []*Job, _ []*Event) { h.events-- },
-		"too many workers":      func(h *snapHeader, _ []*Job, _ []*Event) { h.workers = MaxWorkers + 1 },
-		"job after state time":  func(h *snapHeader, jobs []*Job, _ []*Event) { jobs[3].UpdatedAt = int64(h.lastTime) + 1 },
-		"job in 2262":           func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[0].SubmittedAt = year2262 },
-		"lease after time":      func(h *snapHeader, jobs []*Job, _ []*Event) { leased(jobs).Leases[0].GrantedAt = int64(h.lastTime) + 1 },
+		"index 2^64-1":         func(h *snapHeader, _ []*Job, _ []*Event) { h.lastIndex = math.MaxUint64 },
+		"index at MaxIndex":    func(h *snapHeader, _ []*Job, _ []*Event) { h.lastIndex = MaxIndex },
+		"job seq 2^64-1":       func(h *snapHeader, _ []*Job, _ []*Event) { h.jobSeq = math.MaxUint64 },
+		"finish seq 2^64-1":    func(h *snapHeader, _ []*Job, _ []*Event) { h.finishSeq = math.MaxUint64 },
+		"time beyond int64":    func(h *snapHeader, _ []*Job, _ []*Event) { h.lastTime = math.MaxUint64 },
+		"one job more":         func(h *snapHeader, _ []*Job, _ []*Event) { h.jobs++ },
+		"one event fewer":      func(h *snapHeader, _ []*Job, _ []*Event) { h.events-- },
+		"too many workers":     func(h *snapHeader, _ []*Job, _ []*Event) { h.workers = MaxWorkers + 1 },
+		"job after state time": func(h *snapHeader, jobs []*Job, _ []*Event) { jobs[3].UpdatedAt = int64(h.lastTime) + 1 },
+		"job in 2262":          func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[0].SubmittedAt = year2262 },
+		"lease after time": func(h *snapHeader, jobs []*Job, _ []*Event) {
+			leased(jobs).Leases()[0].GrantedAt = int64(h.lastTime) + 1
+		},
 		"job after state index": func(h *snapHeader, jobs []*Job, _ []*Event) { jobs[5].ModifyIndex = h.lastIndex + 1 },
 		"created after change":  func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[5].CreateIndex = jobs[5].ModifyIndex + 1 },
 		"event after index": func(h *snapHeader, _ []*Job, events []*Event) {
@@ -87,14 +89,14 @@ func TestRestoreRefusesLies(t *testing.T) {
 		},
 		"event in 2262": func(_ *snapHeader, _ []*Job, events []*Event) { events[len(events)-1].Time = year2262 },
 		"token above counter": func(h *snapHeader, jobs []*Job, _ []*Event) {
-			leased(jobs).Leases[0].Token = h.lastToken + 1
+			leased(jobs).Leases()[0].Token = h.lastToken + 1
 		},
 		"one id, two jobs": func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[1].ID = jobs[0].ID },
 		"one token, two leases": func(_ *snapHeader, jobs []*Job, _ []*Event) {
 			first := leased(jobs)
 			for _, j := range jobs {
-				if j != first && len(j.Leases) > 0 {
-					j.Leases[0].Token = first.Leases[0].Token
+				if j != first && len(j.Leases()) > 0 {
+					j.Leases()[0].Token = first.Leases()[0].Token
 					return
 				}
 			}

@@ -15,8 +15,8 @@ const (
 
 func jobBytes(j *Job) int64 {
 	n := int64(jobOverhead + len(j.ID) + len(j.Queue) + len(j.Kind) + len(j.Submitter) + len(j.Payload) + len(j.Reason()))
-	for i := range j.Leases {
-		l := &j.Leases[i]
+	for i, ls := 0, j.Leases(); i < len(ls); i++ {
+		l := &ls[i]
 		n += int64(leaseOverhead + len(l.WorkerID) + len(l.RequestID) + len(l.ReportID()) + len(l.Ref()) + len(l.Message()))
 	}
 	return n

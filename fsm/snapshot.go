@@ -607,9 +607,10 @@ func encodeJob(e *encoder, j *Job, version byte) {
 	e.str(j.Reason())
 	e.uvarint(j.CreateIndex)
 	e.uvarint(j.ModifyIndex)
-	e.uvarint(uint64(len(j.Leases)))
-	for i := range j.Leases {
-		encodeLease(e, &j.Leases[i])
+	ls := j.Leases()
+	e.uvarint(uint64(len(ls)))
+	for i := range ls {
+		encodeLease(e, &ls[i])
 	}
 	if version >= 5 {
 		e.varint(j.NotBefore)
@@ -633,9 +634,10 @@ func decodeJob(d *decoder, j *Job, version byte) {
 	j.CreateIndex = d.uvarint()
 	j.ModifyIndex = d.uvarint()
 	if n := d.count(MaxLeaseHistory); n > 0 {
-		j.Leases = make([]Lease, n)
-		for i := range j.Leases {
-			decodeLease(d, &j.Leases[i])
+		ls := make([]Lease, n)
+		j.SetLeases(ls)
+		for i := range ls {
+			decodeLease(d, &ls[i])
 		}
 	}
 	if version >= 5 {

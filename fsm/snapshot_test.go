@@ -441,7 +441,7 @@ func TestResultsDoNotAliasState(t *testing.T) {
 	res := m.do(&SubmitJob{Spec: spec("a")}).(SubmitResult)
 	after := m.f.Hash()
 	res.Job.Payload[0] = 'X'
-	res.Job.Leases = append(res.Job.Leases, Lease{Token: 99})
+	res.Job.SetLeases(append(res.Job.Leases(), Lease{Token: 99}))
 	g := m.acquireOne("w1")
 	g.Job.Payload[0] = 'Y'
 	got, _ := m.f.Job("a")
@@ -476,7 +476,7 @@ func TestAcquireGrantsShareNoLeases(t *testing.T) {
 	}
 	want := map[string]int{"a": 2, "b": 1, "c": 1}
 	for _, gr := range grants {
-		ls := gr.Job.Leases
+		ls := gr.Job.Leases()
 		if len(ls) != want[gr.Job.ID] || ls[len(ls)-1].Token != gr.Lease.Token || !ls[len(ls)-1].Equal(gr.Lease) {
 			t.Fatalf("grant of %s: leases %v, lease %v", gr.Job.ID, ls, gr.Lease)
 		}
@@ -493,14 +493,14 @@ func TestAcquireGrantsShareNoLeases(t *testing.T) {
 		tokens[i] = gr.Lease.Token
 	}
 	for i := range grants {
-		ls := grants[i].Job.Leases
+		ls := grants[i].Job.Leases()
 		ls[len(ls)-1].Token = 999
-		grants[i].Job.Leases = append(ls, Lease{Token: 1000 + uint64(i)})
+		grants[i].Job.SetLeases(append(ls, Lease{Token: 1000 + uint64(i)}))
 		for k, other := range grants {
 			if k == i {
 				continue
 			}
-			if ol := other.Job.Leases; k > i && ol[len(ol)-1].Token != tokens[k] {
+			if ol := other.Job.Leases(); k > i && ol[len(ol)-1].Token != tokens[k] {
 				t.Fatalf("writing into grant %d changed grant %d: %v", i, k, ol)
 			}
 		}
@@ -509,7 +509,7 @@ func TestAcquireGrantsShareNoLeases(t *testing.T) {
 		t.Fatal("writing into the grants changed the state")
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		if j := m.job(id); j.Leases[len(j.Leases)-1].Token == 999 {
+		if j := m.job(id); j.Leases()[len(j.Leases())-1].Token == 999 {
 			t.Fatalf("job %s's stored lease was written through a grant", id)
 		}
 	}
@@ -719,7 +719,7 @@ func TestRestoreSharesRepeatedStrings(t *testing.T) {
 	jobs := make([]Job, 12)
 	for i := range jobs {
 		var err error
-		if jobs[i], err = g.Job(fmt.Sprintf("j%02d", i)); err != nil || len(jobs[i].Leases) != 1 {
+		if jobs[i], err = g.Job(fmt.Sprintf("j%02d", i)); err != nil || len(jobs[i].Leases()) != 1 {
 			t.Fatalf("job %d: %+v %v", i, jobs[i], err)
 		}
 	}
@@ -731,16 +731,16 @@ func TestRestoreSharesRepeatedStrings(t *testing.T) {
 	}
 	for _, group := range [][]int{{0, 1, 2}, {3, 4, 5}, {6, 7, 8, 9, 10, 11}} {
 		for _, i := range group[1:] {
-			same("request ids", jobs[group[0]].Leases[0].RequestID, jobs[i].Leases[0].RequestID)
-			same("worker ids", jobs[group[0]].Leases[0].WorkerID, jobs[i].Leases[0].WorkerID)
+			same("request ids", jobs[group[0]].Leases()[0].RequestID, jobs[i].Leases()[0].RequestID)
+			same("worker ids", jobs[group[0]].Leases()[0].WorkerID, jobs[i].Leases()[0].WorkerID)
 		}
 	}
-	same("worker ids", jobs[0].Leases[0].WorkerID, jobs[6].Leases[0].WorkerID)
+	same("worker ids", jobs[0].Leases()[0].WorkerID, jobs[6].Leases()[0].WorkerID)
 	same("queues", jobs[0].Queue, jobs[5].Queue)
 	same("queues", jobs[6].Queue, jobs[11].Queue)
 	for _, p := range [][2]int{{0, 3}, {3, 6}} {
-		if jobs[p[0]].Leases[0].RequestID == jobs[p[1]].Leases[0].RequestID {
-			t.Errorf("jobs %d and %d: one request id %q", p[0], p[1], jobs[p[0]].Leases[0].RequestID)
+		if jobs[p[0]].Leases()[0].RequestID == jobs[p[1]].Leases()[0].RequestID {
+			t.Errorf("jobs %d and %d: one request id %q", p[0], p[1], jobs[p[0]].Leases()[0].RequestID)
 		}
 	}
 }

@@ -257,8 +257,8 @@ func (s *state) removeJob(j *Job) {
 		i, _ := s.shardIndex(sh.num)
 		s.shards = slices.Delete(s.shards, i, i+1)
 	}
-	for i := range j.Leases {
-		s.forgetLease(&j.Leases[i])
+	for i, ls := 0, j.Leases(); i < len(ls); i++ {
+		s.forgetLease(&ls[i])
 	}
 	s.counts[j.State]--
 	s.jobRemoved(j)
@@ -444,11 +444,12 @@ func (s *state) endLease(j *Job, how LeaseState) *Lease {
 // MaxLeaseHistory. room is how many live leases its worker is about to hold
 // (holdLease). The caller records its token in the request index.
 func (s *state) addLease(j *Job, l Lease, room int) {
-	if len(j.Leases) >= MaxLeaseHistory {
-		s.forgetLease(&j.Leases[0])
-		j.Leases = append(j.Leases[:0], j.Leases[1:]...)
+	ls := j.Leases()
+	if len(ls) >= MaxLeaseHistory {
+		s.forgetLease(&ls[0])
+		ls = append(ls[:0], ls[1:]...)
 	}
-	j.Leases = append(j.Leases, l)
+	j.SetLeases(append(ls, l))
 	s.tokens.add(l.Token, j.Seq)
 	s.timeoutStarts(j, &l)
 	s.holdLease(l.WorkerID, l.Token, j.Seq, room)
@@ -507,8 +508,8 @@ func (s *state) rebuildIndexes() {
 		if j.TimeoutMs > 0 {
 			s.withTimeout++
 		}
-		for i := range j.Leases {
-			l := &j.Leases[i]
+		for i, ls := 0, j.Leases(); i < len(ls); i++ {
+			l := &ls[i]
 			l.WorkerID = s.intern(l.WorkerID)
 			tokens = append(tokens, leaseEntry{token: l.Token, seq: j.Seq})
 			key := requestKey{l.WorkerID, l.RequestID}

@@ -79,7 +79,7 @@ func TestTimeoutRevokesAtItsDeadline(t *testing.T) {
 
 	res := m.report(g, "r1", OutcomeKilled, false)
 	j := m.job("slow")
-	l := j.Leases[len(j.Leases)-1]
+	l := j.Leases()[len(j.Leases())-1]
 	if !res.Requeued || j.State != JobQueued || j.Attempts != 1 || l.Outcome != OutcomeTimedOut || j.Executions() != 1 {
 		t.Fatalf("after the report: %+v; job %s attempts %d executions %d, lease outcome %v",
 			res, j.State, j.Attempts, j.Executions(), l.Outcome)
@@ -140,8 +140,8 @@ func TestTimeoutEndsEveryWay(t *testing.T) {
 	g = timeOutNow("expired")
 	m.do(&Expire{Leases: []LeaseRef{{g.Job.ID, g.Lease.Token}}, Reason: "silent"})
 	j := m.job("expired")
-	if j.State != JobQueued || j.Attempts != 1 || j.Losses != 0 || j.Leases[0].Outcome != OutcomeTimedOut {
-		t.Fatalf("expired after the timeout: %s attempts %d losses %d outcome %v", j.State, j.Attempts, j.Losses, j.Leases[0].Outcome)
+	if j.State != JobQueued || j.Attempts != 1 || j.Losses != 0 || j.Leases()[0].Outcome != OutcomeTimedOut {
+		t.Fatalf("expired after the timeout: %s attempts %d losses %d outcome %v", j.State, j.Attempts, j.Losses, j.Leases()[0].Outcome)
 	}
 	m.do(&Cancel{JobID: "expired"})
 

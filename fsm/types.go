@@ -1,6 +1,10 @@
 package fsm
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+	"unsafe"
+)
 
 // JobState is where a job is in its life. Numbers are stored in snapshots:
 // append only.
@@ -145,8 +149,8 @@ func enumParse[K comparable](names map[K]string, s string) (K, bool) {
 //
 // The fields of JobSpec, Job and Lease are ordered by size, the small ones
 // last and together, so a million of each waste no padding: Job fills the
-// 240-byte size class (224 before its not-before time and retry policy)
-// and Lease the 96-byte one (BenchmarkMemoryPerLiveLease).
+// 192-byte size class and Lease the 80-byte one (TestRecordSizes,
+// BenchmarkMemoryPerLiveLease).
 type JobSpec struct {
 	ID        string
 	Queue     string
@@ -178,6 +182,11 @@ type Job struct {
 	Attempts uint32
 	Losses   uint32 // leases that expired
 	State    JobState
+	// nLeases and capLeases are the length and capacity of the job's
+	// leases (Leases), kept in State's padding: with leases, a pointer, in
+	// place of a slice's 24 bytes, the record is 192 bytes, a size class
+	// below 208. A job keeps at most MaxLeaseHistory leases.
+	nLeases, capLeases uint8
 	// TimeoutMs is the job's execution timeout in milliseconds, zero for
 	// none: a lease still live TimeoutMs after its GrantedAt is revoked by
 	// the leader (timeouts.go). It is how to run the job, not what it is
@@ -192,9 +201,9 @@ type Job struct {
 	// 32 bytes out of line keep the record in a smaller size class. It is
 	// never mutated once set, so copies of the job may share it.
 	end *jobEnd
-	// Leases holds the job's most recent leases, oldest first; tokens strictly
-	// increase along it. Only the last one can be active.
-	Leases      []Lease
+	// leases points at the first of the job's leases (Leases), nil when
+	// it has no room for any.
+	leases      *Lease
 	CreateIndex uint64 // raft index of the submit
 	ModifyIndex uint64 // raft index of the last change
 	// NotBefore is the leader time (unix nanoseconds) before which the job
@@ -236,13 +245,40 @@ func (j *Job) Reason() string {
 	return j.end.reason
 }
 
+// Leases returns the job's most recent leases, oldest first; tokens
+// strictly increase along it, and only the last one can be active. The
+// slice is the job's own, as a slice field would be: writing an element
+// writes the job's lease, and appending to it changes the job only once
+// given back to SetLeases.
+func (j Job) Leases() []Lease {
+	if j.leases == nil {
+		return nil
+	}
+	return unsafe.Slice(j.leases, j.capLeases)[:j.nLeases]
+}
+
+// SetLeases makes ls (the slice itself, not a copy) the job's leases, as
+// assigning a slice field would. A job keeps at most MaxLeaseHistory
+// leases; more than 255 is a bug in the caller and panics. Room past 255
+// is not remembered (the slice is kept as if capped there).
+func (j *Job) SetLeases(ls []Lease) {
+	if len(ls) > math.MaxUint8 {
+		panic(fmt.Sprintf("fsm: a job given %d leases", len(ls)))
+	}
+	if cap(ls) == 0 {
+		j.leases, j.nLeases, j.capLeases = nil, 0, 0
+		return
+	}
+	j.leases, j.nLeases, j.capLeases = unsafe.SliceData(ls), uint8(len(ls)), uint8(min(cap(ls), math.MaxUint8))
+}
+
 // String prints every field, the ones kept out of line too, so that two
 // equal jobs print alike (as %v printed the struct before they moved).
 func (j Job) String() string {
 	return fmt.Sprintf("{JobSpec:%+v Seq:%d Attempts:%d Losses:%d State:%v TimeoutMs:%d SubmittedAt:%d UpdatedAt:%d "+
 		"FinishedAt:%d FinishSeq:%d Reason:%s Leases:%v CreateIndex:%d ModifyIndex:%d NotBefore:%d}",
 		j.JobSpec, j.Seq, j.Attempts, j.Losses, j.State, j.TimeoutMs, j.SubmittedAt, j.UpdatedAt,
-		j.FinishedAt(), j.FinishSeq(), j.Reason(), j.Leases, j.CreateIndex, j.ModifyIndex, j.NotBefore)
+		j.FinishedAt(), j.FinishSeq(), j.Reason(), j.Leases(), j.CreateIndex, j.ModifyIndex, j.NotBefore)
 }
 
 // setEnd replaces how the job ended: a new record, never a change to the
@@ -266,8 +302,8 @@ func (j *Job) Timeout() int64 { return int64(j.TimeoutMs) * 1e6 }
 
 // CurrentLease returns the job's live lease, if any.
 func (j Job) CurrentLease() (Lease, bool) {
-	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseActive {
-		return j.Leases[n-1], true
+	if ls := j.Leases(); len(ls) > 0 && ls[len(ls)-1].State == LeaseActive {
+		return ls[len(ls)-1], true
 	}
 	return Lease{}, false
 }
@@ -283,16 +319,16 @@ func (j Job) CurrentLease() (Lease, bool) {
 // A timed-out execution is counted in Attempts, as a failure is, however
 // its lease ended.
 func (j Job) Executions() uint32 {
-	if n := len(j.Leases); n > 0 && j.Leases[n-1].State == LeaseReported && j.Leases[n-1].Outcome != OutcomeFailed &&
-		j.Leases[n-1].Outcome != OutcomeTimedOut {
+	if ls := j.Leases(); len(ls) > 0 && ls[len(ls)-1].State == LeaseReported && ls[len(ls)-1].Outcome != OutcomeFailed &&
+		ls[len(ls)-1].Outcome != OutcomeTimedOut {
 		return j.Attempts + 1
 	}
 	return j.Attempts
 }
 
 func (j *Job) lastLease() *Lease {
-	if n := len(j.Leases); n > 0 {
-		return &j.Leases[n-1]
+	if ls := j.Leases(); len(ls) > 0 {
+		return &ls[len(ls)-1]
 	}
 	return nil
 }
@@ -301,7 +337,7 @@ func (j *Job) lastLease() *Lease {
 // the original. The state never mutates a payload, so the copy shares it.
 func (j *Job) clone() *Job {
 	c := *j
-	c.Leases = append([]Lease(nil), j.Leases...)
+	c.SetLeases(append([]Lease(nil), j.Leases()...))
 	return &c
 }
 
@@ -323,13 +359,13 @@ func (j *Job) export() Job {
 // it never writes into the block.
 func (j *Job) exportIn(block *[]Lease) Job {
 	c := *j
-	c.Leases = nil
-	if n := len(j.Leases); n > 0 && n <= cap(*block)-len(*block) {
-		start := len(*block)
-		*block = append(*block, j.Leases...)
-		c.Leases = (*block)[start : start+n : start+n]
-	} else if n > 0 {
-		c.Leases = append([]Lease(nil), j.Leases...)
+	c.SetLeases(nil)
+	if ls := j.Leases(); len(ls) > 0 && len(ls) <= cap(*block)-len(*block) {
+		start, n := len(*block), len(ls)
+		*block = append(*block, ls...)
+		c.SetLeases((*block)[start : start+n : start+n])
+	} else if len(ls) > 0 {
+		c.SetLeases(append([]Lease(nil), ls...))
 	}
 	c.Payload = append([]byte(nil), j.Payload...)
 	return c

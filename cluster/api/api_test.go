@@ -369,8 +369,8 @@ func TestTimeoutTranslates(t *testing.T) {
 	if err != nil || cmd.TimeoutMs != 30_000 || fsm.CodecOf(cmd) != 6 {
 		t.Fatalf("submit with a 30 s timeout: %+v %v", cmd, err)
 	}
-	j := fsm.Job{JobSpec: cmd.Spec, TimeoutMs: cmd.TimeoutMs, State: fsm.JobRunning,
-		Leases: []fsm.Lease{{Token: 7, State: fsm.LeaseActive, Revoke: fsm.RevokeTimeout}}}
+	j := fsm.Job{JobSpec: cmd.Spec, TimeoutMs: cmd.TimeoutMs, State: fsm.JobRunning}
+	j.SetLeases([]fsm.Lease{{Token: 7, State: fsm.LeaseActive, Revoke: fsm.RevokeTimeout}})
 	out := jobToProto(&j, time.Now())
 	if out.GetSpec().GetTimeout().AsDuration() != 30*time.Second {
 		t.Fatalf("job view timeout %v", out.GetSpec().GetTimeout())

@@ -245,8 +245,8 @@ func revokeToProto(r fsm.Revoke) pb.Revoke {
 // allocations: an acquire's or a report's answer is mostly jobs.
 func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	n := set(j.SubmittedAt, j.UpdatedAt, j.FinishedAt(), j.NotBefore)
-	for i := range j.Leases {
-		l := &j.Leases[i]
+	for i, ls := 0, j.Leases(); i < len(ls); i++ {
+		l := &ls[i]
 		n += set(l.GrantedAt, l.StartedAt, l.EndedAt)
 	}
 	st := make(stamps, 0, n)
@@ -267,11 +267,11 @@ func jobToProto(j *fsm.Job, now time.Time) *pb.Job {
 	if j.State == fsm.JobQueued && j.NotBefore > now.UnixNano() {
 		out.State = pb.JobState_JOB_STATE_SCHEDULED
 	}
-	if len(j.Leases) > 0 {
-		leases := make([]pb.Lease, len(j.Leases))
-		out.Leases = make([]*pb.Lease, len(j.Leases))
-		for i := range j.Leases {
-			fillLease(&leases[i], j.ID, &j.Leases[i], &st)
+	if ls := j.Leases(); len(ls) > 0 {
+		leases := make([]pb.Lease, len(ls))
+		out.Leases = make([]*pb.Lease, len(ls))
+		for i := range ls {
+			fillLease(&leases[i], j.ID, &ls[i], &st)
 			out.Leases[i] = &leases[i]
 		}
 	}

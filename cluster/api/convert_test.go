@@ -38,11 +38,11 @@ func TestJobToProtoInFourAllocations(t *testing.T) {
 			MaxAttempts: 5, MaxWorkerLosses: 2},
 		Seq: 7, Attempts: 1, Losses: 1, State: fsm.JobRunning, SubmittedAt: base, UpdatedAt: base + 5,
 		CreateIndex: 10, ModifyIndex: 12, NotBefore: base + 1, TimeoutMs: 1500,
-		Leases: []fsm.Lease{
-			{Token: 4, WorkerID: "w", RequestID: "r1", GrantedAt: base + 2, EndedAt: base + 3, State: fsm.LeaseExpired},
-			{Token: 9, WorkerID: "w", RequestID: "r2", GrantedAt: base + 4, StartedAt: base + 6, State: fsm.LeaseActive},
-		},
 	}
+	j.SetLeases([]fsm.Lease{
+		{Token: 4, WorkerID: "w", RequestID: "r1", GrantedAt: base + 2, EndedAt: base + 3, State: fsm.LeaseExpired},
+		{Token: 9, WorkerID: "w", RequestID: "r2", GrantedAt: base + 4, StartedAt: base + 6, State: fsm.LeaseActive},
+	})
 	tsOf := func(n int64) *timestamppb.Timestamp {
 		if n == 0 {
 			return nil
@@ -55,7 +55,7 @@ func TestJobToProtoInFourAllocations(t *testing.T) {
 		Seq: 7, State: pb.JobState_JOB_STATE_RUNNING, Attempts: j.Executions(), Losses: 1,
 		SubmittedAt: tsOf(base), UpdatedAt: tsOf(base + 5), CreateIndex: 10, ModifyIndex: 12, NotBefore: tsOf(base + 1),
 	}
-	for _, l := range j.Leases {
+	for _, l := range j.Leases() {
 		want.Leases = append(want.Leases, &pb.Lease{Token: l.Token, JobId: j.ID, WorkerId: l.WorkerID, RequestId: l.RequestID,
 			State: pb.LeaseState(l.State), GrantedAt: tsOf(l.GrantedAt), StartedAt: tsOf(l.StartedAt), EndedAt: tsOf(l.EndedAt)})
 	}
@@ -63,8 +63,8 @@ func TestJobToProtoInFourAllocations(t *testing.T) {
 	if got := jobToProto(j, now); !proto.Equal(got, want) {
 		t.Fatalf("jobToProto:\n got %v\nwant %v", got, want)
 	}
-	for i := range j.Leases {
-		if got := leaseToProto(j.ID, &j.Leases[i]); !proto.Equal(got, want.Leases[i]) {
+	for i := range j.Leases() {
+		if got := leaseToProto(j.ID, &j.Leases()[i]); !proto.Equal(got, want.Leases[i]) {
 			t.Fatalf("leaseToProto:\n got %v\nwant %v", got, want.Leases[i])
 		}
 	}
