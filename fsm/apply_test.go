@@ -571,9 +571,9 @@ func TestReleaseAsLostSettlesByPolicy(t *testing.T) {
 	m.submit(spec("plain"))
 	m.acquire("w1", 3)
 	for _, id := range []string{"run", "eval"} {
-		m.do(&Release{WorkerID: "w1", JobID: id, Token: m.job(id).Leases()[0].Token, Reason: "command gone", Lost: true})
+		m.do(&Release{WorkerID: "w1", JobID: id, Token: firstToken(m.job(id)), Reason: "command gone", Lost: true})
 	}
-	m.do(&Release{WorkerID: "w1", JobID: "plain", Token: m.job("plain").Leases()[0].Token})
+	m.do(&Release{WorkerID: "w1", JobID: "plain", Token: firstToken(m.job("plain"))})
 	for id, want := range map[string]struct {
 		state  JobState
 		losses int
@@ -588,7 +588,7 @@ func TestReleaseAsLostSettlesByPolicy(t *testing.T) {
 		t.Fatalf("run's reason %q", j.Reason())
 	}
 	// The lease is over: the same release again is stale.
-	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: m.job("run").Leases()[0].Token, Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {
+	if _, err := m.try(&Release{WorkerID: "w1", JobID: "run", Token: firstToken(m.job("run")), Lost: true}); !errors.Is(err, ErrStaleToken) && !errors.Is(err, ErrFinished) {
 		t.Fatalf("a second release as lost: %v", err)
 	}
 }
@@ -753,3 +753,6 @@ func TestHasJob(t *testing.T) {
 		t.Fatalf("HasJob(j) %t (Job: %v), HasJob(k) %t", m.f.HasJob("j"), err, m.f.HasJob("k"))
 	}
 }
+
+// firstToken is the token of the job's first lease.
+func firstToken(j Job) uint64 { return j.Leases()[0].Token }

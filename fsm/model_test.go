@@ -1064,6 +1064,10 @@ func normJob(j Job) Job {
 func leasesIn(v any) [][]Lease {
 	var jobs []Job
 	switch x := v.(type) {
+	default:
+		if v != nil && holdsJob(reflect.TypeOf(v), map[reflect.Type]bool{}) {
+			panic(fmt.Sprintf("leasesIn: %T holds a job: list its jobs here, and norm them", v))
+		}
 	case Job:
 		jobs = []Job{x}
 	case SubmitResult:
@@ -1176,12 +1180,36 @@ func canon(v any) string {
 	if v == nil {
 		return "<nil>"
 	}
-	v = norm(v)
-	return fmt.Sprintf("%T%+v", v, v)
+	return fmt.Sprintf("%T%+v leases %v", v, norm(v), leasesIn(v))
+}
+
+// holdsJob says whether a value of type t can hold a Job.
+func holdsJob(t reflect.Type, seen map[reflect.Type]bool) bool {
+	if t == reflect.TypeFor[Job]() {
+		return true
+	}
+	if seen[t] {
+		return false
+	}
+	seen[t] = true
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Slice, reflect.Array:
+		return holdsJob(t.Elem(), seen)
+	case reflect.Map:
+		return holdsJob(t.Key(), seen) || holdsJob(t.Elem(), seen)
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if holdsJob(t.Field(i).Type, seen) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func same(a, b any) bool {
-	return reflect.DeepEqual(norm(a), norm(b)) && reflect.DeepEqual(leasesIn(a), leasesIn(b))
+	la, lb := leasesIn(a), leasesIn(b) // first: it refuses types it does not know
+	return reflect.DeepEqual(norm(a), norm(b)) && reflect.DeepEqual(la, lb)
 }
 
 var modelSentinels = []error{
@@ -2623,4 +2651,42 @@ func (r *modelRun) compareQueues() {
 			r.fail("Queues(now+%s): %+v\n  want %+v", time.Duration(later-m.now), qi, w)
 		}
 	}
+}
+
+// same compares every lease of the jobs in a result, not the first only
+// (where a job's leases pointer leads reflect.DeepEqual), and not their
+// room.
+func TestSameComparesEveryLease(t *testing.T) {
+	jobWith := func(room int, tokens ...uint64) Job {
+		ls := make([]Lease, 0, room)
+		for _, tok := range tokens {
+			ls = append(ls, Lease{Token: tok, State: LeaseExpired})
+		}
+		var j Job
+		j.SetLeases(ls)
+		return j
+	}
+	a, b, roomier := jobWith(2, 1, 2), jobWith(2, 1, 3), jobWith(8, 1, 2)
+	for _, v := range []struct{ x, y any }{
+		{a, b},
+		{SubmitResult{Job: a}, SubmitResult{Job: b}},
+		{CancelResult{Job: a}, CancelResult{Job: b}},
+		{AcquireResult{Grants: []Grant{{Job: a}}}, AcquireResult{Grants: []Grant{{Job: b}}}},
+	} {
+		if same(v.x, v.y) {
+			t.Errorf("%T: jobs whose second leases differ are the same", v.x)
+		}
+		if canon(v.x) == canon(v.y) {
+			t.Errorf("%T: jobs whose second leases differ print alike", v.x)
+		}
+	}
+	if !same(a, roomier) || !same(SubmitResult{Job: a}, SubmitResult{Job: roomier}) {
+		t.Error("jobs with the same leases in more room differ")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("a result holding a job that leasesIn does not know was compared")
+		}
+	}()
+	same([]Job{a}, []Job{b})
 }

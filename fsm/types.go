@@ -250,7 +250,7 @@ func (j *Job) Reason() string {
 // slice is the job's own, as a slice field would be: writing an element
 // writes the job's lease, and appending to it changes the job only once
 // given back to SetLeases.
-func (j Job) Leases() []Lease {
+func (j *Job) Leases() []Lease {
 	if j.leases == nil {
 		return nil
 	}
