@@ -30,8 +30,8 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 	}
 	heaps := s.candidateHeaps(c.Queues, c.Kinds)
 	var res AcquireResult
-	var toks []uint64
-	var block []Lease // the grants' copies of their jobs' leases (Job.exportIn)
+	var granted requestTokens // the request index's entry (state.go)
+	var block []Lease         // the grants' copies of their jobs' leases (Job.exportIn)
 	for i := range n {
 		seq, ok := s.pickReady(heaps)
 		if !singleGrant && i == 0 {
@@ -46,7 +46,7 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 			// Sized once, for at most the jobs the heaps hold, rather
 			// than grown by doubling.
 			room := min(int(n), readyBound(heaps))
-			res.Grants, toks, block = make([]Grant, 0, room), make([]uint64, 0, room), make([]Lease, 0, room)
+			res.Grants, block = make([]Grant, 0, room), make([]Lease, 0, room)
 		}
 		j := s.editJob(seq)
 		since := readySince(j)
@@ -65,7 +65,10 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 			to, l.StartedAt = JobRunning, s.lastTime
 		}
 		s.addLease(j, l, int(held+n))
-		toks = append(toks, l.Token)
+		if granted.kept == 0 {
+			granted.first = l.Token
+		}
+		granted.span, granted.kept = uint16(l.Token-granted.first), granted.kept+1
 		s.setState(j, to)
 		j.UpdatedAt, j.ModifyIndex = s.lastTime, s.lastIndex
 		s.emit(Event{Type: EventLeaseAcquired, JobID: j.ID, Token: l.Token, WorkerID: w.ID})
@@ -74,12 +77,8 @@ func applyAcquire(s *state, cmd Command) (any, error) {
 		}
 		res.Grants = append(res.Grants, Grant{Job: j.exportIn(&block), Lease: l, ReadySince: since})
 	}
-	if len(toks) > 0 {
-		// Kept at the acquire's exact size.
-		if len(toks) < cap(toks) {
-			toks = slices.Clone(toks)
-		}
-		s.requests[requestKey{w.ID, c.RequestID}] = toks
+	if granted.kept > 0 {
+		s.requests[requestKey{w.ID, c.RequestID}] = granted
 	}
 	return res, nil
 }
@@ -118,17 +117,25 @@ func (s *state) doubleGrantable(worker string, queues, kinds []string) (uint64, 
 // replayAcquire returns the grants of an acquire already served for this
 // worker and request id.
 func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
-	toks := s.requests[requestKey{worker, request}]
-	if len(toks) == 0 {
+	rt, ok := s.requests[requestKey{worker, request}]
+	if !ok {
 		return AcquireResult{}, false
 	}
 	res := AcquireResult{Replayed: true}
-	for _, tok := range toks {
-		seq, _ := s.tokens.find(tok)
-		j := s.job(seq)
-		res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *findLease(j, tok)})
+	for tok := rt.first; ; tok++ {
+		// Of the acquire's tokens, those still kept; a token another
+		// acquire holds (only a broken chaos build reuses tokens) is not
+		// this one's.
+		if seq, kept := s.tokens.find(tok); kept {
+			j := s.job(seq)
+			if l := findLease(j, tok); l != nil && l.WorkerID == worker && l.RequestID == request {
+				res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *l})
+			}
+		}
+		if tok == rt.last() {
+			return res, true
+		}
 	}
-	return res, true
 }
 
 // readyHeap is a ready heap and the queue it belongs to.

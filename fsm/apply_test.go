@@ -306,6 +306,43 @@ func TestAcquireCapacityAndRequestID(t *testing.T) {
 	m.fail(&Acquire{WorkerID: "ghost", RequestID: "x", Queues: []string{"default"}, Max: 1}, ErrUnknownWorker)
 }
 
+// A repeated acquire answers with the first one's leases still kept, in
+// token order: one whose job was compacted away is left out, and once
+// none is kept the request id is free again. The request index keeps an
+// acquire's first token, span and count of kept leases (state.go).
+func TestReplayAnswersTheAcquiresKeptLeases(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 3)
+	m.register("w2", 3)
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.submit(spec(id))
+	}
+	other := m.acquireOne("w2") // a token before the acquire's
+	acq := &Acquire{WorkerID: "w1", RequestID: "r", Queues: []string{"default"}, Max: 3}
+	first := m.do(acq).(AcquireResult)
+	if len(first.Grants) != 3 || other.Lease.Token >= first.Grants[0].Lease.Token {
+		t.Fatalf("first acquire: %d grants, the other's token %d", len(first.Grants), other.Lease.Token)
+	}
+	m.report(first.Grants[1], "r1", OutcomeSucceeded, false)
+	m.advance(1)
+	if res := m.do(&Compact{JobsBefore: m.now, EventsBefore: 0, Limit: 10}).(CompactResult); res.Jobs != 1 {
+		t.Fatalf("compacted %d jobs, want the reported one", res.Jobs)
+	}
+	again := m.do(acq).(AcquireResult)
+	if !again.Replayed || len(again.Grants) != 2 || again.Grants[0].Lease.Token != first.Grants[0].Lease.Token ||
+		again.Grants[1].Lease.Token != first.Grants[2].Lease.Token || again.Grants[1].Job.ID != first.Grants[2].Job.ID {
+		t.Fatalf("replay %+v, want the first and third of %+v", again, first)
+	}
+	m.report(first.Grants[0], "r0", OutcomeSucceeded, false)
+	m.report(first.Grants[2], "r2", OutcomeSucceeded, false)
+	m.advance(1)
+	m.do(&Compact{JobsBefore: m.now, EventsBefore: 0, Limit: 10})
+	m.submit(spec("e"))
+	if fresh := m.do(acq).(AcquireResult); fresh.Replayed || len(fresh.Grants) != 1 || fresh.Grants[0].Job.ID != "e" {
+		t.Fatalf("the request id once none of its leases is kept: %+v", fresh)
+	}
+}
+
 func TestReportOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

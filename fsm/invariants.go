@@ -50,6 +50,7 @@ func (s *state) check() error {
 	}
 	var counts [JobDead + 1]int
 	var jobs, leases, live, queuedWithSubmitter, terminal, delayed, timed int
+	perRequest := map[requestKey]int{}     // kept leases of each acquire
 	heapWant := map[*jobHeap]int{}         // queued jobs each heap must hold
 	queueWant := map[string]*queueCounts{} // recounted per queue; since: its ready jobs
 	inDelayed := make(map[delayedItem]bool, len(s.delayed.items))
@@ -170,9 +171,11 @@ func (s *state) check() error {
 					fail("lease %d: reported without outcome, answer or report id", l.Token)
 				}
 			}
-			if got := s.requests[requestKey{l.WorkerID, l.RequestID}]; !slices.Contains(got, l.Token) {
+			key := requestKey{l.WorkerID, l.RequestID}
+			if got, ok := s.requests[key]; !ok || !got.holds(l.Token) {
 				fail("lease %d: missing from the request index", l.Token)
 			}
+			perRequest[key]++
 		}
 		cur, isLive := j.CurrentLease()
 		if isLive != j.State.Leased() {
@@ -260,12 +263,14 @@ func (s *state) check() error {
 	if dead != s.tokens.dead {
 		fail("token index: %d pairs of leases not kept, counted %d", dead, s.tokens.dead)
 	}
-	requestTokens := 0
-	for _, toks := range s.requests {
-		requestTokens += len(toks)
+	for key, rt := range s.requests {
+		if int(rt.span) >= MaxAcquireBatch || rt.first == 0 || int(rt.kept) != perRequest[key] {
+			fail("request %q of worker %q: tokens %d and %d after, %d kept, %d leases: not one acquire's",
+				key.request, key.worker, rt.first, rt.span, rt.kept, perRequest[key])
+		}
 	}
-	if requestTokens != leases {
-		fail("request index has %d tokens for %d kept leases", requestTokens, leases)
+	if len(perRequest) != len(s.requests) {
+		fail("request index has %d acquires, the kept leases %d", len(s.requests), len(perRequest))
 	}
 
 	workerLive := 0

@@ -91,6 +91,20 @@ func TestRestoreRefusesLies(t *testing.T) {
 		"token above counter": func(h *snapHeader, jobs []*Job, _ []*Event) {
 			leased(jobs).Leases()[0].Token = h.lastToken + 1
 		},
+		"one request, two acquires": func(h *snapHeader, jobs []*Job, _ []*Event) {
+			// A lease that is not live (the worker index is not involved)
+			// made one of another acquire's, MaxAcquireBatch tokens after.
+			first := leased(jobs)
+			for _, j := range jobs {
+				if ls := j.Leases(); j != first && len(ls) == 1 && ls[0].State != LeaseActive {
+					h.lastToken += MaxAcquireBatch
+					ls[0].WorkerID, ls[0].RequestID = first.Leases()[0].WorkerID, first.Leases()[0].RequestID
+					ls[0].Token = h.lastToken
+					return
+				}
+			}
+			panic("one job with a lease that is not live")
+		},
 		"one id, two jobs": func(_ *snapHeader, jobs []*Job, _ []*Event) { jobs[1].ID = jobs[0].ID },
 		"one token, two leases": func(_ *snapHeader, jobs []*Job, _ []*Event) {
 			first := leased(jobs)
@@ -107,7 +121,8 @@ func TestRestoreRefusesLies(t *testing.T) {
 	target.do(&SubmitJob{Spec: spec("only-in-target")})
 	before, events := target.f.Hash(), target.f.Stats().LastEventSeq
 	// What the index checks alone find (the rest of the state is sound).
-	names := map[string]string{"one id, two jobs": "id index", "one token, two leases": "token index"}
+	names := map[string]string{"one id, two jobs": "id index", "one token, two leases": "token index",
+		"one request, two acquires": "not one acquire's"}
 	for name, lie := range lies {
 		data := crafted(t, m.f, lie)
 		if err := target.f.Restore(bytes.NewReader(data)); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), names[name]) {

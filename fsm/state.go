@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math"
 	"slices"
 	"unsafe"
 )
@@ -78,7 +79,7 @@ type state struct {
 	finished     []uint64                       // seqs of terminal jobs but dead ones in finish order: what Compact takes
 	dead         deadIndex                      // dead jobs in finish order: what PurgeJobs takes (deadindex.go)
 	deadBy       map[string]*deadIndex          // queue -> its dead jobs, while it has one
-	requests     map[requestKey][]uint64        // worker and request id -> tokens it granted
+	requests     map[requestKey]requestTokens   // worker and request id -> the tokens it granted
 	interned     map[string]string
 	counts       [JobDead + 1]int // jobs per state
 	timed        int              // jobs with a NotBefore or a retry policy: a snapshot of them is version 5
@@ -105,7 +106,7 @@ func newState() *state {
 		submitted:     map[string]*jobHeap{},
 		deadBy:        map[string]*deadIndex{},
 		retries:       map[RetryPolicy]*RetryPolicy{},
-		requests:      map[requestKey][]uint64{},
+		requests:      map[requestKey]requestTokens{},
 		interned:      map[string]string{},
 		touched:       map[uint64]int64{},
 	}
@@ -275,18 +276,49 @@ func (s *state) removeJob(j *Job) {
 func (s *state) forgetLease(l *Lease) {
 	s.tokens.remove(l.Token)
 	key := requestKey{l.WorkerID, l.RequestID}
-	if toks, ok := s.requests[key]; ok {
-		toks = slices.DeleteFunc(toks, func(t uint64) bool { return t == l.Token })
-		if len(toks) == 0 {
+	if rt, ok := s.requests[key]; ok {
+		if rt.kept <= 1 {
 			delete(s.requests, key)
 		} else {
-			s.requests[key] = toks
+			rt.kept--
+			s.requests[key] = rt
 		}
 	}
 }
 
 // requestKey names an acquire: its worker and request id.
 type requestKey struct{ worker, request string }
+
+// requestTokens is an acquire's entry in the request index. One acquire's
+// grants take consecutive tokens, at most MaxAcquireBatch of them, so the
+// entry is the first token, how far the last is past it, and how many of
+// its leases are still kept: 16 bytes in the map's slot, where a list of
+// the tokens was a slice header there and an array of its own (80 bytes
+// for ten grants) among the state's small objects.
+type requestTokens struct {
+	first uint64
+	span  uint16 // last token - first; below MaxAcquireBatch (a restore of more fails its check)
+	kept  uint16 // its leases still kept, at least 1
+}
+
+// last is the acquire's last token.
+func (rt requestTokens) last() uint64 { return rt.first + uint64(rt.span) }
+
+// holds says whether tok is among the acquire's tokens.
+func (rt requestTokens) holds(tok uint64) bool { return tok >= rt.first && tok <= rt.last() }
+
+// with adds a kept lease of token tok to the entry (a restore's, one
+// lease at a time). A span past what one acquire grants is kept as
+// MaxUint16, which the state's check refuses.
+func (rt requestTokens) with(tok uint64) requestTokens {
+	if rt.kept == 0 {
+		return requestTokens{first: tok, kept: 1}
+	}
+	lo, hi := min(rt.first, tok), max(rt.last(), tok)
+	rt.first, rt.span = lo, uint16(min(hi-lo, math.MaxUint16))
+	rt.kept = uint16(min(int(rt.kept)+1, math.MaxUint16))
+	return rt
+}
 
 // eachJob calls fn for every job in seq order until fn returns false.
 func eachJob(shards []*jobShard, fn func(*Job) bool) {
@@ -513,7 +545,7 @@ func (s *state) rebuildIndexes() {
 			l.WorkerID = s.intern(l.WorkerID)
 			tokens = append(tokens, leaseEntry{token: l.Token, seq: j.Seq})
 			key := requestKey{l.WorkerID, l.RequestID}
-			s.requests[key] = append(s.requests[key], l.Token)
+			s.requests[key] = s.requests[key].with(l.Token)
 		}
 		if l, ok := j.CurrentLease(); ok {
 			s.holdLease(l.WorkerID, l.Token, j.Seq, 1)
@@ -534,15 +566,8 @@ func (s *state) rebuildIndexes() {
 	})
 	s.tokens = restoredTokens(tokens)
 	s.jobIDs.build(ids, s)
-	// Request ids are keyed per worker, and a worker's tokens for one request
-	// were granted in one acquire: jobs visited in seq order may list them out
-	// of token order, so sort.
-	// Both indexes grew by appending: keep them at their exact size, as the
-	// applies that built them did.
-	for key, toks := range s.requests {
-		slices.Sort(toks)
-		s.requests[key] = slices.Clone(toks)
-	}
+	// The worker index grew by appending: keep it at its exact size, as
+	// the applies that built it did.
 	for w, ls := range s.workerLeases {
 		s.workerLeases[w] = slices.Clone(ls)
 	}

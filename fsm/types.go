@@ -147,10 +147,10 @@ func enumParse[K comparable](names map[K]string, s string) (K, bool) {
 // JobSpec is what an executor submits. Two submissions with the same ID are
 // the same job when every field is equal.
 //
-// The fields of JobSpec, Job and Lease are ordered by size, the small ones
-// last and together, so a million of each waste no padding: Job fills the
-// 192-byte size class and Lease the 80-byte one (TestRecordSizes,
-// BenchmarkMemoryPerLiveLease).
+// The fields of JobSpec and Lease are ordered by size, the small ones last
+// and together, and Job's small ones sit together after Seq, so a million
+// of each waste little padding: Job fills the 192-byte size class and
+// Lease the 80-byte one (TestRecordSizes, BenchmarkMemoryPerLiveLease).
 type JobSpec struct {
 	ID        string
 	Queue     string
