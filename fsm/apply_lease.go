@@ -122,20 +122,20 @@ func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
 		return AcquireResult{}, false
 	}
 	res := AcquireResult{Replayed: true}
-	for tok := rt.first; ; tok++ {
-		// Of the acquire's tokens, those still kept; a token another
-		// acquire holds (only a broken chaos build reuses tokens) is not
-		// this one's.
-		if seq, kept := s.tokens.find(tok); kept {
-			j := s.job(seq)
-			if l := findLease(j, tok); l != nil && l.WorkerID == worker && l.RequestID == request {
-				res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *l})
-			}
+	// The kept leases in the acquire's range of tokens, in token order; a
+	// token another acquire holds (only a broken chaos build reuses
+	// tokens) is not this one's.
+	pairs := s.tokens.pairs
+	for i, _ := s.tokens.search(rt.first); i < len(pairs) && pairs[i].token <= rt.last(); i++ {
+		if pairs[i].seq == 0 {
+			continue // a lease no longer kept
 		}
-		if tok == rt.last() {
-			return res, true
+		j := s.job(pairs[i].seq)
+		if l := findLease(j, pairs[i].token); l != nil && l.WorkerID == worker && l.RequestID == request {
+			res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *l})
 		}
 	}
+	return res, true
 }
 
 // readyHeap is a ready heap and the queue it belongs to.

@@ -343,6 +343,51 @@ func TestReplayAnswersTheAcquiresKeptLeases(t *testing.T) {
 	}
 }
 
+// A lease pushed out of its job's history (MaxLeaseHistory) leaves the
+// request index with it: its request id grants afresh, while a later
+// acquire's, still kept, is replayed. The state's check finds an entry
+// that miscounts its leases.
+func TestRequestIndexFollowsTheHistory(t *testing.T) {
+	m := newMachine(t)
+	m.register("w1", 1)
+	m.submit(spec("a"))
+	acquire := func(request string) AcquireResult {
+		t.Helper()
+		return m.do(&Acquire{WorkerID: "w1", RequestID: request, Queues: []string{"default"}, Max: 1}).(AcquireResult)
+	}
+	release := func(g Grant) { m.do(&Release{WorkerID: "w1", JobID: g.Job.ID, Token: g.Lease.Token}) }
+	for i := range MaxLeaseHistory + 1 {
+		res := acquire(fmt.Sprintf("r%d", i))
+		if res.Replayed || len(res.Grants) != 1 {
+			t.Fatalf("acquire %d: %+v", i, res)
+		}
+		release(res.Grants[0])
+	}
+	if j := m.job("a"); len(j.Leases()) != MaxLeaseHistory {
+		t.Fatalf("job keeps %d leases", len(j.Leases()))
+	}
+	if again := acquire("r1"); !again.Replayed || len(again.Grants) != 1 || again.Grants[0].Lease.RequestID != "r1" {
+		t.Fatalf("retry of a kept acquire: %+v", again)
+	}
+	fresh := acquire("r0")
+	if fresh.Replayed || len(fresh.Grants) != 1 || fresh.Grants[0].Lease.Token <= uint64(MaxLeaseHistory+1) {
+		t.Fatalf("retry of an acquire no longer kept: %+v", fresh)
+	}
+	s := m.f.st
+	key := requestKey{"w1", "r0"}
+	rt := s.requests[key]
+	rt.kept++
+	s.requests[key] = rt
+	if err := s.check(); err == nil || !strings.Contains(err.Error(), "its entry counts 2") {
+		t.Fatalf("check of a miscounted entry: %v", err)
+	}
+	rt.kept--
+	s.requests[key] = rt
+	if err := s.check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestReportOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

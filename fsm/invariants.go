@@ -264,9 +264,13 @@ func (s *state) check() error {
 		fail("token index: %d pairs of leases not kept, counted %d", dead, s.tokens.dead)
 	}
 	for key, rt := range s.requests {
-		if int(rt.span) >= MaxAcquireBatch || rt.first == 0 || int(rt.kept) != perRequest[key] {
-			fail("request %q of worker %q: tokens %d and %d after, %d kept, %d leases: not one acquire's",
-				key.request, key.worker, rt.first, rt.span, rt.kept, perRequest[key])
+		switch {
+		case int(rt.span) >= MaxAcquireBatch || rt.first == 0:
+			fail("request %q of worker %q: tokens %d and %d after: more than one acquire grants",
+				key.request, key.worker, rt.first, rt.span)
+		case int(rt.kept) != perRequest[key]:
+			fail("request %q of worker %q: %d leases kept, its entry counts %d", key.request, key.worker,
+				perRequest[key], rt.kept)
 		}
 	}
 	if len(perRequest) != len(s.requests) {

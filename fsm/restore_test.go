@@ -122,7 +122,7 @@ func TestRestoreRefusesLies(t *testing.T) {
 	before, events := target.f.Hash(), target.f.Stats().LastEventSeq
 	// What the index checks alone find (the rest of the state is sound).
 	names := map[string]string{"one id, two jobs": "id index", "one token, two leases": "token index",
-		"one request, two acquires": "not one acquire's"}
+		"one request, two acquires": "more than one acquire grants"}
 	for name, lie := range lies {
 		data := crafted(t, m.f, lie)
 		if err := target.f.Restore(bytes.NewReader(data)); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), names[name]) {

@@ -276,7 +276,7 @@ func (s *state) removeJob(j *Job) {
 func (s *state) forgetLease(l *Lease) {
 	s.tokens.remove(l.Token)
 	key := requestKey{l.WorkerID, l.RequestID}
-	if rt, ok := s.requests[key]; ok {
+	if rt, ok := s.requests[key]; ok && rt.holds(l.Token) {
 		if rt.kept <= 1 {
 			delete(s.requests, key)
 		} else {
@@ -297,7 +297,7 @@ type requestKey struct{ worker, request string }
 // for ten grants) among the state's small objects.
 type requestTokens struct {
 	first uint64
-	span  uint16 // last token - first; below MaxAcquireBatch (a restore of more fails its check)
+	span  uint16 // last token - first: below MaxAcquireBatch, which the state's check holds to
 	kept  uint16 // its leases still kept, at least 1
 }
 
@@ -308,8 +308,8 @@ func (rt requestTokens) last() uint64 { return rt.first + uint64(rt.span) }
 func (rt requestTokens) holds(tok uint64) bool { return tok >= rt.first && tok <= rt.last() }
 
 // with adds a kept lease of token tok to the entry (a restore's, one
-// lease at a time). A span past what one acquire grants is kept as
-// MaxUint16, which the state's check refuses.
+// lease at a time). A span past what one acquire grants is kept as at
+// most MaxUint16, which the state's check refuses.
 func (rt requestTokens) with(tok uint64) requestTokens {
 	if rt.kept == 0 {
 		return requestTokens{first: tok, kept: 1}
@@ -504,7 +504,10 @@ func (s *state) emit(ev Event) {
 }
 
 // rebuildIndexes derives every index from the replicated fields. Used by
-// restore; the result must equal what applying the log built.
+// restore; the result must answer as what applying the log built does. A
+// request's entry may differ in form: once an acquire's first lease is
+// forgotten, the applied entry still starts at its token, the rebuilt one
+// at the lowest kept; both hold the same kept leases.
 func (s *state) rebuildIndexes() {
 	s.bytes = s.countBytes()
 	s.eventVersions = s.countEventVersions()
