@@ -125,13 +125,9 @@ func (s *state) replayAcquire(worker, request string) (AcquireResult, bool) {
 	// The kept leases in the acquire's range of tokens, in token order; a
 	// token another acquire holds (only a broken chaos build reuses
 	// tokens) is not this one's.
-	pairs := s.tokens.pairs
-	for i, _ := s.tokens.search(rt.first); i < len(pairs) && pairs[i].token <= rt.last(); i++ {
-		if pairs[i].seq == 0 {
-			continue // a lease no longer kept
-		}
-		j := s.job(pairs[i].seq)
-		if l := findLease(j, pairs[i].token); l != nil && l.WorkerID == worker && l.RequestID == request {
+	for tok, seq := range s.tokens.keptIn(rt.first, rt.last()) {
+		j := s.job(seq)
+		if l := findLease(j, tok); l != nil && l.WorkerID == worker && l.RequestID == request {
 			res.Grants = append(res.Grants, Grant{Job: j.export(), Lease: *l})
 		}
 	}

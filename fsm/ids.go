@@ -2,6 +2,7 @@ package fsm
 
 import (
 	"hash/maphash"
+	"iter"
 	"math/bits"
 	"slices"
 )
@@ -295,6 +296,19 @@ func (t *tokenIndex) find(tok uint64) (uint64, bool) {
 		return t.pairs[i].seq, true
 	}
 	return 0, false
+}
+
+// keptIn yields the token and job seq of each kept lease with a token in
+// [lo, hi], in token order.
+func (t *tokenIndex) keptIn(lo, hi uint64) iter.Seq2[uint64, uint64] {
+	return func(yield func(tok, seq uint64) bool) {
+		i, _ := t.search(lo)
+		for ; i < len(t.pairs) && t.pairs[i].token <= hi; i++ {
+			if e := t.pairs[i]; e.seq != 0 && !yield(e.token, e.seq) {
+				return
+			}
+		}
+	}
 }
 
 // add records a kept lease. Grants come in ascending token order and

@@ -377,3 +377,33 @@ func TestByHome(t *testing.T) {
 		}
 	}
 }
+
+// keptIn yields the kept leases of a range of tokens, in order, and
+// skips the pairs of leases no longer kept.
+func TestTokenIndexKeptIn(t *testing.T) {
+	var x tokenIndex
+	for tok := uint64(10); tok <= 20; tok++ {
+		x.add(tok, tok*100)
+	}
+	x.remove(13)
+	var got []uint64
+	for tok, seq := range x.keptIn(12, 15) {
+		if seq != tok*100 {
+			t.Fatalf("token %d: seq %d", tok, seq)
+		}
+		got = append(got, tok)
+	}
+	if !slices.Equal(got, []uint64{12, 14, 15}) {
+		t.Fatalf("kept in [12, 15]: %v", got)
+	}
+	for tok := range x.keptIn(21, 30) {
+		t.Fatalf("token %d past the last", tok)
+	}
+	got = got[:0]
+	for tok := range x.keptIn(0, 10) {
+		got = append(got, tok)
+	}
+	if !slices.Equal(got, []uint64{10}) {
+		t.Fatalf("kept in [0, 10]: %v", got)
+	}
+}
