@@ -8,32 +8,32 @@ import (
 
 func applyRegisterWorker(s *state, cmd Command) (any, error) {
 	c := cmd.(*RegisterWorker)
-	old := s.workers[c.WorkerID]
-	if held := len(s.workerLeases[c.WorkerID]); old != nil && int(c.Capacity) < held {
+	old, known := s.workers[c.WorkerID]
+	if held := len(s.workerLeases[c.WorkerID]); known && int(c.Capacity) < held {
 		return nil, fmt.Errorf("%w: worker %s holds %d leases, more than capacity %d", ErrConflict, c.WorkerID, held, c.Capacity)
 	}
-	if old == nil && len(s.workers) >= MaxWorkers {
+	if !known && len(s.workers) >= MaxWorkers {
 		return nil, fmt.Errorf("%w: the worker table is full (%d workers registered); idle workers are removed by the leader",
 			ErrTooLarge, len(s.workers))
 	}
-	w := &Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime, Version: c.Version}
-	if old != nil {
+	w := Worker{ID: s.intern(c.WorkerID), Capacity: c.Capacity, RegisteredAt: s.lastTime, UpdatedAt: s.lastTime, Version: c.Version}
+	if known {
 		w.RegisteredAt = old.RegisteredAt
 	}
 	s.workers[w.ID] = w
-	if old == nil || old.Capacity != w.Capacity || old.Version != w.Version {
+	if !known || old.Capacity != w.Capacity || old.Version != w.Version {
 		detail := fmt.Sprintf("capacity %d", w.Capacity)
 		if w.Version != "" {
 			detail += ", version " + w.Version
 		}
 		s.emit(Event{Type: EventWorkerRegistered, WorkerID: w.ID, Detail: detail})
 	}
-	return *w, nil
+	return w, nil
 }
 
 func applyDeregisterWorker(s *state, cmd Command) (any, error) {
 	c := cmd.(*DeregisterWorker)
-	if s.workers[c.WorkerID] == nil {
+	if _, ok := s.workers[c.WorkerID]; !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
 	}
 	var res DeregisterResult
@@ -60,7 +60,7 @@ func applyRemoveIdle(s *state, cmd Command) (any, error) {
 	c := cmd.(*RemoveIdle)
 	var res RemoveIdleResult
 	for _, id := range c.WorkerIDs {
-		if s.workers[id] == nil || len(s.workerLeases[id]) > 0 {
+		if _, ok := s.workers[id]; !ok || len(s.workerLeases[id]) > 0 {
 			res.Kept = append(res.Kept, id)
 			continue
 		}

@@ -13,8 +13,8 @@ import (
 
 func applyAcquire(s *state, cmd Command) (any, error) {
 	c := cmd.(*Acquire)
-	w := s.workers[c.WorkerID]
-	if w == nil {
+	w, ok := s.workers[c.WorkerID]
+	if !ok {
 		return nil, fmt.Errorf("%w: %s", ErrUnknownWorker, c.WorkerID)
 	}
 	if res, ok := s.replayAcquire(c.WorkerID, c.RequestID); ok {

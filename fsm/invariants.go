@@ -183,7 +183,7 @@ func (s *state) check() error {
 		}
 		if isLive {
 			live++
-			if s.workers[cur.WorkerID] == nil {
+			if _, ok := s.workers[cur.WorkerID]; !ok {
 				fail("job %s: live lease %d held by unknown worker %s", j.ID, cur.Token, cur.WorkerID)
 			}
 			if seq, _ := s.workerLeases[cur.WorkerID].seq(cur.Token); seq != j.Seq {
@@ -280,8 +280,8 @@ func (s *state) check() error {
 	workerLive := 0
 	for w, set := range s.workerLeases {
 		workerLive += len(set)
-		wk := s.workers[w]
-		if wk == nil {
+		wk, ok := s.workers[w]
+		if !ok {
 			fail("worker index names unknown worker %s", w)
 			continue
 		}

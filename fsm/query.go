@@ -44,8 +44,8 @@ func (f *FSM) Lease(token uint64) (HeldLease, error) {
 func (f *FSM) Worker(id string) (Worker, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	if w := f.st.workers[id]; w != nil {
-		return *w, nil
+	if w, ok := f.st.workers[id]; ok {
+		return w, nil
 	}
 	return Worker{}, fmt.Errorf("%w: worker %s", ErrUnknownWorker, id)
 }
@@ -63,7 +63,7 @@ func (f *FSM) Workers() []Worker {
 	defer f.mu.RUnlock()
 	out := make([]Worker, 0, len(f.st.workers))
 	for _, w := range f.st.workers {
-		out = append(out, *w)
+		out = append(out, w)
 	}
 	slices.SortFunc(out, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
 	return out

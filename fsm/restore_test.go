@@ -27,9 +27,9 @@ func crafted(t testing.TB, f *FSM, edit func(h *snapHeader, jobs []*Job, events 
 	var buf bytes.Buffer
 	sw := newSnapWriter(&buf, snapVersionFor(snap.nodes))
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &hdr) })
-	slices.SortFunc(snap.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
+	slices.SortFunc(snap.workers, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
 	for _, w := range snap.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, &w, sw.version) })
 	}
 	for _, j := range jobs {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) })

@@ -66,8 +66,8 @@ type Snapshot struct {
 
 	hdr     snapHeader
 	shards  []*jobShard
-	workers []*Worker // never mutated: a change replaces the pointer
-	nodes   []*Node   // likewise
+	workers []Worker // copies: the snapshot is written while the state moves on
+	nodes   []*Node  // never mutated: a change replaces the pointer
 	queues  []QueueSettings
 	// schedules likewise; a snapshot holding one is version 6
 	schedules []*Schedule
@@ -122,7 +122,7 @@ func (f *FSM) Snapshot() *Snapshot {
 		snap.schedules = append(snap.schedules, sc)
 		snap.minVersion = 6
 	}
-	snap.workers = make([]*Worker, 0, len(s.workers))
+	snap.workers = make([]Worker, 0, len(s.workers))
 	for _, w := range s.workers {
 		snap.workers = append(snap.workers, w)
 	}
@@ -229,9 +229,9 @@ func newSnapWriter(w io.Writer, version byte) *snapWriter {
 func (s *Snapshot) WriteTo(w io.Writer) (int64, error) {
 	sw := newSnapWriter(w, max(snapVersionFor(s.nodes), s.minVersion))
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &s.hdr) })
-	slices.SortFunc(s.workers, func(a, b *Worker) int { return strings.Compare(a.ID, b.ID) })
-	for _, w := range s.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, sw.version) })
+	slices.SortFunc(s.workers, func(a, b Worker) int { return strings.Compare(a.ID, b.ID) })
+	for i := range s.workers {
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, &s.workers[i], sw.version) })
 	}
 	eachJob(s.shards, func(j *Job) bool {
 		sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) })
@@ -409,11 +409,11 @@ func readState(r io.Reader) (*state, error) {
 		order = tag
 		switch tag {
 		case tagWorker:
-			w := new(Worker)
-			if err := decodeRecord(body, func(d *decoder) { decodeWorker(d, w, sr.version) }); err != nil {
+			var w Worker
+			if err := decodeRecord(body, func(d *decoder) { decodeWorker(d, &w, sr.version) }); err != nil {
 				return nil, err
 			}
-			if s.workers[w.ID] != nil {
+			if _, ok := s.workers[w.ID]; ok {
 				return nil, fmt.Errorf("%w: worker %s twice", ErrCorrupt, w.ID)
 			}
 			s.workers[w.ID] = w

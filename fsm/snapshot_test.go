@@ -99,7 +99,7 @@ func writeOldSnapshot(t *testing.T, snap *Snapshot, version byte) (old, newest b
 	sw.record(tagHeader, func(e *encoder) { encodeHeader(e, &snap.hdr) })
 	snap.WriteTo(&newest) // sorts the workers and nodes the same way
 	for _, w := range snap.workers {
-		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, w, version) })
+		sw.record(tagWorker, func(e *encoder) { encodeWorker(e, &w, version) })
 	}
 	eachJob(snap.shards, func(j *Job) bool { sw.record(tagJob, func(e *encoder) { encodeJob(e, j, sw.version) }); return true })
 	for i := range snap.events.len() {

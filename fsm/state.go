@@ -57,9 +57,14 @@ type state struct {
 	// consecutive; a long-lived job amid compacted ones leaves gaps, which
 	// cost nothing.
 	shards  []*jobShard
-	workers map[string]*Worker // values are replaced, never mutated
-	nodes   map[string]*Node   // values are replaced, never mutated
-	events  eventLog           // oldest first, seqs consecutive
+	// workers holds its records by value, in the map's own tables (large
+	// arrays), not as a 56-byte object each: those were made as workers
+	// registered, amid the API's garbage of that size class, and each
+	// kept its span in use (docs/performance.md, "What each change
+	// bought").
+	workers map[string]Worker
+	nodes   map[string]*Node // values are replaced, never mutated
+	events  eventLog         // oldest first, seqs consecutive
 	// queueSettings holds the queues whose settings are not the defaults
 	// (queues.go); values are replaced, never mutated.
 	queueSettings map[string]QueueSettings
@@ -95,7 +100,7 @@ type state struct {
 
 func newState() *state {
 	return &state{
-		workers:       map[string]*Worker{},
+		workers:       map[string]Worker{},
 		nodes:         map[string]*Node{},
 		schedules:     map[string]*Schedule{},
 		jobIDs:        newIDIndex(),
