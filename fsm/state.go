@@ -56,7 +56,7 @@ type state struct {
 	// shards holds the non-empty shards by ascending number. Usually they are
 	// consecutive; a long-lived job amid compacted ones leaves gaps, which
 	// cost nothing.
-	shards  []*jobShard
+	shards []*jobShard
 	// workers holds its records by value, in the map's own tables (large
 	// arrays), not as a 56-byte object each: those were made as workers
 	// registered, amid the API's garbage of that size class, and each
