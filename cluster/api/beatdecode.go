@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strings"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -10,10 +11,10 @@ import (
 
 // decodeBeat decodes one beat of a heartbeat stream into r, as
 // proto.Unmarshal followed by the strict check would, but reusing what r
-// held from the stream's previous beat: its nested messages, and every
-// string whose bytes did not change. A worker names the same id and
-// mostly the same leases beat after beat, so a steady stream's beats
-// decode without allocating (docs/performance.md).
+// held from the stream's previous beat: its nested messages, its worker id
+// if unchanged, and its job ids if none changed. A worker names the same
+// id and mostly the same leases beat after beat, so a steady stream's
+// beats decode without allocating (docs/performance.md).
 //
 // It takes only the usual shape: seq and heartbeat at most once each, a
 // worker id at most once, leases of one job id and one token at most,
@@ -58,7 +59,16 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 	if hb != nil {
 		worker, old = hb.WorkerId, hb.Leases
 	}
-	leases := old[:0]
+	// The leases are read first (into scratch, on the stack for a beat of
+	// up to 16), so that what they need anew is made in one allocation
+	// each: the references beyond those of the last beat in one block,
+	// and the job ids, unless every one is the last beat's, in one string
+	// that each id is a part of. A slot's ids are then one beat's, kept
+	// together: the heartbeat streams' beats held for reuse do not
+	// scatter small strings among the API's garbage (docs/performance.md,
+	// "Where the leader's holes are").
+	var scratch [16]rawRef
+	raws := scratch[:0]
 	for len(body) > 0 {
 		num, typ, n := protowire.ConsumeTag(body)
 		if n < 0 || typ != protowire.BytesType {
@@ -77,18 +87,48 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 			}
 			workerRaw, workerSet = v, true
 		case num == 2:
-			var ref *pb.LeaseRef
-			if i := len(leases); i < len(old) {
-				ref = old[i] // leases shares old's array: this is that slot
-			}
-			ref, ok := decodeLeaseRef(v, ref)
+			ref, ok := readLeaseRef(v)
 			if !ok {
 				return false
 			}
-			leases = append(leases, ref)
+			raws = append(raws, ref)
 		default:
 			return false // notes, or a field it does not name
 		}
+	}
+	same, size := len(raws) <= len(old), 0
+	for i, raw := range raws {
+		size += len(raw.job)
+		same = same && old[i].JobId == string(raw.job)
+	}
+	var ids string
+	if !same && size > 0 {
+		var sb strings.Builder
+		sb.Grow(size)
+		for _, raw := range raws {
+			sb.Write(raw.job)
+		}
+		ids = sb.String()
+	}
+	var fresh []pb.LeaseRef
+	if len(raws) > len(old) {
+		fresh = make([]pb.LeaseRef, len(raws)-len(old))
+	}
+	leases, at := old[:0], 0
+	for i, raw := range raws {
+		var ref *pb.LeaseRef
+		if i < len(old) {
+			ref = old[i] // leases shares old's array: this is that slot
+		} else {
+			ref = &fresh[i-len(old)]
+		}
+		id := ref.JobId
+		if !same {
+			id, at = ids[at:at+len(raw.job)], at+len(raw.job)
+		}
+		ref.Reset()
+		ref.JobId, ref.Token = id, raw.token
+		leases = append(leases, ref)
 	}
 	// The references a shorter beat no longer names are let go: one large
 	// beat is not held for the stream's life.
@@ -112,47 +152,45 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 	return true
 }
 
-// decodeLeaseRef decodes a LeaseRef into ref (a new one when nil), reusing
-// its job id when the bytes are unchanged.
-func decodeLeaseRef(b []byte, ref *pb.LeaseRef) (*pb.LeaseRef, bool) {
+// rawRef is a LeaseRef as read off the wire: its job id still the
+// message's bytes.
+type rawRef struct {
+	job   []byte
+	token uint64
+}
+
+// readLeaseRef reads a LeaseRef: its job id (valid UTF-8) and token, each
+// at most once.
+func readLeaseRef(b []byte) (rawRef, bool) {
 	var (
-		job     []byte
-		token   uint64
+		ref     rawRef
 		jobSeen bool
 		tokSeen bool
 	)
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
-			return nil, false
+			return rawRef{}, false
 		}
 		b = b[n:]
 		switch {
 		case num == 1 && typ == protowire.BytesType && !jobSeen:
-			job, n = protowire.ConsumeBytes(b)
-			jobSeen = n >= 0 && utf8.Valid(job)
+			ref.job, n = protowire.ConsumeBytes(b)
+			jobSeen = n >= 0 && utf8.Valid(ref.job)
 			if !jobSeen {
-				return nil, false
+				return rawRef{}, false
 			}
 		case num == 2 && typ == protowire.VarintType && !tokSeen:
-			token, n = protowire.ConsumeVarint(b)
+			ref.token, n = protowire.ConsumeVarint(b)
 			tokSeen = true
 		default:
-			return nil, false
+			return rawRef{}, false
 		}
 		if n < 0 {
-			return nil, false
+			return rawRef{}, false
 		}
 		b = b[n:]
 	}
-	prev := ""
-	if ref == nil {
-		ref = new(pb.LeaseRef)
-	} else {
-		prev = ref.JobId
-		ref.Reset()
-	}
-	ref.JobId, ref.Token = reuse(prev, job), token
 	return ref, true
 }
 

@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -174,6 +175,63 @@ func TestDecodeBeatReusesTheLastBeat(t *testing.T) {
 	}
 }
 
+// A beat whose job ids are not the last beat's, as on a stream that
+// carries many workers' beats, makes its ids in one allocation, one string
+// they are all parts of, and the references a longer beat needs in one
+// more: the beats a stream keeps for reuse hold no small objects of their
+// own among the API's garbage.
+func TestDecodeBeatMakesItsIDsTogether(t *testing.T) {
+	beat := func(first, n int) []byte {
+		hb := &pb.HeartbeatRequest{WorkerId: "worker-0001"}
+		for i := range n {
+			hb.Leases = append(hb.Leases, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", first+i), Token: uint64(first + i + 1)})
+		}
+		return marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: hb})
+	}
+	a, b := beat(0, 10), beat(100, 10)
+	var into pb.HeartbeatStreamRequest
+	if !decodeBeat(a, &into) {
+		t.Fatal("declined")
+	}
+	flip := false
+	if n := testing.AllocsPerRun(100, func() {
+		if flip = !flip; flip {
+			decodeBeat(b, &into)
+		} else {
+			decodeBeat(a, &into)
+		}
+	}); n != 1 {
+		t.Fatalf("a beat of ten other ids: %.0f allocations, want 1", n)
+	}
+	// The ids lie one after the other in one string.
+	leases := into.Heartbeat.Leases
+	base := unsafe.StringData(leases[0].JobId)
+	at := 0
+	for i, r := range leases {
+		if r.JobId != fmt.Sprintf("job-%06d", i) && r.JobId != fmt.Sprintf("job-%06d", 100+i) {
+			t.Fatalf("lease %d: job id %q", i, r.JobId)
+		}
+		if got := unsafe.StringData(r.JobId); got != (*byte)(unsafe.Add(unsafe.Pointer(base), at)) {
+			t.Fatalf("lease %d's id is not after lease %d's", i, i-1)
+		}
+		at += len(r.JobId)
+	}
+	// A longer beat: its five new references come in one block.
+	var grown pb.HeartbeatStreamRequest
+	if !decodeBeat(beat(0, 5), &grown) {
+		t.Fatal("declined")
+	}
+	if !decodeBeat(beat(0, 10), &grown) {
+		t.Fatal("declined")
+	}
+	refs := grown.Heartbeat.Leases
+	for i := 6; i < 10; i++ {
+		if uintptr(unsafe.Pointer(refs[i]))-uintptr(unsafe.Pointer(refs[i-1])) != unsafe.Sizeof(pb.LeaseRef{}) {
+			t.Fatalf("reference %d is not beside reference %d", i, i-1)
+		}
+	}
+}
+
 // A beat of a heartbeat stream, decoded by the codec into the message that
 // held the stream's previous beat, as the stream decodes every beat:
 // go test -run '^$' -bench StreamBeat ./cluster/api/
@@ -191,4 +249,24 @@ func BenchmarkDecodeStreamBeat(b *testing.B) {
 			}
 		})
 	}
+	// Beats of two workers in turn, as on a stream that carries many
+	// workers' beats: no job id is the last beat's.
+	b.Run("leases=10/others", func(b *testing.B) {
+		one := heartbeatRequest(10)
+		other := heartbeatRequest(10)
+		for _, r := range other.Leases {
+			r.JobId += "x"
+		}
+		wires := [2][]byte{marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: one}),
+			marshal(&pb.HeartbeatStreamRequest{Seq: 2, Heartbeat: other})}
+		var into pb.HeartbeatStreamRequest
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if err := codec.Unmarshal(wires[i&1], &into); err != nil || len(into.GetHeartbeat().GetLeases()) != 10 {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
