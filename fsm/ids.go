@@ -10,7 +10,7 @@ import (
 // The two largest indexes, one entry per kept job and one per kept lease,
 // are tables of their own rather than Go maps: a map[string]uint64 costs
 // about 56 bytes a job and a map[uint64]uint64 about 38 a lease, where
-// these cost about 25 and 18 (BenchmarkMemoryPerLiveLease). Each is a few
+// these cost about 16 to 20 and 18 (BenchmarkMemoryPerLiveLease). Each is a few
 // large arrays, not a million small objects among the API's garbage.
 
 // idIndex finds a job's seq from its id: an open-addressing hash table,
@@ -18,11 +18,33 @@ import (
 // the jobs; a probe compares the hash bits first and reads the job's id
 // only when they match. Zero is never a seq (seqs start at 1), so it marks
 // an empty slot.
+//
+// A hash's home slot is its place among all 32-bit hashes scaled to the
+// table (home), not its low bits, so the table need not be a power of two:
+// it takes four sizes to each doubling (sizeFor), so it is 3/5 to 3/4 full
+// as it grows, not 3/8 to 3/4 (a million jobs: 1,572,864 slots, 18.9
+// bytes a job, where a power of two would be 2,097,152 and 25.2). And the
+// homes follow the hashes' order, so the entries lie in the table in that
+// order (but for probe runs that wrap past the end): a resize sweeps the
+// old table and writes the new one in order.
 type idIndex struct {
 	seed   maphash.Seed
-	seqs   []uint64 // len is a power of two, or zero
-	hashes []uint32 // the id's hash, low bits: its home slot is hash & mask
+	seqs   []uint64 // len is sizeFor of some count, or zero
+	hashes []uint32 // the id's hash: its home slot is home(hash, len)
 	n      int
+}
+
+// home is the slot in a table of size slots at which the probe for hash h
+// begins: h's place in [0, 2^32) scaled to [0, size) by one multiply
+// (Lemire's fast range), a function of h that never decreases.
+func home(h uint32, size int) uint32 { return uint32(uint64(h) * uint64(size) >> 32) }
+
+// next is the slot after i, the first after the last.
+func (x *idIndex) next(i uint32) uint32 {
+	if i++; int(i) == len(x.seqs) {
+		return 0
+	}
+	return i
 }
 
 // idSource gives the id of a kept job: the index reads it to tell two ids
@@ -41,8 +63,7 @@ func (x *idIndex) find(id string, src idSource) (uint64, bool) {
 		return 0, false
 	}
 	h := x.hash(id)
-	mask := uint32(len(x.seqs) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	for i := home(h, len(x.seqs)); ; i = x.next(i) {
 		switch seq := x.seqs[i]; {
 		case seq == 0:
 			return 0, false
@@ -60,12 +81,11 @@ func (x *idIndex) set(id string, seq uint64, src idSource) {
 		panic("fsm: job seq 0")
 	}
 	if (x.n+1)*4 > len(x.seqs)*3 {
-		x.resize(max(16, 2*len(x.seqs)))
+		x.resize(sizeFor(x.n + 1))
 	}
 	h := x.hash(id)
-	mask := uint32(len(x.seqs) - 1)
-	i := h & mask
-	for ; x.seqs[i] != 0; i = (i + 1) & mask {
+	i := home(h, len(x.seqs))
+	for ; x.seqs[i] != 0; i = x.next(i) {
 		if x.hashes[i] == h && src.idOf(x.seqs[i]) == id {
 			x.seqs[i] = seq
 			return
@@ -84,22 +104,26 @@ type idEntry struct {
 // entry is the index entry of job seq with id.
 func (x *idIndex) entry(id string, seq uint64) idEntry { return idEntry{hash: x.hash(id), seq: seq} }
 
-// sizeFor is the table size set arrives at for n entries: the smallest
-// power of two, at least 16, at most three quarters full.
+// sizeFor is the table size set arrives at for n entries: the smallest of
+// 16, 20, 24, 28, 32, 40, 48, 56, 64, ... (4, 5, 6 and 7 times a power of
+// two) at most three quarters full.
 func sizeFor(n int) int {
-	size := 16
-	for n*4 > size*3 {
-		size *= 2
+	for q := 4; ; q *= 2 {
+		for m := 4; m < 8; m++ {
+			if n*4 <= m*q*3 {
+				return m * q
+			}
+		}
 	}
-	return size
 }
 
-// byHome orders entries by their home slot in a table of mask+1 slots:
-// the order in which build and verify sweep the table. It sorts in place,
-// so that a million entries need no second 16 MB, by radix: a comparison
-// sort of them cost more time than the random reads it saved.
-func byHome(entries []idEntry, mask uint32) {
-	homeSort(entries, mask, bits.Len32(mask))
+// byHome orders entries by their hash, and so by their home slot in a
+// table of any size: the order in which build and verify sweep the table.
+// It sorts in place, so that a million entries need no second 16 MB, by
+// radix: a comparison sort of them cost more time than the random reads it
+// saved.
+func byHome(entries []idEntry) {
+	homeSort(entries, ^uint32(0), 32)
 }
 
 // homeSort sorts entries by the bits below hi of their home slot (the
@@ -167,14 +191,13 @@ func (x *idIndex) build(entries []idEntry, src idSource) {
 	}
 	size := sizeFor(len(entries))
 	x.seqs, x.hashes = make([]uint64, size), make([]uint32, size)
-	mask := uint32(size - 1)
-	byHome(entries, mask)
+	byHome(entries)
 	for _, e := range entries {
 		if e.seq == 0 {
 			panic("fsm: job seq 0")
 		}
-		i := e.hash & mask
-		for ; x.seqs[i] != 0; i = (i + 1) & mask {
+		i := home(e.hash, size)
+		for ; x.seqs[i] != 0; i = x.next(i) {
 			if x.hashes[i] == e.hash && src.idOf(x.seqs[i]) == src.idOf(e.seq) {
 				break
 			}
@@ -200,11 +223,10 @@ func (x *idIndex) verify(entries []idEntry, src idSource, bad func(seq, found ui
 		}
 		return
 	}
-	mask := uint32(len(x.seqs) - 1)
-	byHome(entries, mask)
+	byHome(entries)
 	for _, e := range entries {
 		var found uint64
-		for i := e.hash & mask; x.seqs[i] != 0; i = (i + 1) & mask {
+		for i := home(e.hash, len(x.seqs)); x.seqs[i] != 0; i = x.next(i) {
 			// The job's own seq needs no reading of its id.
 			if x.hashes[i] == e.hash && (x.seqs[i] == e.seq || src.idOf(x.seqs[i]) == src.idOf(e.seq)) {
 				found = x.seqs[i]
@@ -224,8 +246,7 @@ func (x *idIndex) remove(id string, src idSource) {
 		return
 	}
 	h := x.hash(id)
-	mask := uint32(len(x.seqs) - 1)
-	i := h & mask
+	i := home(h, len(x.seqs))
 	for {
 		seq := x.seqs[i]
 		if seq == 0 {
@@ -234,16 +255,16 @@ func (x *idIndex) remove(id string, src idSource) {
 		if x.hashes[i] == h && src.idOf(seq) == id {
 			break
 		}
-		i = (i + 1) & mask
+		i = x.next(i)
 	}
 	for j := i; ; {
-		j = (j + 1) & mask
+		j = x.next(j)
 		if x.seqs[j] == 0 {
 			break
 		}
 		// The entry at j stays unless its home is cyclically outside
 		// (i, j]: then a probe from its home passes i, and it moves there.
-		home := x.hashes[j] & mask
+		home := home(x.hashes[j], len(x.seqs))
 		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
 			x.seqs[i], x.hashes[i] = x.seqs[j], x.hashes[j]
 			i = j
@@ -252,23 +273,24 @@ func (x *idIndex) remove(id string, src idSource) {
 	x.seqs[i], x.hashes[i] = 0, 0
 	x.n--
 	if len(x.seqs) > 1024 && x.n*8 < len(x.seqs) {
-		x.resize(len(x.seqs) / 4)
+		x.resize(sizeFor(2 * x.n)) // at most 3/8 full
 	}
 }
 
-// resize moves every entry into a table of size slots (a power of two);
-// the stored hash bits place them, without reading a job.
+// resize moves every entry into a table of size slots (a sizeFor); the
+// stored hashes place them, without reading a job. The old table holds
+// them in the order of their hashes, but for the probe runs that wrapped
+// past its end, so the new one is written in order too.
 func (x *idIndex) resize(size int) {
 	seqs, hashes := x.seqs, x.hashes
 	x.seqs, x.hashes = make([]uint64, size), make([]uint32, size)
-	mask := uint32(size - 1)
 	for k, seq := range seqs {
 		if seq == 0 {
 			continue
 		}
-		i := hashes[k] & mask
+		i := home(hashes[k], size)
 		for x.seqs[i] != 0 {
-			i = (i + 1) & mask
+			i = x.next(i)
 		}
 		x.seqs[i], x.hashes[i] = seq, hashes[k]
 	}

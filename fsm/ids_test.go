@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -174,7 +175,7 @@ func TestIDIndexWrapsAround(t *testing.T) {
 	var wrapped, front []string // homes at the last slot; at slot 0
 	for i := 0; len(wrapped) < 4 || len(front) < 2; i++ {
 		id := "w" + strconv.Itoa(i)
-		switch x.hash(id) & last {
+		switch home(x.hash(id), last+1) {
 		case last:
 			if len(wrapped) < 4 {
 				wrapped = append(wrapped, id)
@@ -339,42 +340,61 @@ func TestIDIndexBuild(t *testing.T) {
 	}
 }
 
-// TestByHome: byHome puts entries in the order of their home slots and
-// loses or repeats none, for tables smaller and larger than its buckets.
+// TestByHome: byHome puts entries in the order of their home slots, in
+// tables of any size, and loses or repeats none, for more entries and
+// fewer than its buckets.
 func TestByHome(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, tc := range []struct {
-		n    int
-		mask uint32
-	}{{0, 15}, {1, 15}, {2, 15}, {100, 15}, {5000, 1<<11 - 1}, {5000, 1<<12 - 1}, {100000, 1<<21 - 1}} {
-		entries := make([]idEntry, tc.n)
+	for _, n := range []int{0, 1, 2, 100, 5000, 100000} {
+		entries := make([]idEntry, n)
 		for i := range entries {
 			entries[i] = idEntry{hash: rng.Uint32(), seq: uint64(i + 1)}
 		}
+		if n > 2 {
+			entries[1].hash = entries[0].hash // a hash twice
+		}
 		want := slices.Clone(entries)
-		slices.SortFunc(want, func(a, b idEntry) int {
-			if c := cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)); c != 0 {
-				return c
+		bySeq := func(a, b idEntry) int { return cmpU64(a.seq, b.seq) }
+		byHome(entries)
+		for _, size := range []int{16, 20, 28, 1536, sizeFor(n), 1 << 21} {
+			if !slices.IsSortedFunc(entries, func(a, b idEntry) int {
+				return cmpU64(uint64(home(a.hash, size)), uint64(home(b.hash, size)))
+			}) {
+				t.Fatalf("%d entries: not in home order for %d slots", n, size)
 			}
-			return cmpU64(a.seq, b.seq)
-		})
-		byHome(entries, tc.mask)
-		if !slices.IsSortedFunc(entries, func(a, b idEntry) int { return cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)) }) {
-			t.Fatalf("%d entries, mask %#x: not in home order", tc.n, tc.mask)
 		}
-		slices.SortStableFunc(entries, func(a, b idEntry) int { return cmpU64(uint64(a.hash&tc.mask), uint64(b.hash&tc.mask)) })
-		// Within a home the order is free: compare as sets, by seq.
-		for lo := 0; lo < len(entries); {
-			hi := lo + 1
-			for hi < len(entries) && entries[hi].hash&tc.mask == entries[lo].hash&tc.mask {
-				hi++
-			}
-			slices.SortFunc(entries[lo:hi], func(a, b idEntry) int { return cmpU64(a.seq, b.seq) })
-			lo = hi
+		got := slices.Clone(entries)
+		slices.SortFunc(got, bySeq)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d entries: entries lost or repeated", n)
 		}
-		if !slices.Equal(entries, want) {
-			t.Fatalf("%d entries, mask %#x: entries lost or repeated", tc.n, tc.mask)
+	}
+}
+
+// TestSizeFor: the table sizes are 4 to 7 times a power of two, each the
+// smallest at most three quarters full, and home maps every hash into the
+// table, the extremes to its first and last slot.
+func TestSizeFor(t *testing.T) {
+	prev := 0
+	for n := 0; n < 5000; n++ {
+		size := sizeFor(n)
+		if size < 16 || n*4 > size*3 {
+			t.Fatalf("sizeFor(%d) = %d: too small", n, size)
 		}
+		q := 1 << (bits.Len(uint(size)) - 3)
+		if size%q != 0 || size/q < 4 || size/q > 7 {
+			t.Fatalf("sizeFor(%d) = %d: not 4 to 7 times a power of two", n, size)
+		}
+		if size != prev && prev != 0 && size > prev*5/4 {
+			t.Fatalf("sizeFor(%d) = %d: more than a step past %d", n, size, prev)
+		}
+		prev = size
+		if home(0, size) != 0 || home(^uint32(0), size) != uint32(size-1) {
+			t.Fatalf("%d slots: homes %d and %d for the extreme hashes", size, home(0, size), home(^uint32(0), size))
+		}
+	}
+	if got := sizeFor(1000000); got != 1572864 {
+		t.Fatalf("sizeFor(1,000,000) = %d, want 1,572,864 (3 << 19)", got)
 	}
 }
 
