@@ -175,6 +175,7 @@ func (h *Heartbeats) Answer(res *HeartbeatResult, workerID string, held []fsm.Le
 	}
 	slices.Sort(h.named)
 
+	clear(res.Leases) // the last beat's job ids: not kept past their beat
 	res.Leases, res.Unnamed = res.Leases[:0], res.Unnamed[:0]
 	res.Term = h.term()
 	for _, l := range held {

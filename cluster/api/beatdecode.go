@@ -12,9 +12,10 @@ import (
 // decodeBeat decodes one beat of a heartbeat stream into r, as
 // proto.Unmarshal followed by the strict check would, but reusing what r
 // held from the stream's previous beat: its nested messages, its worker id
-// if unchanged, and its job ids if none changed. A worker names the same
-// id and mostly the same leases beat after beat, so a steady stream's
-// beats decode without allocating (docs/performance.md).
+// if unchanged, and its job ids if it names as many leases and none
+// changed. A worker names the same id and mostly the same leases beat
+// after beat, so a steady stream's beats decode without allocating
+// (docs/performance.md).
 //
 // It takes only the usual shape: seq and heartbeat at most once each, a
 // worker id at most once, leases of one job id and one token at most,
@@ -62,11 +63,14 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 	// The leases are read first (into scratch, on the stack for a beat of
 	// up to 16), so that what they need anew is made in one allocation
 	// each: the references beyond those of the last beat in one block,
-	// and the job ids, unless every one is the last beat's, in one string
-	// that each id is a part of. A slot's ids are then one beat's, kept
-	// together: the heartbeat streams' beats held for reuse do not
-	// scatter small strings among the API's garbage (docs/performance.md,
-	// "Where the leader's holes are").
+	// and the job ids, unless they are the last beat's, as many and each
+	// the same, in one string that each id is a part of. A slot's ids are
+	// then one beat's, kept together: the heartbeat streams' beats held
+	// for reuse do not scatter small strings among the API's garbage
+	// (docs/performance.md, "Where the leader's holes are"). Whatever
+	// holds a beat's ids (the beat's refs, the answer's statuses) lets
+	// them go when it is reused, so no string outlives its beat by more
+	// than one answer.
 	var scratch [16]rawRef
 	raws := scratch[:0]
 	for len(body) > 0 {
@@ -96,7 +100,13 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 			return false // notes, or a field it does not name
 		}
 	}
-	same, size := len(raws) <= len(old), 0
+	if len(old) > 16 && len(raws)*4 < len(old) {
+		// Much shorter than a long last beat: start afresh, so that the
+		// blocks of a long beat's refs are not kept for a few of them (a
+		// few refs, up to 16, are kept for the next beats, as before).
+		old = nil
+	}
+	same, size := len(raws) == len(old), 0
 	for i, raw := range raws {
 		size += len(raw.job)
 		same = same && old[i].JobId == string(raw.job)
@@ -130,9 +140,13 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 		ref.JobId, ref.Token = id, raw.token
 		leases = append(leases, ref)
 	}
-	// The references a shorter beat no longer names are let go: one large
-	// beat is not held for the stream's life.
+	// The references a shorter beat no longer names are let go, and
+	// emptied, since their block may be kept for the others: neither they
+	// nor the last beat's ids are held for the stream's life.
 	if len(leases) < len(old) {
+		for _, ref := range old[len(leases):] {
+			ref.Reset()
+		}
 		clear(old[len(leases):])
 	}
 	r.Reset()

@@ -10,11 +10,12 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/leasehold/leasehold/cluster"
 	pb "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
 // randomBeat is a stream beat as a worker sends it: a worker of a few, up
-// to a dozen leases of a small pool of jobs (so beats in a row share
+// to a dozen leases (now and then 17 to 40) of a small pool of jobs (so beats in a row share
 // strings, and differ), now and then no heartbeat, empty ids, or notes.
 func randomBeat(rng *rand.Rand) *pb.HeartbeatStreamRequest {
 	r := &pb.HeartbeatStreamRequest{Seq: rng.Uint64N(1 << 40)}
@@ -25,7 +26,11 @@ func randomBeat(rng *rand.Rand) *pb.HeartbeatStreamRequest {
 	if rng.IntN(10) != 0 {
 		hb.WorkerId = fmt.Sprintf("worker-%d", rng.IntN(3))
 	}
-	for range rng.IntN(13) {
+	n := rng.IntN(13)
+	if rng.IntN(8) == 0 {
+		n = 17 + rng.IntN(24) // past the decoder's scratch on the stack
+	}
+	for range n {
 		ref := &pb.LeaseRef{Token: rng.Uint64N(1 << 33)}
 		if rng.IntN(10) != 0 {
 			ref.JobId = fmt.Sprintf("job-%d", rng.IntN(20))
@@ -228,6 +233,81 @@ func TestDecodeBeatMakesItsIDsTogether(t *testing.T) {
 	for i := 6; i < 10; i++ {
 		if uintptr(unsafe.Pointer(refs[i]))-uintptr(unsafe.Pointer(refs[i-1])) != unsafe.Sizeof(pb.LeaseRef{}) {
 			t.Fatalf("reference %d is not beside reference %d", i, i-1)
+		}
+	}
+}
+
+// A shorter beat keeps nothing of a longer one's: the references it no
+// longer names are emptied (their block may live on for the others), its
+// ids are a string of its own, and a beat much shorter than the last
+// starts afresh, references and all.
+func TestDecodeBeatLetsALongBeatGo(t *testing.T) {
+	beat := func(first, n int) []byte {
+		hb := &pb.HeartbeatRequest{WorkerId: "worker-0001"}
+		for i := range n {
+			hb.Leases = append(hb.Leases, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", first+i), Token: uint64(first + i + 1)})
+		}
+		return marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: hb})
+	}
+	within := func(id string, refs []*pb.LeaseRef) bool {
+		p := uintptr(unsafe.Pointer(unsafe.StringData(id)))
+		for _, r := range refs {
+			if q := uintptr(unsafe.Pointer(unsafe.StringData(r.JobId))); r.JobId != "" && p >= q && p < q+uintptr(len(r.JobId)) {
+				return true
+			}
+		}
+		return false
+	}
+	var into pb.HeartbeatStreamRequest
+	if !decodeBeat(beat(0, 40), &into) {
+		t.Fatal("declined")
+	}
+	long := slices.Clone(into.Heartbeat.Leases)
+	ids := make([]*pb.LeaseRef, len(long)) // the long beat's ids, kept apart
+	for i, r := range long {
+		ids[i] = &pb.LeaseRef{JobId: r.JobId}
+	}
+	// 30 of 40: the same references, the ten past them emptied.
+	if !decodeBeat(beat(0, 30), &into) {
+		t.Fatal("declined")
+	}
+	for i, r := range into.Heartbeat.Leases {
+		if r != long[i] || r.JobId != fmt.Sprintf("job-%06d", i) {
+			t.Fatalf("30 of 40: reference %d is %p %q", i, r, r.JobId)
+		}
+		if within(r.JobId, ids) {
+			t.Fatalf("30 of 40: id %d is still part of the 40's string", i)
+		}
+	}
+	for i, r := range long[30:] {
+		if r.JobId != "" || r.Token != 0 {
+			t.Fatalf("reference %d, no longer named, still holds %q %d", 30+i, r.JobId, r.Token)
+		}
+	}
+	// 3 of 30: fresh references.
+	if !decodeBeat(beat(0, 3), &into) {
+		t.Fatal("declined")
+	}
+	for i, r := range into.Heartbeat.Leases {
+		if slices.Contains(long, r) || r.JobId != fmt.Sprintf("job-%06d", i) {
+			t.Fatalf("3 of 30: reference %d is one of the long beat's, or holds %q", i, r.JobId)
+		}
+	}
+}
+
+// An answer shorter than the last one on a stream lets the last one's job
+// ids go from the statuses it no longer uses.
+func TestHeartbeatAnswerLetsTheLastIDsGo(t *testing.T) {
+	var out pb.HeartbeatResponse
+	statuses := heartbeatToProto(&out, &cluster.HeartbeatResult{Leases: []cluster.LeaseStatus{
+		{JobID: "a", Token: 1}, {JobID: "b", Token: 2}, {JobID: "c", Token: 3}}}, nil)
+	statuses = heartbeatToProto(&out, &cluster.HeartbeatResult{Leases: []cluster.LeaseStatus{{JobID: "d", Token: 4}}}, statuses)
+	if len(out.Leases) != 1 || out.Leases[0].JobId != "d" {
+		t.Fatalf("answer: %v", out.Leases)
+	}
+	for i, ps := range statuses[1:] {
+		if ps.JobId != "" {
+			t.Fatalf("status %d, unused, still holds %q", i+1, ps.JobId)
 		}
 	}
 }

@@ -308,6 +308,9 @@ func heartbeatToProto(out *pb.HeartbeatResponse, res *cluster.HeartbeatResult, s
 	for len(statuses) < len(res.Leases) {
 		statuses = append(statuses, &pb.LeaseStatus{})
 	}
+	for _, ps := range out.Leases[min(len(res.Leases), len(out.Leases)):] {
+		ps.JobId = "" // the last answer's: a beat's ids are not kept past it
+	}
 	out.Leases = statuses[:len(res.Leases)]
 	for i, st := range res.Leases {
 		ps := out.Leases[i]

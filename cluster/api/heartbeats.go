@@ -282,6 +282,7 @@ func (s *Server) readBeats(ctx context.Context, conn connect.StreamingHandlerCon
 			q.stop(rateLimited(wait))
 			return
 		}
+		clear(b.refs) // the last beat's ids are let go (beatdecode.go)
 		b.refs = b.refs[:0]
 		for _, r := range h.GetLeases() {
 			b.refs = append(b.refs, fsm.LeaseRef{JobID: r.GetJobId(), Token: r.GetToken()})
