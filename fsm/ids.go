@@ -24,9 +24,10 @@ import (
 // it takes four sizes to each doubling (sizeFor), so it is 3/5 to 3/4 full
 // as it grows, not 3/8 to 3/4 (a million jobs: 1,572,864 slots, 18.9
 // bytes a job, where a power of two would be 2,097,152 and 25.2). And the
-// homes follow the hashes' order, so the entries lie in the table in that
-// order (but for probe runs that wrap past the end): a resize sweeps the
-// old table and writes the new one in order.
+// homes follow the hashes' order, so the entries lie in the table nearly
+// in that order (exactly after a build; a probe run puts an entry a few
+// slots past its home, past the end for a run that wraps): a resize reads
+// the old table in order and its writes move forward through the new one.
 type idIndex struct {
 	seed   maphash.Seed
 	seqs   []uint64 // len is sizeFor of some count, or zero
@@ -181,7 +182,7 @@ func homeSort(entries []idEntry, mask uint32, hi int) {
 // given twice names the higher seq. But the table is sized for all of them
 // at once, and they go in in the order of their home slots, so the writes
 // sweep the table once instead of landing at random: a million jobs' table
-// is 24 MB, far beyond the caches.
+// is 19 MB, far beyond the caches.
 func (x *idIndex) build(entries []idEntry, src idSource) {
 	if x.n != 0 {
 		panic("fsm: build on a non-empty id index")
@@ -279,8 +280,8 @@ func (x *idIndex) remove(id string, src idSource) {
 
 // resize moves every entry into a table of size slots (a sizeFor); the
 // stored hashes place them, without reading a job. The old table holds
-// them in the order of their hashes, but for the probe runs that wrapped
-// past its end, so the new one is written in order too.
+// them nearly in the order of their hashes (idIndex), so the writes to the
+// new one move forward through it rather than land at random.
 func (x *idIndex) resize(size int) {
 	seqs, hashes := x.seqs, x.hashes
 	x.seqs, x.hashes = make([]uint64, size), make([]uint32, size)
