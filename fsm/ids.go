@@ -124,17 +124,17 @@ func sizeFor(n int) int {
 // radix: a comparison sort of them cost more time than the random reads it
 // saved.
 func byHome(entries []idEntry) {
-	homeSort(entries, ^uint32(0), 32)
+	hashSort(entries, 32)
 }
 
-// homeSort sorts entries by the bits below hi of their home slot (the
-// bits above are alike): American flag passes, most significant digit
-// first, each digit about as wide as the entries are many, down to runs
-// short enough for insertion.
-func homeSort(entries []idEntry, mask uint32, hi int) {
+// hashSort sorts entries by the bits below hi of their hash (the bits
+// above are alike): American flag passes, most significant digit first,
+// each digit about as wide as the entries are many, down to runs short
+// enough for insertion.
+func hashSort(entries []idEntry, hi int) {
 	if len(entries) <= 16 || hi == 0 {
 		for i := 1; i < len(entries); i++ {
-			for k := i; k > 0 && entries[k].hash&mask < entries[k-1].hash&mask; k-- {
+			for k := i; k > 0 && entries[k].hash < entries[k-1].hash; k-- {
 				entries[k], entries[k-1] = entries[k-1], entries[k]
 			}
 		}
@@ -142,7 +142,7 @@ func homeSort(entries []idEntry, mask uint32, hi int) {
 	}
 	width := min(hi, bits.Len(uint(len(entries))), 11)
 	shift := hi - width
-	digit := func(e idEntry) int { return int((e.hash & mask) >> shift & (1<<width - 1)) }
+	digit := func(e idEntry) int { return int(e.hash >> shift & (1<<width - 1)) }
 	var nextBuf, endBuf [1 << 11]int
 	next, end := nextBuf[:1<<width], endBuf[:1<<width]
 	for _, e := range entries {
@@ -171,7 +171,7 @@ func homeSort(entries []idEntry, mask uint32, hi int) {
 	lo := 0
 	for _, e := range end {
 		if e-lo > 1 {
-			homeSort(entries[lo:e], mask, shift)
+			hashSort(entries[lo:e], shift)
 		}
 		lo = e
 	}

@@ -67,10 +67,10 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 	// the same, in one string that each id is a part of. A slot's ids are
 	// then one beat's, kept together: the heartbeat streams' beats held
 	// for reuse do not scatter small strings among the API's garbage
-	// (docs/performance.md, "Where the leader's holes are"). Whatever
-	// holds a beat's ids (the beat's refs, the answer's statuses) lets
-	// them go when it is reused, so no string outlives its beat by more
-	// than one answer.
+	// (docs/performance.md, "Where the leader's holes are"). What else
+	// holds a beat's ids (the beat's refs, the stream's answer and its
+	// result) lets them go when it is next used: a beat kept for reuse
+	// holds its own last ids only, and nothing holds another beat's.
 	var scratch [16]rawRef
 	raws := scratch[:0]
 	for len(body) > 0 {
