@@ -180,20 +180,23 @@ func TestDecodeBeatReusesTheLastBeat(t *testing.T) {
 	}
 }
 
+// beatOf is a stream beat of one worker naming n leases, of jobs
+// job-<first> onwards.
+func beatOf(first, n int) []byte {
+	hb := &pb.HeartbeatRequest{WorkerId: "worker-0001"}
+	for i := range n {
+		hb.Leases = append(hb.Leases, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", first+i), Token: uint64(first + i + 1)})
+	}
+	return marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: hb})
+}
+
 // A beat whose job ids are not the last beat's, as on a stream that
 // carries many workers' beats, makes its ids in one allocation, one string
 // they are all parts of, and the references a longer beat needs in one
 // more: the beats a stream keeps for reuse hold no small objects of their
 // own among the API's garbage.
 func TestDecodeBeatMakesItsIDsTogether(t *testing.T) {
-	beat := func(first, n int) []byte {
-		hb := &pb.HeartbeatRequest{WorkerId: "worker-0001"}
-		for i := range n {
-			hb.Leases = append(hb.Leases, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", first+i), Token: uint64(first + i + 1)})
-		}
-		return marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: hb})
-	}
-	a, b := beat(0, 10), beat(100, 10)
+	a, b := beatOf(0, 10), beatOf(100, 10)
 	var into pb.HeartbeatStreamRequest
 	if !decodeBeat(a, &into) {
 		t.Fatal("declined")
@@ -223,10 +226,10 @@ func TestDecodeBeatMakesItsIDsTogether(t *testing.T) {
 	}
 	// A longer beat: its five new references come in one block.
 	var grown pb.HeartbeatStreamRequest
-	if !decodeBeat(beat(0, 5), &grown) {
+	if !decodeBeat(beatOf(0, 5), &grown) {
 		t.Fatal("declined")
 	}
-	if !decodeBeat(beat(0, 10), &grown) {
+	if !decodeBeat(beatOf(0, 10), &grown) {
 		t.Fatal("declined")
 	}
 	refs := grown.Heartbeat.Leases
@@ -242,13 +245,6 @@ func TestDecodeBeatMakesItsIDsTogether(t *testing.T) {
 // ids are a string of its own, and a beat much shorter than the last
 // starts afresh, references and all.
 func TestDecodeBeatLetsALongBeatGo(t *testing.T) {
-	beat := func(first, n int) []byte {
-		hb := &pb.HeartbeatRequest{WorkerId: "worker-0001"}
-		for i := range n {
-			hb.Leases = append(hb.Leases, &pb.LeaseRef{JobId: fmt.Sprintf("job-%06d", first+i), Token: uint64(first + i + 1)})
-		}
-		return marshal(&pb.HeartbeatStreamRequest{Seq: 1, Heartbeat: hb})
-	}
 	within := func(id string, refs []*pb.LeaseRef) bool {
 		p := uintptr(unsafe.Pointer(unsafe.StringData(id)))
 		for _, r := range refs {
@@ -259,7 +255,7 @@ func TestDecodeBeatLetsALongBeatGo(t *testing.T) {
 		return false
 	}
 	var into pb.HeartbeatStreamRequest
-	if !decodeBeat(beat(0, 40), &into) {
+	if !decodeBeat(beatOf(0, 40), &into) {
 		t.Fatal("declined")
 	}
 	long := slices.Clone(into.Heartbeat.Leases)
@@ -268,7 +264,7 @@ func TestDecodeBeatLetsALongBeatGo(t *testing.T) {
 		ids[i] = &pb.LeaseRef{JobId: r.JobId}
 	}
 	// 30 of 40: the same references, the ten past them emptied.
-	if !decodeBeat(beat(0, 30), &into) {
+	if !decodeBeat(beatOf(0, 30), &into) {
 		t.Fatal("declined")
 	}
 	for i, r := range into.Heartbeat.Leases {
@@ -285,7 +281,7 @@ func TestDecodeBeatLetsALongBeatGo(t *testing.T) {
 		}
 	}
 	// 3 of 30: fresh references.
-	if !decodeBeat(beat(0, 3), &into) {
+	if !decodeBeat(beatOf(0, 3), &into) {
 		t.Fatal("declined")
 	}
 	for i, r := range into.Heartbeat.Leases {
