@@ -3,7 +3,9 @@
 package raft
 
 import (
+	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -318,5 +320,162 @@ func TestLeaseholdCommitmentQuorumMatch(t *testing.T) {
 		if a := testing.AllocsPerRun(100, func() { idx++; cm.match(id, idx) }); a != 0 {
 			t.Fatalf("%d voters: a match allocates %.0f times", n, a)
 		}
+	}
+}
+
+// peerTransport counts the heartbeats sent to each follower, answering
+// each with success, or with an error for the followers in down.
+type peerTransport struct {
+	Transport
+	mu    sync.Mutex
+	beats map[ServerID]int
+	down  map[ServerID]bool
+}
+
+func (p *peerTransport) AppendEntries(id ServerID, _ ServerAddress, _ *AppendEntriesRequest, resp *AppendEntriesResponse) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.beats[id]++
+	if p.down[id] {
+		return errors.New("unreachable")
+	}
+	resp.Success = true
+	return nil
+}
+
+func (p *peerTransport) EncodePeer(id ServerID, _ ServerAddress) []byte { return []byte(id) }
+
+func (p *peerTransport) sent(id ServerID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.beats[id]
+}
+
+// checkCluster is a leader of three voters; a's last answer is newer than
+// b's. With run, its followers' heartbeat goroutines run until stop is
+// called or the test ends.
+func checkCluster(t *testing.T, trans *peerTransport, run bool) (r *Raft, repl map[ServerID]*followerReplication, stop func()) {
+	t.Helper()
+	r = &Raft{trans: trans, logger: hclog.NewNullLogger(), verifyCh: make(chan *verifyFuture, 8)}
+	conf := DefaultConfig()
+	conf.LocalID = "leader"
+	conf.HeartbeatTimeout = time.Hour // no heartbeat on the timer in these tests
+	r.conf.Store(*conf)
+	r.configurations.latest = Configuration{Servers: []Server{
+		{ID: "leader", Address: "leader", Suffrage: Voter},
+		{ID: "a", Address: "a", Suffrage: Voter},
+		{ID: "b", Address: "b", Suffrage: Voter},
+	}}
+	r.leaderState.notify = map[*verifyFuture]struct{}{}
+	r.leaderState.replState = map[ServerID]*followerReplication{}
+	stopCh := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, id := range []ServerID{"a", "b"} {
+		s := &followerReplication{notify: map[*verifyFuture]time.Time{}, notifyCh: make(chan struct{}, 1),
+			peer: Server{ID: id, Address: ServerAddress(id), Suffrage: Voter},
+			lastContact: time.Now().Add(-time.Duration(i) * time.Second)}
+		r.leaderState.replState[id] = s
+		if run {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.heartbeat(s, stopCh)
+			}()
+		}
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			close(stopCh)
+			wg.Wait()
+		})
+	}
+	t.Cleanup(stop)
+	return r, r.leaderState.replState, stop
+}
+
+// check runs one leadership check as the leader's loop does, and returns
+// once a quorum answered it.
+func check(t *testing.T, r *Raft) {
+	t.Helper()
+	v := &verifyFuture{}
+	v.init()
+	r.verifyLeader(v)
+	select {
+	case got := <-r.verifyCh:
+		if got != v || got.votes < got.quorumSize {
+			t.Fatalf("the check ended with %d of %d votes", got.votes, got.quorumSize)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a check was not answered in 10 s")
+	}
+	for _, repl := range r.leaderState.replState {
+		repl.cleanNotify(v)
+	}
+}
+
+// A leadership check asks for heartbeats from only as many followers as
+// a quorum needs, those heard from last: of three voters, one follower.
+// The other is asked only if the check still waits checkFallback later.
+func TestLeaseholdCheckAsksAQuorum(t *testing.T) {
+	old := checkFallback
+	t.Cleanup(func() { checkFallback = old }) // after the heartbeat goroutines end
+	checkFallback = time.Hour
+
+	// Who is asked.
+	r, repl, _ := checkCluster(t, &peerTransport{beats: map[ServerID]int{}}, false)
+	v := &verifyFuture{}
+	v.init()
+	r.verifyLeader(v)
+	if len(repl["a"].notifyCh) != 1 || len(repl["b"].notifyCh) != 0 {
+		t.Fatalf("a check asked a %d times, b %d times; want 1 and 0", len(repl["a"].notifyCh), len(repl["b"].notifyCh))
+	}
+	if repl["a"].standby.Load() || !repl["b"].standby.Load() {
+		t.Fatal("b, heard from before a, is not the one on standby")
+	}
+	if repl["a"].checksWaiting() != 1 || repl["b"].checksWaiting() != 1 {
+		t.Fatal("the check is not registered with both followers, so that either's answer counts")
+	}
+
+	// What they send.
+	trans := &peerTransport{beats: map[ServerID]int{}}
+	r, repl, stop := checkCluster(t, trans, true)
+	for i := 0; i < 3; i++ {
+		check(t, r)
+	}
+	// A notify on standby for a check that has not waited checkFallback
+	// sends nothing, even though the check still waits on b.
+	v = &verifyFuture{}
+	v.init()
+	r.verifyLeader(v)
+	<-r.verifyCh
+	asyncNotifyCh(repl["b"].notifyCh)
+	waitFor(t, "b's heartbeat goroutine to take the notify", func() bool { return len(repl["b"].notifyCh) == 0 })
+	stop()
+	if a, b := trans.sent("a"), trans.sent("b"); a != 4 || b != 0 {
+		t.Fatalf("four checks sent %d heartbeats to a, %d to b; want 4 and 0", a, b)
+	}
+}
+
+// When the follower asked does not answer, the check asks the other once
+// it has waited checkFallback, and the next check asks the one that
+// answered first.
+func TestLeaseholdCheckFallsBack(t *testing.T) {
+	old := checkFallback
+	t.Cleanup(func() { checkFallback = old }) // after the heartbeat goroutines end
+	checkFallback = 20 * time.Millisecond
+	trans := &peerTransport{beats: map[ServerID]int{}, down: map[ServerID]bool{"a": true}}
+	r, repl, stop := checkCluster(t, trans, true)
+	check(t, r)
+	if repl["a"].standby.Load() || !repl["b"].standby.Load() {
+		t.Fatal("the first check did not ask a alone")
+	}
+	check(t, r)
+	if !repl["a"].standby.Load() || repl["b"].standby.Load() {
+		t.Fatal("the second check did not ask b, which answered last, alone")
+	}
+	stop()
+	if a, b := trans.sent("a"), trans.sent("b"); a < 1 || b != 2 {
+		t.Fatalf("two checks sent %d heartbeats to a, %d to b; want at least 1, and 2", a, b)
 	}
 }

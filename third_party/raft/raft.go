@@ -977,13 +977,61 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 	v.notifyCh = r.verifyCh
 	r.leaderState.notify[v] = struct{}{}
 
-	// Trigger immediate heartbeats
-	for _, repl := range r.leaderState.replState {
+	// leasehold's change (FORK.md): the check is registered with every
+	// follower, so any of their answers counts, but only the voters a
+	// quorum needs besides this node, those heard from last, are asked
+	// for a heartbeat at once. The others are asked if the check still
+	// waits checkFallback later.
+	now := time.Now()
+	var standby []*followerReplication
+	asked := 0
+	for _, repl := range r.checkOrder() {
 		repl.notifyLock.Lock()
-		repl.notify[v] = time.Now()
+		repl.notify[v] = now
 		repl.notifyLock.Unlock()
-		asyncNotifyCh(repl.notifyCh)
+		repl.peerLock.RLock()
+		voter := repl.peer.Suffrage == Voter
+		repl.peerLock.RUnlock()
+		if voter && asked < v.quorumSize-1 {
+			asked++
+			repl.standby.Store(false)
+			asyncNotifyCh(repl.notifyCh)
+			continue
+		}
+		repl.standby.Store(true)
+		standby = append(standby, repl)
 	}
+	if len(standby) > 0 {
+		time.AfterFunc(checkFallback, func() {
+			for _, repl := range standby {
+				asyncNotifyCh(repl.notifyCh)
+			}
+		})
+	}
+}
+
+// checkFallback is how long a leadership check waits for the followers it
+// asked (verifyLeader) before the others are asked too. A follower that
+// answers at all answers a heartbeat in well under a millisecond here; a
+// check that waits this long is waiting for one that is slow or gone. A
+// variable for the tests.
+var checkFallback = 2 * time.Millisecond
+
+// checkOrder returns the followers, those whose last answer came latest
+// first: leasehold's change (FORK.md), see verifyLeader.
+func (r *Raft) checkOrder() []*followerReplication {
+	order := make([]*followerReplication, 0, len(r.leaderState.replState))
+	last := make([]time.Time, 0, len(r.leaderState.replState))
+	for _, repl := range r.leaderState.replState {
+		at := repl.LastContact()
+		i := len(order)
+		order, last = append(order, repl), append(last, at)
+		for ; i > 0 && last[i-1].Before(at); i-- {
+			order[i], last[i] = order[i-1], last[i-1]
+		}
+		order[i], last[i] = repl, at
+	}
+	return order
 }
 
 // leadershipTransfer is doing the heavy lifting for the leadership transfer.

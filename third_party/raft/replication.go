@@ -94,6 +94,11 @@ type followerReplication struct {
 	// appendLock protects 'appendOut'.
 	appendLock sync.Mutex
 
+	// standby is set while the leader's checks do not ask this follower
+	// for a heartbeat unless one has waited checkFallback: leasehold's
+	// change (FORK.md), see verifyLeader.
+	standby atomic.Bool
+
 	// stepDown is used to indicate to the leader that we
 	// should step down based on information from a follower.
 	stepDown chan struct{}
@@ -202,6 +207,19 @@ func (s *followerReplication) appendAnswers(wait time.Duration, stopCh chan stru
 		}
 	}
 	return s.checksWaiting() == 0
+}
+
+// checkOverdue says whether a check registered checkFallback or more
+// before now still waits on this follower.
+func (s *followerReplication) checkOverdue(now time.Time) bool {
+	s.notifyLock.Lock()
+	defer s.notifyLock.Unlock()
+	for _, at := range s.notify {
+		if now.Sub(at) >= checkFallback {
+			return true
+		}
+	}
+	return false
 }
 
 // appendAnswerWait bounds how long a check waits for the appends out
@@ -517,6 +535,11 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 		// Wait for the next heartbeat interval or forced notify
 		select {
 		case <-s.notifyCh:
+			// leasehold's change (FORK.md): a follower on standby is
+			// asked only for a check that has waited checkFallback.
+			if s.standby.Load() && !s.checkOverdue(time.Now()) {
+				continue
+			}
 			// leasehold's change (FORK.md): the appends out may answer
 			// the checks that asked for this heartbeat.
 			timeout := r.config().HeartbeatTimeout
