@@ -372,7 +372,7 @@ func checkCluster(t *testing.T, trans *peerTransport, run bool) (r *Raft, repl m
 	var wg sync.WaitGroup
 	for i, id := range []ServerID{"a", "b"} {
 		s := &followerReplication{notify: map[*verifyFuture]time.Time{}, notifyCh: make(chan struct{}, 1),
-			peer: Server{ID: id, Address: ServerAddress(id), Suffrage: Voter},
+			peer:        Server{ID: id, Address: ServerAddress(id), Suffrage: Voter},
 			lastContact: time.Now().Add(-time.Duration(i) * time.Second)}
 		r.leaderState.replState[id] = s
 		if run {
