@@ -270,6 +270,9 @@ type verifyFuture struct {
 	quorumSize int
 	votes      int
 	voteLock   sync.Mutex
+	// seq numbers the leader's checks in its term, from 1: leasehold's
+	// change (FORK.md), see verifyLeader.
+	seq uint64
 }
 
 // leadershipTransferFuture is used to track the progress of a leadership

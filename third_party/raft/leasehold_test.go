@@ -327,18 +327,30 @@ func TestLeaseholdCommitmentQuorumMatch(t *testing.T) {
 // each with success, or with an error for the followers in down.
 type peerTransport struct {
 	Transport
-	mu    sync.Mutex
-	beats map[ServerID]int
-	down  map[ServerID]bool
+	mu       sync.Mutex
+	beats    map[ServerID]int
+	answered map[ServerID]int
+	down     map[ServerID]bool
+	slow     map[ServerID]time.Duration // how long each answer takes
+}
+
+func newPeerTransport() *peerTransport {
+	return &peerTransport{beats: map[ServerID]int{}, answered: map[ServerID]int{},
+		down: map[ServerID]bool{}, slow: map[ServerID]time.Duration{}}
 }
 
 func (p *peerTransport) AppendEntries(id ServerID, _ ServerAddress, _ *AppendEntriesRequest, resp *AppendEntriesResponse) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.beats[id]++
-	if p.down[id] {
+	down, slow := p.down[id], p.slow[id]
+	p.mu.Unlock()
+	if down {
 		return errors.New("unreachable")
 	}
+	time.Sleep(slow)
+	p.mu.Lock()
+	p.answered[id]++
+	p.mu.Unlock()
 	resp.Success = true
 	return nil
 }
@@ -351,10 +363,16 @@ func (p *peerTransport) sent(id ServerID) int {
 	return p.beats[id]
 }
 
+func (p *peerTransport) answers(id ServerID) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.answered[id]
+}
+
 // checkCluster is a leader of three voters; a's last answer is newer than
 // b's. With run, its followers' heartbeat goroutines run until stop is
-// called or the test ends.
-func checkCluster(t *testing.T, trans *peerTransport, run bool) (r *Raft, repl map[ServerID]*followerReplication, stop func()) {
+// called or the test ends. b is a nonvoter if bSuffrage says so.
+func checkCluster(t *testing.T, trans *peerTransport, run bool, bSuffrage ServerSuffrage) (r *Raft, repl map[ServerID]*followerReplication, stop func()) {
 	t.Helper()
 	r = &Raft{trans: trans, logger: hclog.NewNullLogger(), verifyCh: make(chan *verifyFuture, 8)}
 	conf := DefaultConfig()
@@ -364,7 +382,7 @@ func checkCluster(t *testing.T, trans *peerTransport, run bool) (r *Raft, repl m
 	r.configurations.latest = Configuration{Servers: []Server{
 		{ID: "leader", Address: "leader", Suffrage: Voter},
 		{ID: "a", Address: "a", Suffrage: Voter},
-		{ID: "b", Address: "b", Suffrage: Voter},
+		{ID: "b", Address: "b", Suffrage: bSuffrage},
 	}}
 	r.leaderState.notify = map[*verifyFuture]struct{}{}
 	r.leaderState.replState = map[ServerID]*followerReplication{}
@@ -423,7 +441,7 @@ func TestLeaseholdCheckAsksAQuorum(t *testing.T) {
 	checkFallback = time.Hour
 
 	// Who is asked.
-	r, repl, _ := checkCluster(t, &peerTransport{beats: map[ServerID]int{}}, false)
+	r, repl, _ := checkCluster(t, newPeerTransport(), false, Voter)
 	v := &verifyFuture{}
 	v.init()
 	r.verifyLeader(v)
@@ -438,8 +456,8 @@ func TestLeaseholdCheckAsksAQuorum(t *testing.T) {
 	}
 
 	// What they send.
-	trans := &peerTransport{beats: map[ServerID]int{}}
-	r, repl, stop := checkCluster(t, trans, true)
+	trans := newPeerTransport()
+	r, repl, stop := checkCluster(t, trans, true, Voter)
 	for i := 0; i < 3; i++ {
 		check(t, r)
 	}
@@ -448,7 +466,11 @@ func TestLeaseholdCheckAsksAQuorum(t *testing.T) {
 	v = &verifyFuture{}
 	v.init()
 	r.verifyLeader(v)
-	<-r.verifyCh
+	select {
+	case <-r.verifyCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a check was not answered in 10 s")
+	}
 	asyncNotifyCh(repl["b"].notifyCh)
 	waitFor(t, "b's heartbeat goroutine to take the notify", func() bool { return len(repl["b"].notifyCh) == 0 })
 	stop()
@@ -459,23 +481,67 @@ func TestLeaseholdCheckAsksAQuorum(t *testing.T) {
 
 // When the follower asked does not answer, the check asks the other once
 // it has waited checkFallback, and the next check asks the one that
-// answered first.
+// answered it.
 func TestLeaseholdCheckFallsBack(t *testing.T) {
 	old := checkFallback
 	t.Cleanup(func() { checkFallback = old }) // after the heartbeat goroutines end
 	checkFallback = 20 * time.Millisecond
-	trans := &peerTransport{beats: map[ServerID]int{}, down: map[ServerID]bool{"a": true}}
-	r, repl, stop := checkCluster(t, trans, true)
+	trans := newPeerTransport()
+	trans.down["a"] = true
+	r, repl, stop := checkCluster(t, trans, true, Voter)
 	check(t, r)
 	if repl["a"].standby.Load() || !repl["b"].standby.Load() {
 		t.Fatal("the first check did not ask a alone")
 	}
 	check(t, r)
 	if !repl["a"].standby.Load() || repl["b"].standby.Load() {
-		t.Fatal("the second check did not ask b, which answered last, alone")
+		t.Fatal("the second check did not ask b, which answered the first, alone")
 	}
+	waitFor(t, "a heartbeat to a", func() bool { return trans.sent("a") >= 1 })
 	stop()
-	if a, b := trans.sent("a"), trans.sent("b"); a < 1 || b != 2 {
-		t.Fatalf("two checks sent %d heartbeats to a, %d to b; want at least 1, and 2", a, b)
+	if b := trans.sent("b"); b != 2 {
+		t.Fatalf("two checks sent %d heartbeats to b; want 2", b)
+	}
+}
+
+// A follower that answers, but after the check was ended by another, is
+// heard from last, yet the next check asks the one that answered it.
+func TestLeaseholdCheckPassesOverALateFollower(t *testing.T) {
+	old := checkFallback
+	t.Cleanup(func() { checkFallback = old }) // after the heartbeat goroutines end
+	checkFallback = 10 * time.Millisecond
+	trans := newPeerTransport()
+	trans.slow["a"] = 100 * time.Millisecond
+	r, repl, _ := checkCluster(t, trans, true, Voter)
+	check(t, r)
+	waitFor(t, "a's late answer", func() bool { return trans.answers("a") >= 1 })
+	if !repl["a"].LastContact().After(repl["b"].LastContact()) {
+		t.Fatal("a, answering late, is not the follower heard from last")
+	}
+	v := &verifyFuture{}
+	v.init()
+	r.verifyLeader(v)
+	if !repl["a"].standby.Load() || repl["b"].standby.Load() {
+		t.Fatal("the next check did not ask b, which answered the last check, alone")
+	}
+	select {
+	case <-r.verifyCh:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a check was not answered in 10 s")
+	}
+}
+
+// A nonvoter's answer counts for no check: it is neither asked nor
+// registered with.
+func TestLeaseholdCheckIgnoresNonvoters(t *testing.T) {
+	r, repl, _ := checkCluster(t, newPeerTransport(), false, Nonvoter)
+	v := &verifyFuture{}
+	v.init()
+	r.verifyLeader(v)
+	if v.quorumSize != 2 || repl["a"].checksWaiting() != 1 || len(repl["a"].notifyCh) != 1 {
+		t.Fatal("the check did not ask a, the one other voter")
+	}
+	if repl["b"].checksWaiting() != 0 || len(repl["b"].notifyCh) != 0 {
+		t.Fatal("the check was registered with b, a nonvoter")
 	}
 }

@@ -94,6 +94,9 @@ type leaderState struct {
 	replState                    map[ServerID]*followerReplication
 	notify                       map[*verifyFuture]struct{}
 	stepDown                     chan struct{}
+	// checks counts the leadership checks begun in this term: leasehold's
+	// change (FORK.md), see verifyLeader.
+	checks uint64
 }
 
 // setLeader is used to modify the current leader Address and ID of the cluster
@@ -978,28 +981,29 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 	r.leaderState.notify[v] = struct{}{}
 
 	// leasehold's change (FORK.md): the check is registered with every
-	// follower, so any of their answers counts, but only the voters a
-	// quorum needs besides this node, those heard from last, are asked
-	// for a heartbeat at once. The others are asked if the check still
-	// waits checkFallback later.
+	// voter, so any of their answers counts, but only the voters a quorum
+	// needs besides this node, those that answered the latest check, are
+	// asked for a heartbeat at once. The others are asked if the check
+	// still waits checkFallback later.
+	r.leaderState.checks++
+	v.seq = r.leaderState.checks
 	now := time.Now()
 	var standby []*followerReplication
 	asked := 0
 	for _, repl := range r.checkOrder() {
+		if asked < v.quorumSize-1 {
+			asked++
+			repl.standby.Store(false)
+		} else {
+			repl.standby.Store(true)
+			standby = append(standby, repl)
+		}
 		repl.notifyLock.Lock()
 		repl.notify[v] = now
 		repl.notifyLock.Unlock()
-		repl.peerLock.RLock()
-		voter := repl.peer.Suffrage == Voter
-		repl.peerLock.RUnlock()
-		if voter && asked < v.quorumSize-1 {
-			asked++
-			repl.standby.Store(false)
+		if !repl.standby.Load() {
 			asyncNotifyCh(repl.notifyCh)
-			continue
 		}
-		repl.standby.Store(true)
-		standby = append(standby, repl)
 	}
 	if len(standby) > 0 {
 		time.AfterFunc(checkFallback, func() {
@@ -1017,19 +1021,28 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 // variable for the tests.
 var checkFallback = 2 * time.Millisecond
 
-// checkOrder returns the followers, those whose last answer came latest
-// first: leasehold's change (FORK.md), see verifyLeader.
+// checkOrder returns the voters this node replicates to (a nonvoter's
+// answer counts for no check), first those that answered the latest check,
+// then those heard from last: leasehold's change (FORK.md), see
+// verifyLeader. Ranking by the last answer alone would put first a follower
+// that answers, but late, after the others ended the check.
 func (r *Raft) checkOrder() []*followerReplication {
 	order := make([]*followerReplication, 0, len(r.leaderState.replState))
-	last := make([]time.Time, 0, len(r.leaderState.replState))
-	for _, repl := range r.leaderState.replState {
-		at := repl.LastContact()
-		i := len(order)
-		order, last = append(order, repl), append(last, at)
-		for ; i > 0 && last[i-1].Before(at); i-- {
-			order[i], last[i] = order[i-1], last[i-1]
+	for _, server := range r.configurations.latest.Servers {
+		if repl := r.leaderState.replState[server.ID]; repl != nil && server.Suffrage == Voter {
+			order = append(order, repl)
 		}
-		order[i], last[i] = repl, at
+	}
+	before := func(a, b *followerReplication) bool {
+		if ca, cb := a.lastCheck.Load(), b.lastCheck.Load(); ca != cb {
+			return ca > cb
+		}
+		return a.LastContact().After(b.LastContact())
+	}
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && before(order[j], order[j-1]); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
 	}
 	return order
 }

@@ -98,6 +98,10 @@ type followerReplication struct {
 	// for a heartbeat unless one has waited checkFallback: leasehold's
 	// change (FORK.md), see verifyLeader.
 	standby atomic.Bool
+	// lastCheck is the seq of the latest leadership check this follower
+	// answered "still leader": leasehold's change (FORK.md), see
+	// checkOrder.
+	lastCheck atomic.Uint64
 
 	// stepDown is used to indicate to the leader that we
 	// should step down based on information from a follower.
@@ -132,6 +136,11 @@ func (s *followerReplication) notifyAll(leader bool, sent time.Time) {
 
 	// Submit our votes
 	for v := range n {
+		// leasehold's change (FORK.md): which check this follower answered
+		// last, for checkOrder.
+		if leader && v.seq > s.lastCheck.Load() {
+			s.lastCheck.Store(v.seq)
+		}
 		v.vote(leader)
 	}
 }
@@ -535,11 +544,6 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 		// Wait for the next heartbeat interval or forced notify
 		select {
 		case <-s.notifyCh:
-			// leasehold's change (FORK.md): a follower on standby is
-			// asked only for a check that has waited checkFallback.
-			if s.standby.Load() && !s.checkOverdue(time.Now()) {
-				continue
-			}
 			// leasehold's change (FORK.md): the appends out may answer
 			// the checks that asked for this heartbeat.
 			timeout := r.config().HeartbeatTimeout
@@ -547,7 +551,18 @@ func (r *Raft) heartbeat(s *followerReplication, stopCh chan struct{}) {
 			if wait > appendAnswerWait {
 				wait = appendAnswerWait
 			}
-			if s.appendAnswers(wait, stopCh) {
+			// leasehold's change (FORK.md): a follower on standby is
+			// asked only for a check that has waited checkFallback, and
+			// waits for its appends only what is left of the bound above.
+			needless := false
+			if s.standby.Load() {
+				if !s.checkOverdue(time.Now()) {
+					needless = true
+				} else if wait -= checkFallback; wait <= 0 {
+					needless = s.checksWaiting() == 0
+				}
+			}
+			if needless || wait > 0 && s.appendAnswers(wait, stopCh) {
 				if timeout != periodicFor {
 					periodic = nil // ReloadConfig changed the timeout: a timer for the new one
 				}
