@@ -273,6 +273,9 @@ type verifyFuture struct {
 	// seq numbers the leader's checks in its term, from 1: leasehold's
 	// change (FORK.md), see verifyLeader.
 	seq uint64
+	// fallback asks the followers on standby (verifyLeader); stopped once
+	// the check is answered.
+	fallback *time.Timer
 }
 
 // leadershipTransferFuture is used to track the progress of a leadership
@@ -303,13 +306,16 @@ func (c *configurationsFuture) Index() uint64 {
 
 // vote is used to respond to a verifyFuture.
 // This may block when responding on the notifyCh.
-func (v *verifyFuture) vote(leader bool) {
+//
+// leasehold's change (FORK.md): it reports whether the vote counted, that
+// is, whether the check still waited for votes.
+func (v *verifyFuture) vote(leader bool) bool {
 	v.voteLock.Lock()
 	defer v.voteLock.Unlock()
 
 	// Guard against having notified already
 	if v.notifyCh == nil {
-		return
+		return false
 	}
 
 	if leader {
@@ -322,6 +328,7 @@ func (v *verifyFuture) vote(leader bool) {
 		v.notifyCh <- v
 		v.notifyCh = nil
 	}
+	return true
 }
 
 // appendFuture is used for waiting on a pipelined append

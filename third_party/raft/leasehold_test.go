@@ -545,3 +545,37 @@ func TestLeaseholdCheckIgnoresNonvoters(t *testing.T) {
 		t.Fatal("the check was registered with b, a nonvoter")
 	}
 }
+
+// An answer to a check that already has its quorum, but is not yet
+// cleaned up by the leader's loop, does not rank its follower as one that
+// answered the check; nor does a later answer to an older check lower the
+// rank.
+func TestLeaseholdCheckRanksOnlyAnswersThatCounted(t *testing.T) {
+	a := &followerReplication{notify: map[*verifyFuture]time.Time{}}
+	b := &followerReplication{notify: map[*verifyFuture]time.Time{}}
+	registered := time.Now()
+	check := func(seq uint64) *verifyFuture {
+		v := &verifyFuture{quorumSize: 2, seq: seq}
+		v.init()
+		v.votes = 1
+		v.notifyCh = make(chan *verifyFuture, 1)
+		a.notify[v], b.notify[v] = registered, registered
+		return v
+	}
+	check(1)
+	b.notifyAll(true, registered.Add(time.Millisecond)) // ends check 1
+	a.notifyAll(true, registered.Add(2*time.Millisecond))
+	if b.lastCheck.Load() != 1 || a.lastCheck.Load() != 0 {
+		t.Fatalf("lastCheck a=%d b=%d; want 0 and 1: a's answer came after the check had its quorum",
+			a.lastCheck.Load(), b.lastCheck.Load())
+	}
+	v3 := check(3)
+	v3.votes = 0 // needs both answers
+	b.notifyAll(true, registered.Add(time.Millisecond))
+	v2 := check(2)
+	v2.votes = 0
+	b.notifyAll(true, registered.Add(time.Millisecond))
+	if got := b.lastCheck.Load(); got != 3 {
+		t.Fatalf("b's lastCheck %d after answering checks 3 and then 2; want 3", got)
+	}
+}

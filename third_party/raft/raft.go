@@ -463,6 +463,7 @@ func (r *Raft) setupLeaderState() {
 	r.leaderState.inflight = list.New()
 	r.leaderState.replState = make(map[ServerID]*followerReplication)
 	r.leaderState.notify = make(map[*verifyFuture]struct{})
+	r.leaderState.checks = 0 // leasehold's change (FORK.md)
 	r.leaderState.stepDown = make(chan struct{}, 1)
 }
 
@@ -869,6 +870,9 @@ func (r *Raft) leaderLoop() {
 				for _, repl := range r.leaderState.replState {
 					repl.cleanNotify(v)
 				}
+				if v.fallback != nil {
+					v.fallback.Stop() // leasehold's change (FORK.md)
+				}
 				v.respond(nil)
 			}
 
@@ -1006,7 +1010,7 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 		}
 	}
 	if len(standby) > 0 {
-		time.AfterFunc(checkFallback, func() {
+		v.fallback = time.AfterFunc(checkFallback, func() {
 			for _, repl := range standby {
 				asyncNotifyCh(repl.notifyCh)
 			}

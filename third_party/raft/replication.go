@@ -98,8 +98,8 @@ type followerReplication struct {
 	// for a heartbeat unless one has waited checkFallback: leasehold's
 	// change (FORK.md), see verifyLeader.
 	standby atomic.Bool
-	// lastCheck is the seq of the latest leadership check this follower
-	// answered "still leader": leasehold's change (FORK.md), see
+	// lastCheck is the seq of the latest leadership check this follower's
+	// "still leader" answer counted for: leasehold's change (FORK.md), see
 	// checkOrder.
 	lastCheck atomic.Uint64
 
@@ -136,12 +136,18 @@ func (s *followerReplication) notifyAll(leader bool, sent time.Time) {
 
 	// Submit our votes
 	for v := range n {
-		// leasehold's change (FORK.md): which check this follower answered
-		// last, for checkOrder.
-		if leader && v.seq > s.lastCheck.Load() {
-			s.lastCheck.Store(v.seq)
+		// leasehold's change (FORK.md): the latest check this follower's
+		// answer counted for, for checkOrder. An answer to a check that
+		// already had its quorum (still registered until the leader's loop
+		// cleans it up) does not count.
+		if v.vote(leader) && leader {
+			for {
+				last := s.lastCheck.Load()
+				if v.seq <= last || s.lastCheck.CompareAndSwap(last, v.seq) {
+					break
+				}
+			}
 		}
-		v.vote(leader)
 	}
 }
 
