@@ -986,8 +986,8 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 
 	// leasehold's change (FORK.md): the check is registered with every
 	// voter, so any of their answers counts, but only the voters a quorum
-	// needs besides this node, those that answered the latest check, are
-	// asked for a heartbeat at once. The others are asked if the check
+	// needs besides this node, those whose answers counted for the latest
+	// check first (checkOrder), are asked for a heartbeat at once. The others are asked if the check
 	// still waits checkFallback later.
 	r.leaderState.checks++
 	v.seq = r.leaderState.checks
@@ -1026,8 +1026,8 @@ func (r *Raft) verifyLeader(v *verifyFuture) {
 var checkFallback = 2 * time.Millisecond
 
 // checkOrder returns the voters this node replicates to (a nonvoter's
-// answer counts for no check), first those that answered the latest check,
-// then those heard from last: leasehold's change (FORK.md), see
+// answer counts for no check), first those whose answers counted for the
+// latest check, then those heard from last: leasehold's change (FORK.md), see
 // verifyLeader. Ranking by the last answer alone would put first a follower
 // that answers, but late, after the others ended the check.
 func (r *Raft) checkOrder() []*followerReplication {
