@@ -6,7 +6,6 @@ import (
 	"errors"
 	"runtime"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,27 +160,12 @@ func TestLeaseholdAppendAnswers(t *testing.T) {
 	s.endAppend(out)
 }
 
-// beatTransport counts the heartbeats sent through it and answers each
-// with success.
-type beatTransport struct {
-	Transport
-	beats atomic.Int32
-}
-
-func (b *beatTransport) AppendEntries(_ ServerID, _ ServerAddress, _ *AppendEntriesRequest, resp *AppendEntriesResponse) error {
-	b.beats.Add(1)
-	resp.Success = true
-	return nil
-}
-
-func (b *beatTransport) EncodePeer(id ServerID, _ ServerAddress) []byte { return []byte(id) }
-
 // The heartbeat goroutine sends no heartbeat for a check the append out
 // answers, and one for a check with no append out.
 func TestLeaseholdHeartbeatRidesOnAppend(t *testing.T) {
 	defer func(w time.Duration) { appendAnswerWait = w }(appendAnswerWait)
 	appendAnswerWait = time.Hour // the append below is answered however late
-	trans := &beatTransport{}
+	trans := newPeerTransport()
 	r := &Raft{trans: trans, logger: hclog.NewNullLogger()}
 	conf := DefaultConfig()
 	conf.LocalID = "leader"
@@ -217,7 +201,7 @@ func TestLeaseholdHeartbeatRidesOnAppend(t *testing.T) {
 	}
 	close(stop)
 	<-exited
-	if n := trans.beats.Load(); n != 1 {
+	if n := trans.sent("follower"); n != 1 {
 		t.Fatalf("%d heartbeats sent; want 1, for the check no append answered", n)
 	}
 }
@@ -236,7 +220,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // Checks that appends answer, however often, do not put off the periodic
 // heartbeat: its timer is kept across them.
 func TestLeaseholdPeriodicHeartbeatNotPutOff(t *testing.T) {
-	trans := &beatTransport{}
+	trans := newPeerTransport()
 	r := &Raft{trans: trans, logger: hclog.NewNullLogger()}
 	conf := DefaultConfig()
 	conf.LocalID = "leader"
@@ -257,7 +241,7 @@ func TestLeaseholdPeriodicHeartbeatNotPutOff(t *testing.T) {
 	// for it. Upstream's timer was made anew after each, and never fired
 	// while they came faster than it.
 	deadline := time.Now().Add(10 * time.Second)
-	for trans.beats.Load() == 0 {
+	for trans.sent("follower") == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no periodic heartbeat in 10 s while notifies kept coming")
 		}
@@ -324,7 +308,8 @@ func TestLeaseholdCommitmentQuorumMatch(t *testing.T) {
 }
 
 // peerTransport counts the heartbeats sent to each follower, answering
-// each with success, or with an error for the followers in down.
+// each with success (after slow, if set), or with an error for the
+// followers in down.
 type peerTransport struct {
 	Transport
 	mu       sync.Mutex
