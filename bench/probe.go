@@ -44,7 +44,27 @@ type nodeMetrics struct {
 	// over its followers: heartbeats (leasehold_raft_replication_heartbeat_count)
 	// and appends carrying the log (..._append_entries_rpc_count).
 	rpcs [2]uint64
+	// timed are three of the leader's timings, each a sum in milliseconds
+	// and a count: an entry's commit (leasehold_raft_commit_time), an
+	// append RPC to a follower, summed over the followers
+	// (leasehold_raft_replication_append_entries_rpc), and a write of
+	// its own log with its sync (leasehold_log_store_write_seconds). Their
+	// means over a window say where a commit's time goes.
+	timed [3]timing
 }
+
+// timing is a histogram's sum (in milliseconds) and count.
+type timing struct {
+	sum float64
+	n   uint64
+}
+
+// The timings of nodeMetrics.timed.
+const (
+	timedCommit = iota
+	timedAppend
+	timedLogWrite
+)
 
 func (p *probe) metrics(ctx context.Context, addr string) (nodeMetrics, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -75,6 +95,16 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 			continue
 		}
 		v := uint64(f) // the text format may write a large count as 1.234e+06
+		if i, part, ok := timedSeries(name); ok {
+			if part == "_sum" {
+				if i == timedLogWrite {
+					f *= 1000 // seconds
+				}
+				m.timed[i].sum += f
+			} else {
+				m.timed[i].n += v // the append count is counted below too
+			}
+		}
 		switch name {
 		case "leasehold_raft_log_writes_total":
 			m.logWrites = v
@@ -103,6 +133,31 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 		return m, fmt.Errorf("/metrics: no leasehold_raft_log_writes_total")
 	}
 	return m, nil
+}
+
+// timedSeries says which of nodeMetrics.timed a series adds to, and
+// whether as its sum or its count.
+func timedSeries(name string) (int, string, bool) {
+	for i, prefix := range [...]string{
+		timedCommit:   "leasehold_raft_commit_time",
+		timedAppend:   "leasehold_raft_replication_append_entries_rpc",
+		timedLogWrite: "leasehold_log_store_write_seconds",
+	} {
+		rest, ok := strings.CutPrefix(name, prefix)
+		if !ok {
+			continue
+		}
+		for _, part := range []string{"_sum", "_count"} {
+			tail, ok := strings.CutPrefix(rest, part)
+			// The append series is one a follower, labelled by its id
+			// (the older per-follower names are left out); the others
+			// have no labels.
+			if ok && (i == timedAppend) == strings.HasPrefix(tail, "{") {
+				return i, part, true
+			}
+		}
+	}
+	return 0, "", false
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times. Linux fixes it

@@ -235,6 +235,7 @@ type window struct {
 	allocs    []float64    // heap objects each node allocated, NaN unknown
 	syscalls  [][2]float64 // each node's read and write system calls, NaN unknown
 	rpcs      [][2]float64 // each node's heartbeat and append RPCs to its followers, NaN unknown
+	timed     [][3]float64 // each node's mean timings (nodeMetrics.timed) in ms, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -283,6 +284,15 @@ func between(a, b mark) window {
 			rpcs = [2]float64{float64(nb.metrics.rpcs[0] - na.metrics.rpcs[0]), float64(nb.metrics.rpcs[1] - na.metrics.rpcs[1])}
 		}
 		w.rpcs = append(w.rpcs, rpcs)
+		var timed [3]float64
+		for j := range timed {
+			timed[j] = math.NaN()
+			ta, tb := na.metrics.timed[j], nb.metrics.timed[j]
+			if na.ok && nb.ok && tb.n > ta.n && tb.sum >= ta.sum {
+				timed[j] = (tb.sum - ta.sum) / float64(tb.n-ta.n)
+			}
+		}
+		w.timed = append(w.timed, timed)
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
 		}
@@ -376,6 +386,17 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	}
 	r.add("raft_heartbeats_per_op_leader", num(leaderRPCs[0]/float64(p.ops), 3))
 	r.add("raft_appends_per_op_leader", num(leaderRPCs[1]/float64(p.ops), 3))
+	// Where the leader's commits spent their time, as means over the
+	// window: an entry's commit, one append RPC to a follower (its round
+	// trip with the follower's sync), and one write and sync of the
+	// leader's own log, which run side by side (docs/performance.md).
+	leaderTimed := [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	if w.leader >= 0 && w.leader < len(w.timed) {
+		leaderTimed = w.timed[w.leader]
+	}
+	r.add("commit_ms_leader", num(leaderTimed[timedCommit], 3))
+	r.add("append_rpc_ms_leader", num(leaderTimed[timedAppend], 3))
+	r.add("log_write_ms_leader", num(leaderTimed[timedLogWrite], 3))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))

@@ -101,12 +101,23 @@ leasehold_raft_replication_heartbeat_sum{peer_id="node-2"} 1.5
 leasehold_raft_replication_append_entries_rpc_count{peer_id="node-2"} 20
 leasehold_raft_replication_append_entries_rpc_count{peer_id="node-3"} 22
 leasehold_raft_replication_append_entries_rpc_node_2_count 20
+leasehold_raft_replication_append_entries_rpc_node_2_sum 99
+leasehold_raft_replication_append_entries_rpc_sum{peer_id="node-2"} 10.5
+leasehold_raft_replication_append_entries_rpc_sum{peer_id="node-3"} 11.5
+leasehold_raft_commit_time_sum 30.25
+leasehold_raft_commit_time_count 50
+leasehold_raft_commit_time_bucket{le="1"} 49
+leasehold_log_store_write_seconds_sum 0.0125
+leasehold_log_store_write_seconds_count 40
 `))
 	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader || m.mallocs != 12345678 || !m.mallocsOK {
 		t.Fatalf("%+v %v", m, err)
 	}
 	if m.rpcs != [2]uint64{12, 42} {
 		t.Fatalf("heartbeat and append RPCs %v, want [12 42] (the labelled series only)", m.rpcs)
+	}
+	if want := [3]timing{{30.25, 50}, {22, 42}, {12.5, 40}}; m.timed != want {
+		t.Fatalf("commit, append and log write timings %v, want %v", m.timed, want)
 	}
 	if m, err := parseMetrics(strings.NewReader("leasehold_raft_log_writes_total 1\n")); err != nil || m.mallocsOK {
 		t.Fatalf("metrics without go_memstats_mallocs_total: %+v %v, want mallocs unknown", m, err)
@@ -175,6 +186,19 @@ func TestSyscallsPerOp(t *testing.T) {
 	r = e.result(p, between(a, b), 1)
 	if hb := getKey(r, "raft_heartbeats_per_op_leader"); hb != "NA" {
 		t.Fatalf("fewer RPCs at the end: raft_heartbeats_per_op_leader %s, want NA", hb)
+	}
+	for _, k := range []string{"commit_ms_leader", "append_rpc_ms_leader", "log_write_ms_leader"} {
+		if v := getKey(r, k); v != "NA" {
+			t.Fatalf("no timings: %s %s, want NA", k, v)
+		}
+	}
+	a.nodes[1].metrics.timed = [3]timing{{100, 10}, {50, 20}, {7, 5}}
+	b.nodes[1].metrics.timed = [3]timing{{160, 110}, {50, 20}, {12, 15}}
+	a.nodes[0].metrics.timed = [3]timing{{0, 0}, {0, 0}, {0, 0}}
+	b.nodes[0].metrics.timed = [3]timing{{900, 10}, {900, 10}, {900, 10}} // a follower's: not read
+	r = e.result(p, between(a, b), 1)
+	if c, ap, lw := getKey(r, "commit_ms_leader"), getKey(r, "append_rpc_ms_leader"), getKey(r, "log_write_ms_leader"); c != "0.600" || ap != "NA" || lw != "0.500" {
+		t.Fatalf("commit_ms_leader %s, append_rpc_ms_leader %s, log_write_ms_leader %s; want 0.600, NA (none in the window) and 0.500", c, ap, lw)
 	}
 	b.nodes[1].syscallsOK = false
 	r = e.result(p, between(a, b), 1)
