@@ -22,7 +22,9 @@
 # Figures: ops/s, p50 and p99 latency, the servers' CPU per operation
 # (ms of CPU over all nodes), the servers' heap allocations per operation
 # (over all nodes: a count a busy machine does not blur; shown when the
-# driving bench reports it), and the workload's own headline (expiry
+# driving bench reports it), the leader's mean commit, append RPC and log
+# write times (commit, rpc, logw: where a commit's time goes; shown when the
+# driving bench reports them), and the workload's own headline (expiry
 # lateness p99, failover's longest write gap); cpu_other_pct is the highest
 # seen in any run (other processes' CPU: a busy machine makes every figure
 # worse). Beside each median: the lowest and highest run of each binary,
@@ -76,17 +78,21 @@ table() {
 		add(c SUBSEP b SUBSEP "p99", kv["p99_ms"])
 		if (kv["cpu_srv_pct"] != "NA" && kv["ops_s"] + 0 > 0) add(c SUBSEP b SUBSEP "cpu", sprintf("%.4f", kv["cpu_srv_pct"] * 10 / kv["ops_s"]))
 		if ("allocs_per_op" in kv) add(c SUBSEP b SUBSEP "alloc", kv["allocs_per_op"])
+		if ("commit_ms_leader" in kv) add(c SUBSEP b SUBSEP "commit", kv["commit_ms_leader"])
+		if ("append_rpc_ms_leader" in kv) add(c SUBSEP b SUBSEP "rpc", kv["append_rpc_ms_leader"])
+		if ("log_write_ms_leader" in kv) add(c SUBSEP b SUBSEP "logw", kv["log_write_ms_leader"])
 		if ("late_p99_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["late_p99_ms"])
 		else if ("write_gap_max_ms" in kv) add(c SUBSEP b SUBSEP "own", kv["write_gap_max_ms"])
 		if ("cpu_other_pct" in kv && kv["cpu_other_pct"] != "NA" && (other == "" || kv["cpu_other_pct"] + 0 > other)) other = kv["cpu_other_pct"] + 0
 	}
 	END {
 		printf "%-30s %-5s %10s %10s %7s  %-19s %s\n", "case", "fig", "old", "new", "new/old", "old runs", "new runs"
-		split("ops p50 p99 cpu alloc own", figs, " ")
+		nfigs = split("ops p50 p99 cpu alloc commit rpc logw own", figs, " ")
 		name["ops"] = "ops/s"; name["p50"] = "p50ms"; name["p99"] = "p99ms"; name["cpu"] = "cpums"; name["alloc"] = "alloc"; name["own"] = "own"
+		name["commit"] = "commit"; name["rpc"] = "rpc"; name["logw"] = "logw"
 		for (i = 1; i <= ncases; i++) {
 			c = order[i]
-			for (f = 1; f <= 6; f++) {
+			for (f = 1; f <= nfigs; f++) {
 				ol = vals[c SUBSEP "old" SUBSEP figs[f]]; nl = vals[c SUBSEP "new" SUBSEP figs[f]]
 				o = med(ol); n = med(nl)
 				if (o == "" && n == "") continue
@@ -96,7 +102,7 @@ table() {
 				print line
 			}
 		}
-		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op;\nalloc: servers heap allocations per op; old runs, new runs: the lowest and highest of each\nbinary'"'"'s runs; apart: the two do not overlap\n"
+		printf "\nown: expiry lateness p99 (ms) or failover longest write gap (ms); cpums: servers CPU ms per op;\nalloc: servers heap allocations per op; commit, rpc, logw: the leader'"'"'s mean ms to commit an\nentry, for an append RPC and for a write of its own log (shown when the driving bench reports\nthem); old runs, new runs: the lowest and highest of each binary'"'"'s runs; apart: the two do\nnot overlap\n"
 		printf "highest cpu_other_pct seen: %s\n", other
 	}' "$@"
 }

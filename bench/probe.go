@@ -40,17 +40,25 @@ type nodeMetrics struct {
 	// has allocated: per op, a figure a busy host does not blur.
 	mallocs   uint64
 	mallocsOK bool
-	// rpcs is the AppendEntries RPCs this node sent as leader, summed
-	// over its followers: heartbeats (leasehold_raft_replication_heartbeat_count)
-	// and appends carrying the log (..._append_entries_rpc_count).
-	rpcs [2]uint64
-	// timed are three of the leader's timings, each a sum in milliseconds
-	// and a count: an entry's commit (leasehold_raft_commit_time), an
-	// append RPC to a follower, summed over the followers
-	// (leasehold_raft_replication_append_entries_rpc), and a write of
-	// its own log with its sync (leasehold_log_store_write_seconds). Their
-	// means over a window say where a commit's time goes.
-	timed [3]timing
+	// started is process_start_time_seconds: a change between two reads
+	// is a restart, which started every count again.
+	started float64
+	// peers are the series this node keeps per follower while it leads,
+	// by their labels: the AppendEntries RPCs it sent, heartbeats
+	// (leasehold_raft_replication_heartbeat_count) and appends
+	// (leasehold_raft_replication_append_entries_rpc, timed).
+	peers map[string]*peerSeries
+	// timed are two more of the leader's timings: an entry's commit
+	// (leasehold_raft_commit_time) and a write of its own log with its
+	// sync (leasehold_log_store_write_seconds). With the appends' time
+	// they say where a commit's time goes.
+	timed [2]timing
+}
+
+// peerSeries are a leader's series for one follower.
+type peerSeries struct {
+	beats   uint64
+	appends timing
 }
 
 // timing is a histogram's sum (in milliseconds) and count.
@@ -62,7 +70,6 @@ type timing struct {
 // The timings of nodeMetrics.timed.
 const (
 	timedCommit = iota
-	timedAppend
 	timedLogWrite
 )
 
@@ -95,16 +102,6 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 			continue
 		}
 		v := uint64(f) // the text format may write a large count as 1.234e+06
-		if i, part, ok := timedSeries(name); ok {
-			if part == "_sum" {
-				if i == timedLogWrite {
-					f *= 1000 // seconds
-				}
-				m.timed[i].sum += f
-			} else {
-				m.timed[i].n += v // the append count is counted below too
-			}
-		}
 		switch name {
 		case "leasehold_raft_log_writes_total":
 			m.logWrites = v
@@ -117,12 +114,42 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 			m.term = v
 		case "go_memstats_mallocs_total":
 			m.mallocs, m.mallocsOK = v, true
+		case "process_start_time_seconds":
+			m.started = f
+		case "leasehold_raft_commit_time_sum":
+			m.timed[timedCommit].sum = f
+		case "leasehold_raft_commit_time_count":
+			m.timed[timedCommit].n = v
+		case "leasehold_log_store_write_seconds_sum":
+			m.timed[timedLogWrite].sum = f * 1000
+		case "leasehold_log_store_write_seconds_count":
+			m.timed[timedLogWrite].n = v
 		default:
-			// One series a follower, labelled by its id.
-			if strings.HasPrefix(name, "leasehold_raft_replication_heartbeat_count{") {
-				m.rpcs[0] += v
-			} else if strings.HasPrefix(name, "leasehold_raft_replication_append_entries_rpc_count{") {
-				m.rpcs[1] += v
+			// One series a follower, labelled by its id (the older
+			// unlabelled names, one a follower too, are left out).
+			family, labels, ok := strings.Cut(name, "{")
+			if !ok {
+				continue
+			}
+			labels = strings.TrimSuffix(labels, "}")
+			peer := func() *peerSeries {
+				if m.peers == nil {
+					m.peers = map[string]*peerSeries{}
+				}
+				ps := m.peers[labels]
+				if ps == nil {
+					ps = &peerSeries{}
+					m.peers[labels] = ps
+				}
+				return ps
+			}
+			switch family {
+			case "leasehold_raft_replication_heartbeat_count":
+				peer().beats = v
+			case "leasehold_raft_replication_append_entries_rpc_count":
+				peer().appends.n = v
+			case "leasehold_raft_replication_append_entries_rpc_sum":
+				peer().appends.sum = f
 			}
 		}
 	}
@@ -133,31 +160,6 @@ func parseMetrics(r io.Reader) (nodeMetrics, error) {
 		return m, fmt.Errorf("/metrics: no leasehold_raft_log_writes_total")
 	}
 	return m, nil
-}
-
-// timedSeries says which of nodeMetrics.timed a series adds to, and
-// whether as its sum or its count.
-func timedSeries(name string) (int, string, bool) {
-	for i, prefix := range [...]string{
-		timedCommit:   "leasehold_raft_commit_time",
-		timedAppend:   "leasehold_raft_replication_append_entries_rpc",
-		timedLogWrite: "leasehold_log_store_write_seconds",
-	} {
-		rest, ok := strings.CutPrefix(name, prefix)
-		if !ok {
-			continue
-		}
-		for _, part := range []string{"_sum", "_count"} {
-			tail, ok := strings.CutPrefix(rest, part)
-			// The append series is one a follower, labelled by its id
-			// (the older per-follower names are left out); the others
-			// have no labels.
-			if ok && (i == timedAppend) == strings.HasPrefix(tail, "{") {
-				return i, part, true
-			}
-		}
-	}
-	return 0, "", false
 }
 
 // clockTicks is USER_HZ, the unit of /proc/PID/stat's times. Linux fixes it

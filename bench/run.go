@@ -235,7 +235,7 @@ type window struct {
 	allocs    []float64    // heap objects each node allocated, NaN unknown
 	syscalls  [][2]float64 // each node's read and write system calls, NaN unknown
 	rpcs      [][2]float64 // each node's heartbeat and append RPCs to its followers, NaN unknown
-	timed     [][3]float64 // each node's mean timings (nodeMetrics.timed) in ms, NaN unknown
+	timed     [][3]float64 // each node's mean commit, append RPC and log write, in ms, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -277,21 +277,8 @@ func between(a, b mark) window {
 			sc = [2]float64{float64(nb.syscalls[0] - na.syscalls[0]), float64(nb.syscalls[1] - na.syscalls[1])}
 		}
 		w.syscalls = append(w.syscalls, sc)
-		rpcs := [2]float64{math.NaN(), math.NaN()}
-		if na.ok && nb.ok && nb.metrics.rpcs[0] >= na.metrics.rpcs[0] && nb.metrics.rpcs[1] >= na.metrics.rpcs[1] {
-			// Less at the end: a restarted process, or a follower's
-			// series forgotten (cluster/promsink.go): unknown.
-			rpcs = [2]float64{float64(nb.metrics.rpcs[0] - na.metrics.rpcs[0]), float64(nb.metrics.rpcs[1] - na.metrics.rpcs[1])}
-		}
+		rpcs, timed := leaderDeltas(na, nb)
 		w.rpcs = append(w.rpcs, rpcs)
-		var timed [3]float64
-		for j := range timed {
-			timed[j] = math.NaN()
-			ta, tb := na.metrics.timed[j], nb.metrics.timed[j]
-			if na.ok && nb.ok && tb.n > ta.n && tb.sum >= ta.sum {
-				timed[j] = (tb.sum - ta.sum) / float64(tb.n-ta.n)
-			}
-		}
 		w.timed = append(w.timed, timed)
 		if nb.ok && !nb.killed && nb.metrics.leader {
 			w.leader = i
@@ -318,6 +305,50 @@ func between(a, b mark) window {
 		}
 	}
 	return w
+}
+
+// leaderDeltas are what one node did as leader between two reads: the
+// heartbeat and append RPCs it sent, over all its followers, and the means
+// of an entry's commit, an append RPC and a write of its own log, in ms.
+// Each is NaN when unknown: a read failed, the process restarted, a
+// follower's series was forgotten (cluster/promsink.go) or a count fell,
+// or, for a mean, there is nothing in the window to take it over.
+func leaderDeltas(a, b nodeSample) (rpcs [2]float64, timed [3]float64) {
+	rpcs = [2]float64{math.NaN(), math.NaN()}
+	timed = [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	ma, mb := a.metrics, b.metrics
+	if !a.ok || !b.ok || ma.started != mb.started {
+		return rpcs, timed
+	}
+	mean := func(ta, tb timing) float64 {
+		if tb.n <= ta.n || tb.sum < ta.sum {
+			return math.NaN()
+		}
+		return (tb.sum - ta.sum) / float64(tb.n-ta.n)
+	}
+	timed[0] = mean(ma.timed[timedCommit], mb.timed[timedCommit])
+	timed[2] = mean(ma.timed[timedLogWrite], mb.timed[timedLogWrite])
+	var beats, appends uint64
+	var ta, tb timing
+	for labels, pa := range ma.peers {
+		pb := mb.peers[labels]
+		if pb == nil || pb.beats < pa.beats || pb.appends.n < pa.appends.n || pb.appends.sum < pa.appends.sum {
+			return rpcs, timed
+		}
+	}
+	for labels, pb := range mb.peers {
+		var pa peerSeries // a series that began in the window counts whole
+		if p := ma.peers[labels]; p != nil {
+			pa = *p
+		}
+		beats += pb.beats - pa.beats
+		appends += pb.appends.n - pa.appends.n
+		ta.sum, ta.n = ta.sum+pa.appends.sum, ta.n+pa.appends.n
+		tb.sum, tb.n = tb.sum+pb.appends.sum, tb.n+pb.appends.n
+	}
+	rpcs = [2]float64{float64(beats), float64(appends)}
+	timed[1] = mean(ta, tb)
+	return rpcs, timed
 }
 
 // result fills the fixed fields of a Result from a phase and its window,
@@ -394,9 +425,9 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	if w.leader >= 0 && w.leader < len(w.timed) {
 		leaderTimed = w.timed[w.leader]
 	}
-	r.add("commit_ms_leader", num(leaderTimed[timedCommit], 3))
-	r.add("append_rpc_ms_leader", num(leaderTimed[timedAppend], 3))
-	r.add("log_write_ms_leader", num(leaderTimed[timedLogWrite], 3))
+	r.add("commit_ms_leader", num(leaderTimed[0], 3))
+	r.add("append_rpc_ms_leader", num(leaderTimed[1], 3))
+	r.add("log_write_ms_leader", num(leaderTimed[2], 3))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))

@@ -109,15 +109,21 @@ leasehold_raft_commit_time_count 50
 leasehold_raft_commit_time_bucket{le="1"} 49
 leasehold_log_store_write_seconds_sum 0.0125
 leasehold_log_store_write_seconds_count 40
+leasehold_log_store_write_seconds_count_x 7
+process_start_time_seconds 1.79655881792e+09
 `))
 	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader || m.mallocs != 12345678 || !m.mallocsOK {
 		t.Fatalf("%+v %v", m, err)
 	}
-	if m.rpcs != [2]uint64{12, 42} {
-		t.Fatalf("heartbeat and append RPCs %v, want [12 42] (the labelled series only)", m.rpcs)
+	if len(m.peers) != 2 || *m.peers[`peer_id="node-2"`] != (peerSeries{5, timing{10.5, 20}}) ||
+		*m.peers[`peer_id="node-3"`] != (peerSeries{7, timing{11.5, 22}}) {
+		t.Fatalf("the followers' series %v, want node-2's and node-3's labelled series only", m.peers)
 	}
-	if want := [3]timing{{30.25, 50}, {22, 42}, {12.5, 40}}; m.timed != want {
-		t.Fatalf("commit, append and log write timings %v, want %v", m.timed, want)
+	if want := [2]timing{{30.25, 50}, {12.5, 40}}; m.timed != want {
+		t.Fatalf("commit and log write timings %v, want %v", m.timed, want)
+	}
+	if m.started != 1796558817.92 {
+		t.Fatalf("process start %v", m.started)
 	}
 	if m, err := parseMetrics(strings.NewReader("leasehold_raft_log_writes_total 1\n")); err != nil || m.mallocsOK {
 		t.Fatalf("metrics without go_memstats_mallocs_total: %+v %v, want mallocs unknown", m, err)
@@ -176,29 +182,54 @@ func TestSyscallsPerOp(t *testing.T) {
 	if hb, ap := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"); hb != "0.000" || ap != "0.000" {
 		t.Fatalf("no RPCs counted: raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s; want 0.000", hb, ap)
 	}
-	b.nodes[1].metrics.rpcs = [2]uint64{50, 120}
-	a.nodes[1].metrics.rpcs = [2]uint64{10, 20}
-	r = e.result(p, between(a, b), 1)
-	if hb, ap := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"); hb != "0.400" || ap != "1.000" {
-		t.Fatalf("raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s; want 0.400 and 1.000", hb, ap)
+	peers := func(beats1, appends1 uint64, sum1 float64, beats2, appends2 uint64, sum2 float64) map[string]*peerSeries {
+		return map[string]*peerSeries{"f1": {beats1, timing{sum1, appends1}}, "f2": {beats2, timing{sum2, appends2}}}
 	}
-	a.nodes[1].metrics.rpcs = [2]uint64{60, 20} // a series forgotten or a restart
+	a.nodes[1].metrics.peers = peers(4, 10, 30, 6, 10, 40)
+	b.nodes[1].metrics.peers = peers(24, 60, 70, 26, 70, 90)
 	r = e.result(p, between(a, b), 1)
-	if hb := getKey(r, "raft_heartbeats_per_op_leader"); hb != "NA" {
-		t.Fatalf("fewer RPCs at the end: raft_heartbeats_per_op_leader %s, want NA", hb)
+	if hb, ap, ms := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"), getKey(r, "append_rpc_ms_leader"); hb != "0.400" || ap != "1.100" || ms != "0.818" {
+		t.Fatalf("raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s, append_rpc_ms_leader %s; want 0.400, 1.100 and 0.818", hb, ap, ms)
 	}
-	for _, k := range []string{"commit_ms_leader", "append_rpc_ms_leader", "log_write_ms_leader"} {
+	for _, k := range []string{"commit_ms_leader", "log_write_ms_leader"} {
 		if v := getKey(r, k); v != "NA" {
 			t.Fatalf("no timings: %s %s, want NA", k, v)
 		}
 	}
-	a.nodes[1].metrics.timed = [3]timing{{100, 10}, {50, 20}, {7, 5}}
-	b.nodes[1].metrics.timed = [3]timing{{160, 110}, {50, 20}, {12, 15}}
-	a.nodes[0].metrics.timed = [3]timing{{0, 0}, {0, 0}, {0, 0}}
-	b.nodes[0].metrics.timed = [3]timing{{900, 10}, {900, 10}, {900, 10}} // a follower's: not read
+	b.nodes[1].metrics.peers["f3"] = &peerSeries{10, timing{20, 10}} // a follower first heard from in the window
 	r = e.result(p, between(a, b), 1)
-	if c, ap, lw := getKey(r, "commit_ms_leader"), getKey(r, "append_rpc_ms_leader"), getKey(r, "log_write_ms_leader"); c != "0.600" || ap != "NA" || lw != "0.500" {
-		t.Fatalf("commit_ms_leader %s, append_rpc_ms_leader %s, log_write_ms_leader %s; want 0.600, NA (none in the window) and 0.500", c, ap, lw)
+	if hb, ap, ms := getKey(r, "raft_heartbeats_per_op_leader"), getKey(r, "raft_appends_per_op_leader"), getKey(r, "append_rpc_ms_leader"); hb != "0.500" || ap != "1.200" || ms != "0.917" {
+		t.Fatalf("a new follower: raft_heartbeats_per_op_leader %s, raft_appends_per_op_leader %s, append_rpc_ms_leader %s; want 0.500, 1.200 and 0.917", hb, ap, ms)
+	}
+	unknown := func(why string) {
+		t.Helper()
+		r := e.result(p, between(a, b), 1)
+		for _, k := range []string{"raft_heartbeats_per_op_leader", "raft_appends_per_op_leader", "append_rpc_ms_leader"} {
+			if v := getKey(r, k); v != "NA" {
+				t.Fatalf("%s: %s %s, want NA", why, k, v)
+			}
+		}
+	}
+	delete(b.nodes[1].metrics.peers, "f2")
+	unknown("a follower's series forgotten in the window")
+	b.nodes[1].metrics.peers["f2"] = &peerSeries{2, timing{90, 70}}
+	unknown("fewer heartbeats at the end")
+	b.nodes[1].metrics.peers["f2"] = &peerSeries{26, timing{90, 70}}
+	a.nodes[1].metrics.started, b.nodes[1].metrics.started = 100, 200
+	unknown("a restart")
+	a.nodes[1].metrics.started = 200
+	a.nodes[1].metrics.timed = [2]timing{{100, 10}, {7, 5}}
+	b.nodes[1].metrics.timed = [2]timing{{160, 110}, {12, 15}}
+	b.nodes[0].metrics.timed = [2]timing{{900, 10}, {900, 10}} // a follower's: not read
+	r = e.result(p, between(a, b), 1)
+	if c, ap, lw := getKey(r, "commit_ms_leader"), getKey(r, "append_rpc_ms_leader"), getKey(r, "log_write_ms_leader"); c != "0.600" || ap != "0.917" || lw != "0.500" {
+		t.Fatalf("commit_ms_leader %s, append_rpc_ms_leader %s, log_write_ms_leader %s; want 0.600, 0.917 and 0.500", c, ap, lw)
+	}
+	b.nodes[1].metrics.timed[timedCommit] = timing{90, 120} // a count or sum that fell
+	b.nodes[1].metrics.timed[timedLogWrite] = timing{12, 5}
+	r = e.result(p, between(a, b), 1)
+	if c, lw := getKey(r, "commit_ms_leader"), getKey(r, "log_write_ms_leader"); c != "NA" || lw != "NA" {
+		t.Fatalf("a sum or a count fell: commit_ms_leader %s, log_write_ms_leader %s; want NA", c, lw)
 	}
 	b.nodes[1].syscallsOK = false
 	r = e.result(p, between(a, b), 1)
