@@ -21,7 +21,7 @@ const (
 )
 
 // Workloads are the workloads Run knows, in the order the docs explain them.
-var Workloads = []string{"acquire", "heartbeat", "job-cycle", "mixed", "expiry", "failover", "fencing", "scale"}
+var Workloads = []string{"acquire", "heartbeat", "status", "job-cycle", "mixed", "expiry", "failover", "fencing", "scale"}
 
 // maxWorkers is the server's bound on registered workers (fsm.MaxWorkers).
 const maxWorkers = 100_000
@@ -57,8 +57,8 @@ type Config struct {
 	HeapProfile string
 	// CPUProfile, when set, is where the bench writes its own CPU profile
 	// over the measured window of the workloads that run callers in a
-	// closed loop (acquire, heartbeat, job-cycle, mixed, failover,
-	// fencing): what the client side of each operation costs.
+	// closed loop (acquire, heartbeat, status, job-cycle, mixed,
+	// failover, fencing): what the client side of each operation costs.
 	CPUProfile string
 	// Held is the number of leases heartbeated on schedule during mixed and
 	// failover. Default 10,000.

@@ -45,6 +45,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res, err = runAcquire(ctx, e)
 	case "heartbeat":
 		res, err = runHeartbeat(ctx, e)
+	case "status":
+		res, err = runStatus(ctx, e)
 	case "job-cycle":
 		res, err = runJobCycle(ctx, e)
 	case "mixed":

@@ -221,6 +221,32 @@ func TestJobCycle(t *testing.T) {
 	if w := f(t, kv, "raft_writes_per_op"); w <= 0 || w > 2.05 {
 		t.Fatalf("raft_writes_per_op=%v for 2 commands per cycle", w)
 	}
+	// The leader's series are read by their real names: each cycle's
+	// commits, appends and log writes took some time.
+	for _, k := range []string{"commit_ms_leader", "append_rpc_ms_leader", "log_write_ms_leader"} {
+		if v := f(t, kv, k); v <= 0 {
+			t.Fatalf("%s=%v after %d cycles", k, v, cycles)
+		}
+	}
+}
+
+func TestStatus(t *testing.T) {
+	lc := startCluster(t)
+	kv := run(t, lc, bench.Config{Workload: "status"})
+	want(t, kv, "errs", 0)
+	if n(t, kv, "ops") == 0 {
+		t.Fatal("no status calls")
+	}
+	// A status call proposes nothing, and is one HTTP request.
+	if c := f(t, kv, "cmds_per_op"); c != 0 {
+		t.Fatalf("cmds_per_op=%v", c)
+	}
+	if w := f(t, kv, "raft_writes_per_op"); w > 0.01 {
+		t.Fatalf("raft_writes_per_op=%v: status calls write to the log", w)
+	}
+	if reqs, ops := n(t, kv, "wire_reqs"), n(t, kv, "ops"); reqs < ops {
+		t.Fatalf("wire_reqs=%d for %d calls", reqs, ops)
+	}
 }
 
 // checkCPUProfile checks that file holds a Go CPU profile: gzipped

@@ -24,6 +24,7 @@ import (
 var benchUsage = map[string]string{
 	"acquire":   "grants: acquire pre-submitted jobs, one lease per call",
 	"heartbeat": "workers holding --leases leases each, heartbeating back to back",
+	"status":    "the API alone: status calls, no Raft and no state (the floor under every call)",
 	"job-cycle": "acquire, one heartbeat, report (--submit adds the submit)",
 	"mixed":     "job cycles while --held leases are heartbeated every renew (open loop)",
 	"expiry":    "--abandon leases abandoned at once: how late each expires, how long the drain takes",
@@ -64,7 +65,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
 		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
 		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
-		&cli.StringFlag{Name: "cpu-profile", Usage: "write the bench process's own CPU profile over the measured window to this file (acquire, heartbeat, job-cycle, mixed, failover, fencing): the client side's cost"},
+		&cli.StringFlag{Name: "cpu-profile", Usage: "write the bench process's own CPU profile over the measured window to this file (acquire, heartbeat, status, job-cycle, mixed, failover, fencing): the client side's cost"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
 		&cli.IntFlag{Name: "jobs", Usage: "acquire, job-cycle: jobs to pre-submit", DefaultText: "sized from the warmup's rate"},
