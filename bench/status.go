@@ -7,10 +7,12 @@ import (
 
 // runStatus measures the API alone: each caller asks the node it targets
 // for its status (ClusterService.Status) back to back. A status call
-// proposes nothing, waits for no quorum and reads no state-machine table,
-// so what it costs is what every call costs: the HTTP/2 and Connect work at
-// both ends, authentication and the hand-offs between them. It is the
-// floor under the other workloads' latency and CPU per call.
+// proposes nothing and waits for no quorum; it reads the node's Raft
+// indexes and the state's summary (its counts, and its queues: none on a
+// fresh cluster). So it costs about what every call costs: the HTTP/2 and
+// Connect work at both ends, authentication and the hand-offs between
+// them. It is the floor under the other workloads' latency and CPU per
+// call.
 func runStatus(ctx context.Context, e *env) (*Result, error) {
 	ops := make([]op, e.cfg.Concurrency)
 	for i := range ops {
