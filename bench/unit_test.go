@@ -115,9 +115,14 @@ process_start_time_seconds 1.79655881792e+09
 	if err != nil || m.logWrites != 42 || m.logEntries != 99 || !m.leader || m.mallocs != 12345678 || !m.mallocsOK {
 		t.Fatalf("%+v %v", m, err)
 	}
-	if len(m.peers) != 2 || *m.peers[`peer_id="node-2"`] != (peerSeries{5, timing{10.5, 20}}) ||
-		*m.peers[`peer_id="node-3"`] != (peerSeries{7, timing{11.5, 22}}) {
-		t.Fatalf("the followers' series %v, want node-2's and node-3's labelled series only", m.peers)
+	wantPeers := map[string]peerSeries{`peer_id="node-2"`: {5, timing{10.5, 20}}, `peer_id="node-3"`: {7, timing{11.5, 22}}}
+	if len(m.peers) != len(wantPeers) {
+		t.Fatalf("%d followers' series, want node-2's and node-3's labelled series only", len(m.peers))
+	}
+	for labels, want := range wantPeers {
+		if got := m.peers[labels]; got == nil || *got != want {
+			t.Fatalf("series {%s}: %v, want %v", labels, got, want)
+		}
 	}
 	if want := [2]timing{{30.25, 50}, {12.5, 40}}; m.timed != want {
 		t.Fatalf("commit and log write timings %v, want %v", m.timed, want)
