@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -178,6 +177,7 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 	}()
 
 	var (
+		idle     <-chan time.Time
 		answers  int64 // beats answered, for the idle check
 		seen     int64 // answers at the last idle check
 		batch    []*beat
@@ -186,23 +186,30 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 		bound    = s.streamIdle()
 		deadline = answerDeadline{bound: bound}
 	)
-	if bound <= 0 {
+	if bound > 0 {
+		t := time.NewTicker(bound)
+		defer t.Stop()
+		idle = t.C
+	} else {
 		rc = nil
 	}
-	// The answerer waits on q.wake alone: a select over the stream's end,
-	// the term's end and an idle ticker, once per batch, cost the leader
-	// more than the rest of the wait (docs/performance.md). The watcher
-	// turns those rare events into a flag and a wake.
-	w := watchStream(ctx, hb, q, bound)
-	defer w.stop()
 	out := newBeatAnswer(s.timingsPB)
 	for {
-		<-q.wake
-		switch w.why.Load() {
-		case streamCanceled:
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
 			return toWire(ctx.Err())
-		case streamTermEnded:
+		case <-hb.Done():
 			return toWire(hb.NotLeader())
+		case <-idle:
+			if answers == seen {
+				return toWire(fmt.Errorf("%w: no heartbeat on the stream for %s", cluster.ErrTimeout, bound))
+			}
+			seen = answers
+			if rc != nil && deadline.idle(time.Now()) {
+				_ = rc.SetWriteDeadline(time.Time{})
+			}
+			continue
 		}
 		var stopped bool
 		var readErr error
@@ -232,74 +239,7 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			}
 			return readErr
 		}
-		if w.ticks.Swap(0) > 0 {
-			// An idle tick (after this wake's beats are answered, so a
-			// beat that came with the tick is not taken for silence).
-			if answers == seen {
-				return toWire(fmt.Errorf("%w: no heartbeat on the stream for %s", cluster.ErrTimeout, bound))
-			}
-			seen = answers
-			if rc != nil && deadline.idle(time.Now()) {
-				_ = rc.SetWriteDeadline(time.Time{})
-			}
-		}
 	}
-}
-
-// Why a stream's watcher woke its answerer for good.
-const (
-	streamCanceled  = 1 // the stream's context ended
-	streamTermEnded = 2 // this node's term ended
-)
-
-// streamWatch turns a heartbeat stream's rare events into flags for its
-// answerer, waking it through the beat queue's wake channel.
-type streamWatch struct {
-	why   atomic.Int32 // 0, streamCanceled or streamTermEnded; set once
-	ticks atomic.Int32 // idle ticks not yet looked at
-	quit  chan struct{}
-	done  chan struct{}
-}
-
-// watchStream starts the watcher of one stream; a bound of zero is no idle
-// ticks. The caller stops it.
-func watchStream(ctx context.Context, hb *cluster.Heartbeats, q *beatQueue, bound time.Duration) *streamWatch {
-	w := &streamWatch{quit: make(chan struct{}), done: make(chan struct{})}
-	var idle <-chan time.Time
-	var t *time.Ticker
-	if bound > 0 {
-		t = time.NewTicker(bound)
-		idle = t.C
-	}
-	go func() {
-		defer close(w.done)
-		if t != nil {
-			defer t.Stop()
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				w.why.CompareAndSwap(0, streamCanceled)
-			case <-hb.Done():
-				w.why.CompareAndSwap(0, streamTermEnded)
-			case <-idle:
-				w.ticks.Add(1)
-				signal(q.wake)
-				continue
-			case <-w.quit:
-				return
-			}
-			signal(q.wake)
-			return
-		}
-	}()
-	return w
-}
-
-// stop ends the watcher and waits for it.
-func (w *streamWatch) stop() {
-	close(w.quit)
-	<-w.done
 }
 
 // readBeats reads, checks and records beats until the stream or a beat
