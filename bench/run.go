@@ -233,11 +233,11 @@ type window struct {
 	hostCPU   float64 // every process on the machine, NaN unknown
 	leader    int     // the node leading at the end (at the start if unknown)
 	writes    []float64
-	entries   []float64    // NaN where unknown
-	allocs    []float64    // heap objects each node allocated, NaN unknown
-	syscalls  [][2]float64 // each node's read and write system calls, NaN unknown
-	rpcs      [][2]float64 // each node's heartbeat and append RPCs to its followers, NaN unknown
-	timed     [][3]float64 // each node's mean commit, append RPC and log write, in ms, NaN unknown
+	entries   []float64     // NaN where unknown
+	allocs    []float64     // heap objects each node allocated, NaN unknown
+	syscalls  [][2]float64  // each node's read and write system calls, NaN unknown
+	rpcs      [][2]float64  // each node's heartbeat and append RPCs to its followers, NaN unknown
+	timed     []commitMeans // each node's, NaN unknown
 	wireReqs  int64
 	wireFails int64
 	// elections is how far the highest term any node reported moved: each
@@ -309,15 +309,20 @@ func between(a, b mark) window {
 	return w
 }
 
+// commitMeans are where a leader's commits spent their time over a window,
+// in ms: an entry's commit, an append RPC to a follower, and a write and
+// sync of its own log.
+type commitMeans struct{ commit, appendRPC, logWrite float64 }
+
 // leaderDeltas are what one node did as leader between two reads: the
-// heartbeat and append RPCs it sent, over all its followers, and the means
-// of an entry's commit, an append RPC and a write of its own log, in ms.
+// heartbeat and append RPCs it sent, over all its followers, and its
+// commitMeans.
 // Each is NaN when unknown: a read failed, the process restarted, a
 // follower's series was forgotten (cluster/promsink.go) or a count fell,
 // or, for a mean, there is nothing in the window to take it over.
-func leaderDeltas(a, b nodeSample) (rpcs [2]float64, timed [3]float64) {
+func leaderDeltas(a, b nodeSample) (rpcs [2]float64, timed commitMeans) {
 	rpcs = [2]float64{math.NaN(), math.NaN()}
-	timed = [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	timed = commitMeans{math.NaN(), math.NaN(), math.NaN()}
 	ma, mb := a.metrics, b.metrics
 	if !a.ok || !b.ok || ma.started != mb.started {
 		return rpcs, timed
@@ -328,8 +333,8 @@ func leaderDeltas(a, b nodeSample) (rpcs [2]float64, timed [3]float64) {
 		}
 		return (tb.sum - ta.sum) / float64(tb.n-ta.n)
 	}
-	timed[0] = mean(ma.timed[timedCommit], mb.timed[timedCommit])
-	timed[2] = mean(ma.timed[timedLogWrite], mb.timed[timedLogWrite])
+	timed.commit = mean(ma.timed[timedCommit], mb.timed[timedCommit])
+	timed.logWrite = mean(ma.timed[timedLogWrite], mb.timed[timedLogWrite])
 	var beats, appends uint64
 	var ta, tb timing
 	for labels, pa := range ma.peers {
@@ -349,7 +354,7 @@ func leaderDeltas(a, b nodeSample) (rpcs [2]float64, timed [3]float64) {
 		tb.sum, tb.n = tb.sum+pb.appends.sum, tb.n+pb.appends.n
 	}
 	rpcs = [2]float64{float64(beats), float64(appends)}
-	timed[1] = mean(ta, tb)
+	timed.appendRPC = mean(ta, tb)
 	return rpcs, timed
 }
 
@@ -423,13 +428,13 @@ func (e *env) result(p *phase, w window, cmdsPerOp float64) *Result {
 	// window: an entry's commit, one append RPC to a follower (its round
 	// trip with the follower's sync), and one write and sync of the
 	// leader's own log, which run side by side (docs/performance.md).
-	leaderTimed := [3]float64{math.NaN(), math.NaN(), math.NaN()}
+	leaderTimed := commitMeans{math.NaN(), math.NaN(), math.NaN()}
 	if w.leader >= 0 && w.leader < len(w.timed) {
 		leaderTimed = w.timed[w.leader]
 	}
-	r.add("commit_ms_leader", num(leaderTimed[0], 3))
-	r.add("append_rpc_ms_leader", num(leaderTimed[1], 3))
-	r.add("log_write_ms_leader", num(leaderTimed[2], 3))
+	r.add("commit_ms_leader", num(leaderTimed.commit, 3))
+	r.add("append_rpc_ms_leader", num(leaderTimed.appendRPC, 3))
+	r.add("log_write_ms_leader", num(leaderTimed.logWrite, 3))
 	if !math.IsNaN(w.srvCPU) {
 		for i, cpu := range w.nodeCPU {
 			r.add(fmt.Sprintf("cpu_pct_node%d", i+1), num(cpu, 1))
