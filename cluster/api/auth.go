@@ -205,6 +205,9 @@ type request struct {
 	// answers bounds how long a stream's next answers may take to write
 	// (a client that never reads must not hold the stream forever).
 	answers *http.ResponseController
+	// batch holds a stream's flushes while a batch of answers is written,
+	// so the batch leaves in one flush (answerWriter).
+	batch *answerWriter
 }
 
 func requestOf(ctx context.Context) request {
@@ -275,7 +278,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		req.path, req.body = r.URL.Path, r.Body
 		if bodyStreams[r.URL.Path] {
 			req.answers = http.NewResponseController(w)
-			req.reidentify = s.reidentifier(r, req.path, req.body, req.answers)
+			if f, ok := w.(http.Flusher); ok {
+				req.batch = &answerWriter{ResponseWriter: w, flusher: f}
+				w = req.batch
+			}
+			req.reidentify = s.reidentifier(r, req.path, req.body, req.answers, req.batch)
 		}
 		next.ServeHTTP(w, r.WithContext(withRequest(r.Context(), req)))
 	})
@@ -285,14 +292,14 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // the node's current credentials. It is made apart from authenticate so
 // that no closure there captures the request record, which would move it
 // to the heap on every call, streaming or not (208 bytes a call).
-func (s *Server) reidentifier(r *http.Request, path string, body io.Closer, answers *http.ResponseController) func() (request, error) {
+func (s *Server) reidentifier(r *http.Request, path string, body io.Closer, answers *http.ResponseController, batch *answerWriter) func() (request, error) {
 	var again func() (request, error)
 	again = func() (request, error) {
 		req, err := s.identify(r)
 		if err == nil && !allowed(req.id.Role, path) {
 			err = errForbidden
 		}
-		req.path, req.body, req.answers, req.reidentify = path, body, answers, again
+		req.path, req.body, req.answers, req.batch, req.reidentify = path, body, answers, batch, again
 		return req, err
 	}
 	return again

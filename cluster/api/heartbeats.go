@@ -183,6 +183,7 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 		batch    []*beat
 		res      cluster.HeartbeatResult
 		rc       = requestOf(ctx).answers
+		aw       = requestOf(ctx).batch
 		bound    = s.streamIdle()
 		deadline = answerDeadline{bound: bound}
 	)
@@ -223,13 +224,10 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 					_ = rc.SetWriteDeadline(at)
 				}
 			}
-			for _, b := range batch {
-				h := b.req.GetHeartbeat()
-				hb.Answer(&res, h.GetWorkerId(), b.refs, b.arrival)
-				if err := conn.Send(out.of(b.req.GetSeq(), &res)); err != nil {
-					return err // the client went away
-				}
-				answers++
+			n, err := answerBatch(conn, aw, hb, &res, out, batch)
+			answers += int64(n)
+			if err != nil {
+				return err // the client went away
 			}
 			q.release(batch)
 		}
@@ -239,6 +237,60 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 			}
 			return readErr
 		}
+	}
+}
+
+// answerBatch answers a batch of beats in order, one message each, and
+// returns how many it sent. Connect flushes after every message; aw (nil
+// when the writer cannot flush) holds those flushes until the batch is
+// written, so the batch leaves in one flush: the answers of many workers
+// sharing a stream cost one hand-off to the connection's writer and one
+// frame, not one each (docs/performance.md). Answers still leave only
+// after the check that covers them, and none waits for a later beat.
+func answerBatch(conn connect.StreamingHandlerConn, aw *answerWriter, hb *cluster.Heartbeats, res *cluster.HeartbeatResult, out *beatAnswer, batch []*beat) (int, error) {
+	if aw != nil && len(batch) > 1 {
+		aw.hold()
+		defer aw.release()
+	}
+	for i, b := range batch {
+		h := b.req.GetHeartbeat()
+		hb.Answer(res, h.GetWorkerId(), b.refs, b.arrival)
+		if err := conn.Send(out.of(b.req.GetSeq(), res)); err != nil {
+			return i, err
+		}
+	}
+	return len(batch), nil
+}
+
+// answerWriter is a heartbeat stream's response writer. While held, a
+// flush is only noted; release makes the one flush the held ones stood
+// for. Only the stream's handler goroutine writes and flushes (its reader
+// only reads), so it needs no lock.
+type answerWriter struct {
+	http.ResponseWriter
+	flusher http.Flusher
+	held    bool
+	missed  bool // a flush was asked for while held
+}
+
+func (a *answerWriter) Flush() {
+	if a.held {
+		a.missed = true
+		return
+	}
+	a.flusher.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
+
+func (a *answerWriter) hold() { a.held = true }
+
+func (a *answerWriter) release() {
+	a.held = false
+	if a.missed {
+		a.missed = false
+		a.flusher.Flush()
 	}
 }
 

@@ -3,9 +3,11 @@ package api_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -522,4 +524,79 @@ func TestHeartbeatStreamUnreadAnswersEnd(t *testing.T) {
 	c.WaitFor(30*time.Second, "the unread stream's goroutines to end", func() bool { return streamGoroutines() == 0 })
 	cancel()
 	<-sent
+}
+
+// flushCounter counts the flushes a handler asks of its response writer.
+type flushCounter struct {
+	http.ResponseWriter
+	n *atomic.Int64
+}
+
+func (f flushCounter) Flush() {
+	f.n.Add(1)
+	f.ResponseWriter.(http.Flusher).Flush()
+}
+
+func (f flushCounter) Unwrap() http.ResponseWriter { return f.ResponseWriter }
+
+// serveCountingFlushes serves h over h2c on a listener of its own, counting
+// the flushes of heartbeat streams into n; it returns the address.
+func serveCountingFlushes(t *testing.T, h http.Handler, n *atomic.Int64) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Protocols: p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == leaseholdv1connect.WorkerServiceHeartbeatStreamProcedure {
+			w = flushCounter{ResponseWriter: w, n: n}
+		}
+		h.ServeHTTP(w, r)
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return ln.Addr().String()
+}
+
+// Beats sent back to back, which arrive while the answerer waits for the
+// quorum check covering the first, are answered together, and a batch of
+// answers leaves in one flush. Connect flushes after every message: with a
+// flush per answer, n beats took at least n flushes. Each beat still gets
+// its own answer, in order.
+func TestHeartbeatStreamAnswersABatchInOneFlush(t *testing.T) {
+	c := clustertest.New(t, 3)
+	leader := c.Leader()
+	var refs [][]*pb.LeaseRef
+	const workers = 8
+	for i := range workers {
+		refs = append(refs, holding(t, leader, "", fmt.Sprintf("w%d", i), fmt.Sprintf("j%d", i)))
+	}
+	var flushes atomic.Int64
+	addr := serveCountingFlushes(t, leader.APIServer.Handler(), &flushes)
+	ctx, cancel := context.WithCancel(context.Background())
+	s := leaseholdv1connect.NewWorkerServiceClient(h2c(t), "http://"+addr).HeartbeatStream(ctx)
+	t.Cleanup(func() {
+		cancel()
+		s.CloseRequest()
+		s.CloseResponse()
+	})
+
+	// The workers of one process share the stream, as etcd's keepalives
+	// share one; each beat names its own worker.
+	const beats = 64
+	for i := uint64(1); i <= beats; i++ {
+		sendBeat(t, s, i, fmt.Sprintf("w%d", i%workers), refs[i%workers]...)
+	}
+	for i := uint64(1); i <= beats; i++ {
+		r := ack(t, s, i)
+		if st := r.GetLeases(); len(st) != 1 || st[0].GetVerdict() != pb.Verdict_VERDICT_KEEP || st[0].GetToken() != refs[i%workers][0].GetToken() {
+			t.Fatalf("beat %d of w%d answered %v", i, i%workers, r)
+		}
+	}
+	if got := flushes.Load(); got > beats/2 {
+		t.Fatalf("%d beats sent back to back took %d flushes: the answers were not flushed by the batch", beats, got)
+	}
+	t.Logf("%d beats, %d flushes", beats, flushes.Load())
 }
