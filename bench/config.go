@@ -78,6 +78,11 @@ type Config struct {
 	// worker (heartbeat, and the held leases of acquire, mixed, failover
 	// and expiry): the path before streams, and the fallback.
 	Unary bool
+	// Shared carries the heartbeat workload's workers over one heartbeat
+	// stream per client (Conns) instead of a stream each, as a process
+	// hosting many workers can: each beat is still its own message,
+	// answered on its own after the leader's check.
+	Shared bool
 	// Flood runs a hostile client beside job-cycle (flood.go): gzip bombs,
 	// oversized bodies, hanging connections, ghost heartbeats, bad tokens.
 	Flood bool

@@ -12,7 +12,9 @@ import (
 // runHeartbeat measures heartbeats: each caller is a worker holding Leases
 // leases and heartbeats back to back, as fast as the cluster answers: over
 // a heartbeat stream of its own (c callers, c streams), sending the next
-// beat when the last one is answered, or with one call each (Unary). A
+// beat when the last one is answered; over one stream per client shared by
+// all (Shared: c callers, Conns streams, each beat still answered on its
+// own); or with one call each (Unary). A
 // heartbeat touches no disk; it waits for the leader's batched quorum
 // check, so its cost is network round trips and CPU.
 func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
@@ -26,6 +28,11 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	var mux *beatMux
+	if e.cfg.Shared && !e.cfg.Unary {
+		mux = newBeatMux(ctx, e.f)
+		defer mux.close()
 	}
 	ops := make([]op, e.cfg.Concurrency)
 	for i := range ops {
@@ -42,6 +49,16 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 		if e.cfg.Unary {
 			ops[i] = func(ctx context.Context) error {
 				resp, err := e.f.pick().Heartbeat(ctx, id, refs)
+				if err != nil {
+					return err
+				}
+				return check(resp)
+			}
+			continue
+		}
+		if mux != nil {
+			ops[i] = func(ctx context.Context) error {
+				resp, err := mux.beatOnce(ctx, id, refs)
 				if err != nil {
 					return err
 				}
@@ -96,8 +113,11 @@ func beatOnce(ctx context.Context, s *client.HeartbeatStream, id string, refs []
 // transport names how the workload's heartbeats travel, for the RESULT
 // line.
 func (e *env) transport() string {
-	if e.cfg.Unary {
+	switch {
+	case e.cfg.Unary:
 		return "unary"
+	case e.cfg.Shared && e.cfg.Workload == "heartbeat":
+		return "shared"
 	}
 	return "stream"
 }

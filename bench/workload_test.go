@@ -309,11 +309,11 @@ func TestAcquire(t *testing.T) {
 // Heartbeats over a stream per caller (the default) and with one call each
 // (Unary).
 func TestHeartbeat(t *testing.T) {
-	for _, unary := range []bool{false, true} {
-		transport := map[bool]string{false: "stream", true: "unary"}[unary]
+	for _, transport := range []string{"stream", "shared", "unary"} {
+		unary := transport == "unary"
 		t.Run(transport, func(t *testing.T) {
 			lc := startCluster(t)
-			kv := run(t, lc, bench.Config{Workload: "heartbeat", Leases: 5, Unary: unary})
+			kv := run(t, lc, bench.Config{Workload: "heartbeat", Leases: 5, Unary: unary, Shared: transport == "shared"})
 			if kv["transport"] != transport {
 				t.Fatalf("transport=%s, want %s", kv["transport"], transport)
 			}
@@ -330,8 +330,10 @@ func TestHeartbeat(t *testing.T) {
 			if got, want := f(t, kv, "leases_renewed_s"), 5*f(t, kv, "ops_s"); math.Abs(got-want) > 1 {
 				t.Fatalf("leases_renewed_s=%v, want %v", got, want)
 			}
-			// A stream is one HTTP request however many beats it carries.
-			if reqs := n(t, kv, "wire_reqs"); !unary && reqs > 4 || unary && reqs < n(t, kv, "ops") {
+			// A stream is one HTTP request however many beats it carries:
+			// one per worker, or one for all (shared, one client).
+			streams := map[string]int64{"stream": 4, "shared": 1}[transport]
+			if reqs := n(t, kv, "wire_reqs"); !unary && reqs > streams || unary && reqs < n(t, kv, "ops") {
 				t.Fatalf("wire_reqs=%d for %s ops", reqs, kv["ops"])
 			}
 			if st := leaderStatus(t, newClient(t, lc)); st.GetLiveLeases() != 4*5 {

@@ -72,6 +72,7 @@ func benchFlags() []cli.Flag {
 		&cli.BoolFlag{Name: "submit", Usage: "job-cycle: submit the job in each cycle"},
 		&cli.BoolFlag{Name: "unchained", Usage: "job-cycle: take each job with an acquire call of its own, not in the report that ends the previous cycle"},
 		&cli.BoolFlag{Name: "unary", Usage: "heartbeat, held leases: one call per heartbeat instead of a heartbeat stream per worker"},
+		&cli.BoolFlag{Name: "shared-streams", Usage: "heartbeat: the workers share one heartbeat stream per client (--conns) instead of a stream each"},
 		&cli.BoolFlag{Name: "pprof", Usage: "with --start: the nodes serve Go profiles at /debug/pprof/ (their API addresses are printed), e.g. go tool pprof http://ADDR/debug/pprof/profile?seconds=10, and a dump of their heaps at /debug/heapdump (go run ./bench/holes reads it)"},
 		&cli.StringFlag{Name: "log-store", Usage: "with --start: the nodes' [raft] log_store, wal or boltdb (default: the server's)"},
 		&cli.StringFlag{Name: "server-bin", Usage: "with --start: the leasehold executable the nodes run, so one build's load generator can measure another build's servers (bench/compare.sh DRIVER=new)", DefaultText: "this one"},
@@ -102,7 +103,7 @@ func runBench(c *cli.Context, workload string) error {
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
 		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), CPUProfile: c.String("cpu-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
-		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unchained: c.Bool("unchained"), Unary: c.Bool("unary"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
+		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unchained: c.Bool("unchained"), Unary: c.Bool("unary"), Shared: c.Bool("shared-streams"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
 	if cfg.Workload == "failover" && c.Int("start") == 0 {
