@@ -1,10 +1,13 @@
 package client
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net/http"
+	"runtime"
 	"strings"
+	"sync/atomic"
 )
 
 // joinFrames wraps the transport a Client calls through so that each
@@ -49,8 +52,28 @@ func (t joinFrames) RoundTrip(r *http.Request) (*http.Response, error) {
 	// shallow copy that reads the body through the joiner.
 	r2 := new(http.Request)
 	*r2 = *r
-	r2.Body = &joinedBody{body: r.Body}
+	r2.Body = &joinedBody{body: r.Body, announced: announcedIn(r.Context())}
 	return t.next.RoundTrip(r2)
+}
+
+// Announced messages: a stream whose messages come from many goroutines
+// (a heartbeat stream several workers share) counts each message before
+// its sender waits for its turn to write it. The body's reader, at the end
+// of a message, goes on to the next while one is counted, so messages sent
+// together leave together: one DATA frame and one write to the socket for
+// all of them instead of one each. It waits only for a message a sender is
+// already handing over, never for one that may come later.
+type announcedKey struct{}
+
+// withAnnounced returns ctx carrying n, the count of a stream's messages
+// announced and not yet read off its body.
+func withAnnounced(ctx context.Context, n *atomic.Int64) context.Context {
+	return context.WithValue(ctx, announcedKey{}, n)
+}
+
+func announcedIn(ctx context.Context) *atomic.Int64 {
+	n, _ := ctx.Value(announcedKey{}).(*atomic.Int64)
+	return n
 }
 
 // enveloped reports whether a request's body is a stream of enveloped
@@ -86,6 +109,9 @@ type joinedBody struct {
 	got    int    // bytes of the current message's prefix read; envelopePrefix: in its message
 	left   uint32 // bytes of the current message still to read, once its prefix is read
 	raw    bool   // a prefix did not parse: reads pass through
+	// announced, when set, counts the messages senders are handing over
+	// and this body has not read whole (withAnnounced).
+	announced *atomic.Int64
 }
 
 func (b *joinedBody) Read(p []byte) (n int, err error) {
@@ -119,8 +145,12 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 		n += m
 		if b.got == envelopePrefix && b.left == 0 {
 			// The message is whole: hand it over rather than wait for
-			// the next, which may not come for a while.
+			// the next, which may not come for a while, unless a sender
+			// has announced the next and there is room for it.
 			b.got = 0
+			if err == nil && b.announced != nil && n < len(p) && b.more() {
+				continue
+			}
 			return n, err
 		}
 		if err != nil {
@@ -128,6 +158,16 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 		}
 	}
 	return n, nil
+}
+
+// more takes the message just read off the announced count and says
+// whether another is announced.
+func (b *joinedBody) more() bool {
+	if b.announced.Add(-1) > 0 {
+		return true
+	}
+	runtime.Gosched()
+	return b.announced.Load() > 0
 }
 
 func (b *joinedBody) Close() error { return b.body.Close() }

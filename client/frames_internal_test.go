@@ -3,10 +3,12 @@ package client
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,6 +203,68 @@ func TestStreamMessagesLeaveWhole(t *testing.T) {
 		t.Fatal("the unary call sent no body")
 	} else if _, joined := last.(*joinedBody); joined {
 		t.Fatal("the unary call's body was wrapped")
+	}
+}
+
+// Messages announced before they are sent (a heartbeat stream several
+// workers share) leave in one read, and so one DATA frame, while each is
+// announced; the read ends with the last announced one, without waiting
+// for a message nobody announced.
+func TestAnnouncedMessagesLeaveTogether(t *testing.T) {
+	rec := &recorder{done: make(chan struct{})}
+	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, HTTPClient: &http.Client{Transport: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var announced atomic.Int64
+	ctx, cancel := context.WithCancel(withAnnounced(context.Background(), &announced))
+	defer cancel()
+	stream := leaseholdv1connect.NewWorkerServiceClient(c.http, "http://127.0.0.1:1").HeartbeatStream(ctx)
+	send := func(i int) int {
+		t.Helper()
+		req := &leaseholdv1.HeartbeatStreamRequest{Seq: uint64(i), Heartbeat: &leaseholdv1.HeartbeatRequest{WorkerId: fmt.Sprintf("w%d", i)}}
+		if err := stream.Send(req); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+		return envelopePrefix + proto.Size(req)
+	}
+	// Three announced, sent one after another (a send returns once its
+	// message is read): one read. Then one announced alone: a read of its
+	// own, which ends at once though no other message follows.
+	announced.Add(3)
+	together := send(1) + send(2) + send(3)
+	for deadline := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+		rec.mu.Lock()
+		n := len(rec.reads)
+		rec.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the read of three announced messages did not end")
+		}
+	}
+	announced.Add(1)
+	alone := send(4)
+	if err := stream.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-rec.done:
+	case <-time.After(bound):
+		t.Fatal("the stream's body did not end")
+	}
+	rec.mu.Lock()
+	reads := rec.reads
+	rec.resp.Close()
+	rec.mu.Unlock()
+	_ = stream.CloseResponse()
+	if len(reads) != 2 || reads[0] != together || reads[1] != alone {
+		t.Fatalf("the transport read %v, want [%d %d]: three announced messages in one read, then one", reads, together, alone)
+	}
+	if n := announced.Load(); n != 0 {
+		t.Fatalf("%d messages still announced after all were read", n)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -18,6 +19,10 @@ import (
 // connects again with the client's backoff, following the leader hint as
 // any call does (only to a configured endpoint or a member). It is meant
 // for one worker: a beat superseded by a newer one is not sent again.
+// Several workers of one process may share a stream, since each beat names
+// its worker; beats Sent at the same time then leave in one frame and are
+// answered in one, but when a connection ends only the stream's newest
+// beat goes again: the others fail, and their workers must send again.
 //
 // Every beat Send accepts gets exactly one result on Results, with its
 // sequence number: the server's answer, or why it failed. A beat is
@@ -78,6 +83,10 @@ type beatConn struct {
 	// stream's mu.
 	pending []queuedBeat
 	endErr  error
+	// announced counts the beats handed to send and not yet read off the
+	// request body whole, so beats sent together leave in one frame
+	// (withAnnounced).
+	announced atomic.Int64
 }
 
 // HeartbeatStream returns a heartbeat stream of the cluster, connected on
@@ -153,9 +162,15 @@ func signal(ch chan struct{}) {
 // send writes one beat; a failure shows as the connection's end, which
 // run reads from the stream.
 func (bc *beatConn) send(req *leaseholdv1.HeartbeatStreamRequest) {
+	bc.announced.Add(1)
 	bc.sendMu.Lock()
 	defer bc.sendMu.Unlock()
-	_ = bc.stream.Send(req)
+	if err := bc.stream.Send(req); err != nil {
+		// Perhaps never written (a message that does not marshal): the
+		// body must not wait for it. An extra decrement only ends a
+		// frame sooner.
+		bc.announced.Add(-1)
+	}
 }
 
 // run connects while beats wait, and delivers every result.
@@ -256,7 +271,8 @@ func beatVerdict(e *Error, acked bool) verdict {
 // answers until the connection ends. acked says whether it answered a beat.
 func (s *HeartbeatStream) connection(ep *endpoints) (acked bool, err error) {
 	cctx, cancel := context.WithCancel(s.ctx)
-	bc := &beatConn{stream: ep.workers.HeartbeatStream(cctx), cancel: cancel}
+	bc := &beatConn{cancel: cancel}
+	bc.stream = ep.workers.HeartbeatStream(withAnnounced(cctx, &bc.announced))
 	// Cancelling the request does not wake a read of the answers while the
 	// request body is open (HTTP/2's transport watches the context only
 	// once the body has ended): closing both sides does.
