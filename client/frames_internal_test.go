@@ -120,6 +120,26 @@ type recorder struct {
 	resp   *io.PipeWriter
 }
 
+// end closes stream, whose body the recorder reads, and returns the sizes
+// of the reads it made of it.
+func (r *recorder) end(t *testing.T, stream *connect.BidiStreamForClient[leaseholdv1.HeartbeatStreamRequest, leaseholdv1.HeartbeatStreamResponse]) []int {
+	t.Helper()
+	if err := stream.CloseRequest(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.done:
+	case <-time.After(bound):
+		t.Fatal("the stream's body did not end")
+	}
+	r.mu.Lock()
+	reads := r.reads
+	r.resp.Close()
+	r.mu.Unlock()
+	_ = stream.CloseResponse()
+	return reads
+}
+
 func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 	r.mu.Lock()
 	r.bodies = append(r.bodies, req.Body)
@@ -173,19 +193,7 @@ func TestStreamMessagesLeaveWhole(t *testing.T) {
 		}
 		want = append(want, envelopePrefix+proto.Size(req))
 	}
-	if err := stream.CloseRequest(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-rec.done:
-	case <-time.After(bound):
-		t.Fatal("the stream's body did not end")
-	}
-	rec.mu.Lock()
-	reads := rec.reads
-	rec.resp.Close()
-	rec.mu.Unlock()
-	_ = stream.CloseResponse()
+	reads := rec.end(t, stream)
 	if len(reads) != len(want) {
 		t.Fatalf("the transport read the stream's body in %v, want one read a message: %v", reads, want)
 	}
@@ -247,19 +255,7 @@ func TestAnnouncedMessagesLeaveTogether(t *testing.T) {
 	}
 	announced.Add(1)
 	alone := send(4)
-	if err := stream.CloseRequest(); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case <-rec.done:
-	case <-time.After(bound):
-		t.Fatal("the stream's body did not end")
-	}
-	rec.mu.Lock()
-	reads := rec.reads
-	rec.resp.Close()
-	rec.mu.Unlock()
-	_ = stream.CloseResponse()
+	reads := rec.end(t, stream)
 	if len(reads) != 2 || reads[0] != together || reads[1] != alone {
 		t.Fatalf("the transport read %v, want [%d %d]: three announced messages in one read, then one", reads, together, alone)
 	}
