@@ -148,7 +148,7 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 			// the next, which may not come for a while, unless a sender
 			// has announced the next and there is room for it.
 			b.got = 0
-			if err == nil && b.announced != nil && n < len(p) && b.more() {
+			if b.announced != nil && b.more(err == nil && n < len(p)) {
 				continue
 			}
 			return n, err
@@ -160,10 +160,17 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 	return n, nil
 }
 
-// more takes the message just read off the announced count and says
-// whether another is announced.
-func (b *joinedBody) more() bool {
-	if b.announced.Add(-1) > 0 {
+// more takes the message just read whole off the announced count, always
+// (a message left counted would hold every later frame until the buffer
+// fills), and says whether to go on to the next: only when room says the
+// read may go on and another message is announced, or is once the senders
+// just woken have run.
+func (b *joinedBody) more(room bool) bool {
+	left := b.announced.Add(-1)
+	if !room {
+		return false
+	}
+	if left > 0 {
 		return true
 	}
 	runtime.Gosched()

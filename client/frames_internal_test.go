@@ -264,6 +264,48 @@ func TestAnnouncedMessagesLeaveTogether(t *testing.T) {
 	}
 }
 
+// A message that ends exactly where the read's buffer does is taken off the
+// announced count like any other: left counted, it would make every later
+// read wait for a message nobody sends.
+func TestAnnouncedMessageFillingTheBuffer(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pr.Close()
+	var announced atomic.Int64
+	announced.Add(2)
+	body := &joinedBody{body: pr, announced: &announced}
+	first, second := envelope([]byte("first")), envelope([]byte("second"))
+	go func() {
+		for _, m := range [][]byte{first, second} {
+			if _, err := pw.Write(m); err != nil {
+				return
+			}
+		}
+	}()
+	if n, err := body.Read(make([]byte, len(first))); n != len(first) || err != nil {
+		t.Fatalf("first read: %d, %v; want the first message, %d bytes", n, err, len(first))
+	}
+	if n := announced.Load(); n != 1 {
+		t.Fatalf("%d announced after the first message filled the buffer, want 1", n)
+	}
+	done := make(chan int, 1)
+	go func() {
+		n, _ := body.Read(make([]byte, 64))
+		done <- n
+	}()
+	select {
+	case n := <-done:
+		if n != len(second) {
+			t.Fatalf("second read: %d bytes, want %d", n, len(second))
+		}
+	case <-time.After(bound):
+		pw.Close()
+		t.Fatal("the read after the last announced message waited for one more")
+	}
+	if n := announced.Load(); n != 0 {
+		t.Fatalf("%d announced after both were read", n)
+	}
+}
+
 // Only the binary enveloped content types are joined.
 func TestEnvelopedContentTypes(t *testing.T) {
 	for ct, want := range map[string]bool{
