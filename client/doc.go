@@ -58,7 +58,8 @@
 // it holds, over one long-lived heartbeat stream to the leader
 // (Client.HeartbeatStream; one unary Heartbeat call each on a cluster that
 // does not serve streams; each message leaves as one HTTP/2 frame, see
-// frames.go), and applies the reply: keep; stop (the job was
+// frames.go, and messages sent at the same moment by the workers of one
+// process sharing a stream leave in one), and applies the reply: keep; stop (the job was
 // cancelled or killed: the handler's context is cancelled with a
 // *RevokedError, and its result is still reported; a kill that follows a
 // cancel closes Killed(ctx)); lost (cancelled with ErrLeaseLost, and

@@ -28,7 +28,8 @@ import (
 // checks the worker scope and the rate, and records it (Arrive renews on
 // arrival), then queues it. The handler's own goroutine answers: it waits
 // for a quorum check that began after the queued beats arrived, then sends
-// one answer per beat, in arrival order, each carrying the beat's seq. So a
+// one answer per beat, in arrival order, each carrying the beat's seq, and
+// flushes them once (answerBatch). So a
 // slow check holds back answers, never the reading and recording of the
 // next beat. An error for one beat ends the stream once the beats before it
 // are answered.
