@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"io"
 	"net/http"
-	"runtime"
 	"strings"
 	"sync/atomic"
 )
@@ -20,8 +19,9 @@ import (
 // heartbeat a worker's stream sends. The server then handles two frames,
 // and may wake the stream's handler twice, for one message. The wrapper's
 // body reads each message whole (up to the transport's buffer) before it
-// returns, and never waits past the end of one: a message is sent as soon
-// as it is written, as before.
+// returns, and does not wait past the end of one unless the next is
+// already being handed over (announced messages, below): a message is
+// sent as soon as it is written.
 type joinFrames struct{ next http.RoundTripper }
 
 // withJoinedFrames returns hc's transport wrapped by joinFrames, in a copy of
@@ -59,10 +59,13 @@ func (t joinFrames) RoundTrip(r *http.Request) (*http.Response, error) {
 // Announced messages: a stream whose messages come from many goroutines
 // (a heartbeat stream several workers share) counts each message before
 // its sender waits for its turn to write it. The body's reader, at the end
-// of a message, goes on to the next while one is counted, so messages sent
-// together leave together: one DATA frame and one write to the socket for
-// all of them instead of one each. It waits only for a message a sender is
-// already handing over, never for one that may come later.
+// of a read's first message, notes how many others are counted, and goes
+// on to read that many more (no more, and only while they fit): messages
+// sent together leave together, one DATA frame and one write to the socket
+// for all of them instead of one each. It waits only for messages whose
+// senders were already handing them over when the first one ended, never
+// for a sender that came later, and a message alone on its stream leaves
+// as soon as it is read.
 type announcedKey struct{}
 
 // withAnnounced returns ctx carrying n, the count of a stream's messages
@@ -102,7 +105,8 @@ const envelopePrefix = 5
 
 // joinedBody reads a stream of enveloped messages and returns from Read
 // at the end of each one (or when p is full), so that a read is a
-// message, whatever the writes that made it.
+// message, whatever the writes that made it; or, with announced messages,
+// the messages announced when its first one ended.
 type joinedBody struct {
 	body   io.ReadCloser
 	prefix [envelopePrefix]byte
@@ -118,6 +122,7 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 	if b.raw {
 		return b.body.Read(p)
 	}
+	budget := -1 // announced messages this read may still join; -1: not yet known
 	for n < len(p) {
 		want := len(p) - n
 		if b.got < envelopePrefix {
@@ -148,7 +153,7 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 			// the next, which may not come for a while, unless a sender
 			// has announced the next and there is room for it.
 			b.got = 0
-			if b.announced != nil && b.more(err == nil && n < len(p)) {
+			if b.announced != nil && b.join(&budget, err == nil && len(p)-n >= envelopePrefix) {
 				continue
 			}
 			return n, err
@@ -160,21 +165,23 @@ func (b *joinedBody) Read(p []byte) (n int, err error) {
 	return n, nil
 }
 
-// more takes the message just read whole off the announced count, always
-// (a message left counted would hold every later frame until the buffer
-// fills), and says whether to go on to the next: only when room says the
-// read may go on and another message is announced, or is once the senders
-// just woken have run.
-func (b *joinedBody) more(room bool) bool {
+// join takes the message just read whole off the announced count, always
+// (a message left counted would hold every later read until its buffer
+// filled), and says whether the read goes on to the next message: only
+// when room says it may (no error, and room for the next one's prefix),
+// another is announced, and budget allows. At a read's first message end,
+// budget is set to the messages announced then; each one joined spends
+// one, so a read never waits for a sender that announced after that.
+func (b *joinedBody) join(budget *int, room bool) bool {
 	left := b.announced.Add(-1)
-	if !room {
+	if *budget < 0 {
+		*budget = int(max(left, 0))
+	}
+	if !room || left <= 0 || *budget == 0 {
 		return false
 	}
-	if left > 0 {
-		return true
-	}
-	runtime.Gosched()
-	return b.announced.Load() > 0
+	*budget--
+	return true
 }
 
 func (b *joinedBody) Close() error { return b.body.Close() }

@@ -306,6 +306,38 @@ func TestAnnouncedMessageFillingTheBuffer(t *testing.T) {
 	}
 }
 
+// A read joins only the messages announced when its first one ended:
+// senders that announce later wait for the next read, so a read never
+// holds a message for a sender that was not yet handing one over. It
+// stops too when no room is left, and every message is taken off the
+// count whatever it decides.
+func TestAnnouncedJoinIsBounded(t *testing.T) {
+	var announced atomic.Int64
+	b := &joinedBody{announced: &announced}
+	announced.Store(3) // the first message and two more
+	budget := -1
+	if !b.join(&budget, true) || budget != 1 {
+		t.Fatalf("the first message's end, two more announced: join=false or budget %d, want 1", budget)
+	}
+	announced.Add(5) // latecomers
+	if !b.join(&budget, true) {
+		t.Fatal("the second announced message was not joined")
+	}
+	if b.join(&budget, true) {
+		t.Fatal("the read went on past the messages announced at its first end")
+	}
+	if n := announced.Load(); n != 5 {
+		t.Fatalf("%d announced left, want the 5 latecomers", n)
+	}
+	budget = -1
+	if b.join(&budget, false) {
+		t.Fatal("joined with no room")
+	}
+	if n := announced.Load(); n != 4 {
+		t.Fatalf("a message ended without room was not taken off the count: %d left, want 4", n)
+	}
+}
+
 // Only the binary enveloped content types are joined.
 func TestEnvelopedContentTypes(t *testing.T) {
 	for ct, want := range map[string]bool{
