@@ -7,9 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"connectrpc.com/connect"
 
+	"github.com/leasehold/leasehold/transport"
 	leaseholdv1 "github.com/leasehold/leasehold/transport/gen/leasehold/v1"
 )
 
@@ -21,8 +23,11 @@ import (
 // for one worker: a beat superseded by a newer one is not sent again.
 // Several workers of one process may share a stream, since each beat names
 // its worker; beats Sent at the same time then leave in one frame and are
-// answered in one, but when a connection ends only the stream's newest
-// beat goes again: the others fail, and their workers must send again.
+// answered together. But the stream treats their beats as one worker's:
+// while it has no connection (the first dial too) and when a connection
+// ends, only its newest beat goes (again), the others failing with
+// ErrSuperseded or the connection's error, so their workers must send
+// again; and one worker's refused beat ends the connection for all.
 //
 // Every beat Send accepts gets exactly one result on Results, with its
 // sequence number: the server's answer, or why it failed. A beat is
@@ -102,8 +107,12 @@ func (c *Client) HeartbeatStream(ctx context.Context) *HeartbeatStream {
 // Send sends a heartbeat of workerID naming leases, with progress notes
 // for some of them (see Client.Heartbeat), or queues it for the next
 // connection, and returns its sequence number. It fails only once the
-// stream has ended.
+// stream has ended, or for a beat that cannot be marshalled (a string
+// that is not UTF-8: ErrInvalidArgument, nothing sent).
 func (s *HeartbeatStream) Send(workerID string, leases []*leaseholdv1.LeaseRef, notes ...*leaseholdv1.ProgressNote) (uint64, error) {
+	if err := marshalable(workerID, leases, notes); err != nil {
+		return 0, err
+	}
 	req := &leaseholdv1.HeartbeatStreamRequest{Heartbeat: &leaseholdv1.HeartbeatRequest{WorkerId: workerID, Leases: leases, Notes: notes}}
 	s.mu.Lock()
 	if s.ctx.Err() != nil {
@@ -126,6 +135,31 @@ func (s *HeartbeatStream) Send(workerID string, leases []*leaseholdv1.LeaseRef, 
 	s.mu.Unlock()
 	bc.send(req)
 	return req.Seq, nil
+}
+
+// marshalable refuses a beat that cannot be marshalled: protobuf strings
+// must be UTF-8. Such a beat would fail in the connection's send after it
+// was announced, and the request body, already reading toward it, would
+// hold the beats read before it until another came (frames.go).
+func marshalable(workerID string, leases []*leaseholdv1.LeaseRef, notes []*leaseholdv1.ProgressNote) error {
+	bad := func(field string) error {
+		return &Error{Reason: transport.ReasonInvalidArgument, Code: connect.CodeInvalidArgument, Field: field,
+			Message: "heartbeat: " + field + " is not valid UTF-8"}
+	}
+	if !utf8.ValidString(workerID) {
+		return bad("worker_id")
+	}
+	for _, l := range leases {
+		if !utf8.ValidString(l.GetJobId()) {
+			return bad("leases.job_id")
+		}
+	}
+	for _, n := range notes {
+		if !utf8.ValidString(n.GetNote()) {
+			return bad("notes.note")
+		}
+	}
+	return nil
 }
 
 // Results delivers one result per beat sent, in the order they are known.
@@ -166,9 +200,9 @@ func (bc *beatConn) send(req *leaseholdv1.HeartbeatStreamRequest) {
 	bc.sendMu.Lock()
 	defer bc.sendMu.Unlock()
 	if err := bc.stream.Send(req); err != nil {
-		// Perhaps never written (a message that does not marshal): the
-		// body must not wait for it. An extra decrement only ends a
-		// frame sooner.
+		// Not read whole: the connection is ending (Send checked that
+		// the beat marshals), and its body must not wait for this beat.
+		// An extra decrement only ends a read one message sooner.
 		bc.announced.Add(-1)
 	}
 }
