@@ -58,7 +58,9 @@ func runHeartbeat(ctx context.Context, e *env) (*Result, error) {
 		}
 		if mux != nil {
 			ops[i] = func(ctx context.Context) error {
-				resp, err := mux.beatOnce(ctx, id, refs)
+				// Sent again when superseded, as a worker sharing a
+				// stream must (beatMux.beat).
+				resp, err := mux.beat(ctx, id, refs)
 				if err != nil {
 					return err
 				}
