@@ -563,8 +563,9 @@ func serveCountingFlushes(t *testing.T, h http.Handler, n *atomic.Int64) string 
 // Beats sent back to back, which arrive while the answerer waits for the
 // quorum check covering the first, are answered together, and a batch of
 // answers leaves in one flush. Connect flushes after every message: with a
-// flush per answer, n beats took at least n flushes. Each beat still gets
-// its own answer, in order.
+// flush per answer, n beats took at least n flushes; fewer means some
+// batch of two or more left in one (on a fast machine the 64 come in a
+// handful of batches). Each beat still gets its own answer, in order.
 func TestHeartbeatStreamAnswersABatchInOneFlush(t *testing.T) {
 	c := clustertest.New(t, 3)
 	leader := c.Leader()
@@ -595,7 +596,7 @@ func TestHeartbeatStreamAnswersABatchInOneFlush(t *testing.T) {
 			t.Fatalf("beat %d of w%d answered %v", i, i%workers, r)
 		}
 	}
-	if got := flushes.Load(); got > beats/2 {
+	if got := flushes.Load(); got >= beats {
 		t.Fatalf("%d beats sent back to back took %d flushes: the answers were not flushed by the batch", beats, got)
 	}
 	t.Logf("%d beats, %d flushes", beats, flushes.Load())
