@@ -120,6 +120,19 @@ type recorder struct {
 	resp   *io.PipeWriter
 }
 
+// recordingClient is a Client whose calls go to a new recorder; it is
+// closed when the test ends.
+func recordingClient(t *testing.T) (*recorder, *Client) {
+	t.Helper()
+	rec := &recorder{done: make(chan struct{})}
+	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, HTTPClient: &http.Client{Transport: rec}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return rec, c
+}
+
 // end closes stream, whose body the recorder reads, and returns the sizes
 // of the reads it made of it.
 func (r *recorder) end(t *testing.T, stream *connect.BidiStreamForClient[leaseholdv1.HeartbeatStreamRequest, leaseholdv1.HeartbeatStreamResponse]) []int {
@@ -174,12 +187,7 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 // A Client's streams reach its transport one read per message; its unary
 // calls reach it untouched.
 func TestStreamMessagesLeaveWhole(t *testing.T) {
-	rec := &recorder{done: make(chan struct{})}
-	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, HTTPClient: &http.Client{Transport: rec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rec, c := recordingClient(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	workers := leaseholdv1connect.NewWorkerServiceClient(c.http, "http://127.0.0.1:1")
@@ -219,12 +227,7 @@ func TestStreamMessagesLeaveWhole(t *testing.T) {
 // announced; the read ends with the last announced one, without waiting
 // for a message nobody announced.
 func TestAnnouncedMessagesLeaveTogether(t *testing.T) {
-	rec := &recorder{done: make(chan struct{})}
-	c, err := New(Config{Endpoints: []string{"127.0.0.1:1"}, HTTPClient: &http.Client{Transport: rec}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	rec, c := recordingClient(t)
 	var announced atomic.Int64
 	ctx, cancel := context.WithCancel(withAnnounced(context.Background(), &announced))
 	defer cancel()
