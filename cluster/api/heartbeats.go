@@ -245,8 +245,8 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 // returns how many it sent. Connect flushes after every message; aw (nil
 // when the writer cannot flush) holds those flushes until the batch is
 // written, so the batch leaves in one flush: the answers of many workers
-// sharing a stream cost one hand-off to the connection's writer and one
-// frame, not one each (docs/performance.md). Answers still leave only
+// sharing a stream cost a hand-off to the connection's writer per 4 KiB
+// (the HTTP/2 server's chunk), not one each (docs/performance.md). Answers still leave only
 // after the check that covers them, and none waits for a later beat.
 func answerBatch(conn connect.StreamingHandlerConn, aw *answerWriter, hb *cluster.Heartbeats, res *cluster.HeartbeatResult, out *beatAnswer, batch []*beat) (int, error) {
 	if aw != nil && len(batch) > 1 {
