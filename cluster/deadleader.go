@@ -22,7 +22,7 @@ import (
 // leader. So after a leader dies the first follower to notice is refused,
 // and the election waits for the second follower's own timer: 300 to
 // about 900 ms after the leader's last message at the default 300 ms
-// (docs/performance.md, "What a failover waits for").
+// (docs/performance-history.md, "What a failover waits for").
 //
 // The watch below runs on every node. A follower that has heard no leader
 // for deadLeaderAfter (1.5 × heartbeat_timeout by default) asks the other

@@ -60,8 +60,8 @@ type state struct {
 	// workers holds its records by value, in the map's own tables (large
 	// arrays), not as a 56-byte object each: those were made as workers
 	// registered, amid the API's garbage of that size class, and each
-	// kept its span in use (docs/performance.md, "What each change
-	// bought").
+	// kept its span in use (docs/performance-history.md, "What each
+	// change bought").
 	workers map[string]Worker
 	nodes   map[string]*Node // values are replaced, never mutated
 	events  eventLog         // oldest first, seqs consecutive

@@ -15,7 +15,7 @@ import (
 // if unchanged, and its job ids if it names as many leases and none
 // changed. A worker names the same id and mostly the same leases beat
 // after beat, so a steady stream's beats decode without allocating
-// (docs/performance.md).
+// (docs/performance-history.md).
 //
 // It takes only the usual shape: seq and heartbeat at most once each, a
 // worker id at most once, leases of one job id and one token at most,
@@ -67,7 +67,7 @@ func decodeBeat(b []byte, r *pb.HeartbeatStreamRequest) bool {
 	// the same, in one string that each id is a part of. A slot's ids are
 	// then one beat's, kept together: the heartbeat streams' beats held
 	// for reuse do not scatter small strings among the API's garbage
-	// (docs/performance.md, "Where the leader's holes are"). What else
+	// (docs/performance-history.md, "Where the leader's holes are"). What else
 	// holds a beat's ids (the beat's refs, the stream's answer and its
 	// result) lets them go when it is next used: a beat kept for reuse
 	// holds its own last ids only, and nothing holds another beat's.

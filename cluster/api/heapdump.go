@@ -26,7 +26,7 @@ const heapDumpRate = 1 << 20 // bytes a second
 // (runtime/debug.WriteHeapDump): every live object with its address, size
 // and contents. Go's profiles sample allocations; the dump shows how full
 // the spans that hold them are, which is where memory the state does not
-// use goes (go run ./bench/holes reads it; docs/performance.md).
+// use goes (go run ./bench/holes reads it; docs/performance-history.md).
 //
 // The contents are everything the process holds: token secrets, private
 // keys, payloads. So the dump has a switch of its own (Options.HeapDump,

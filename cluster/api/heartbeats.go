@@ -246,7 +246,7 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 // when the writer cannot flush) holds those flushes until the batch is
 // written, so the batch leaves in one flush: the answers of many workers
 // sharing a stream cost a hand-off to the connection's writer per 4 KiB
-// (the HTTP/2 server's chunk), not one each (docs/performance.md). Answers still leave only
+// (the HTTP/2 server's chunk), not one each (docs/performance-history.md). Answers still leave only
 // after the check that covers them, and none waits for a later beat.
 func answerBatch(conn connect.StreamingHandlerConn, aw *answerWriter, hb *cluster.Heartbeats, res *cluster.HeartbeatResult, out *beatAnswer, batch []*beat) (int, error) {
 	if aw != nil && len(batch) > 1 {
@@ -367,7 +367,7 @@ func (s *Server) streamIdle() time.Duration {
 // nor the term's end reaches it: a write deadline on the stream cuts such
 // a Send off. Setting one is a message to the connection's serving
 // goroutine and a timer, so it is not set and cleared around every batch
-// of answers (docs/performance.md). A batch finds it 1.5 to 2 idle bounds
+// of answers (docs/performance-history.md). A batch finds it 1.5 to 2 idle bounds
 // ahead, or sets it 2 bounds ahead; an idle tick, which comes every bound,
 // clears it once it is less than 1.5 bounds ahead, since a write deadline
 // that passes resets the stream even when nothing is being written. So it
