@@ -38,15 +38,19 @@ type leaderCheck struct {
 	running bool
 }
 
-// checkGap bounds the checks to a thousand a second under load: a
-// follower answers each in tens of microseconds. It was 2 ms; a
-// heartbeat that arrives just after a check starts waits for the gap and
-// then the check, so with 64 workers beating back to back the gap set
-// the pace: 1 ms measured 1.26x the beats a second at the same CPU per
-// beat, 0.5 ms no better with ten leases a beat (docs/performance.md).
+// checkGap bounds the checks to four thousand a second under load: a
+// follower answers each in tens of microseconds. A heartbeat that
+// arrives just after a check starts waits for the gap and then the
+// check, so with workers beating back to back the gap sets the pace. It
+// was 2 ms, then 1 ms (1.26x the beats a second). Against 1 ms, 250 µs
+// measured 1.33x the beats a second of 64 workers with a stream each and
+// 2.40x of 16, at no more of the servers' CPU a beat; no gap at all
+// measured no better than 250 µs, with more allocations a beat
+// (docs/performance-history.md, "Leadership checks a quarter of a
+// millisecond apart").
 const (
 	checkCoalesce = 8
-	checkGap      = time.Millisecond
+	checkGap      = 250 * time.Microsecond
 )
 
 // newLeaderCheck checks through r until stop is closed (the node's
