@@ -197,8 +197,14 @@ func (c *Cluster) start(node *Node) error {
 	c.t.Helper()
 	cfg := c.Config(node.Index)
 	cfg.Listener = &listener{Listener: c.listen(node.Addr), net: c.Net}
+	// The API port is bound before the node starts: the node dials its
+	// peers from its own address, and a dial's ephemeral port could
+	// otherwise be the API port it reserved (a make test run failed so,
+	// the bind refused for the whole retry).
+	ln := c.listen(node.APIAddr)
 	n, err := cluster.New(cfg)
 	if err != nil {
+		ln.Close()
 		return err
 	}
 	node.Node = n
@@ -207,7 +213,6 @@ func (c *Cluster) start(node *Node) error {
 		c.API(node.Index, &o)
 	}
 	node.APIServer = api.NewServer(o)
-	ln := c.listen(node.APIAddr)
 	if c.APIListener != nil {
 		ln = c.APIListener(node.Index, ln)
 	}
