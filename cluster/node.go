@@ -271,11 +271,11 @@ func New(cfg Config) (_ *Node, err error) {
 	rc.TrailingLogs = cfg.TrailingLogs
 	// BatchApplyCh stays off. The leader already takes every proposal
 	// waiting on the channel (up to MaxAppendEntries, 64) into one log
-	// write; buffering the channel measured no faster (docs/performance-history.md)
-	// and lets a proposal be queued after Shutdown, where nothing ever
-	// answers it (Barrier and Apply pick at random between a closed
-	// shutdown channel and room in the buffer): a node's stop then waited
-	// forever on its leader loop's barrier.
+	// write; buffering the channel measured no faster
+	// (docs/performance-history.md) and lets a proposal be queued after
+	// Shutdown, where nothing ever answers it (Barrier and Apply pick at
+	// random between a closed shutdown channel and room in the buffer): a
+	// node's stop then waited forever on its leader loop's barrier.
 	rc.NotifyCh = n.notifyCh
 	rc.Logger = n.logger.Named("raft")
 	if err := raft.ValidateConfig(rc); err != nil {

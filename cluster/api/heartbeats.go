@@ -29,9 +29,8 @@ import (
 // arrival), then queues it. The handler's own goroutine answers: it waits
 // for a quorum check that began after the queued beats arrived, then sends
 // one answer per beat, in arrival order, each carrying the beat's seq, and
-// flushes them once (answerBatch). So a
-// slow check holds back answers, never the reading and recording of the
-// next beat. An error for one beat ends the stream once the beats before it
+// flushes them once (answerBatch). So a slow check holds back answers,
+// never the reading and recording of the next beat. An error for one beat ends the stream once the beats before it
 // are answered.
 
 // maxBeatsQueued bounds the beats of one stream recorded and not yet
@@ -246,8 +245,9 @@ func (s *Server) serveHeartbeats(ctx context.Context, conn connect.StreamingHand
 // when the writer cannot flush) holds those flushes until the batch is
 // written, so the batch leaves in one flush: the answers of many workers
 // sharing a stream cost a hand-off to the connection's writer per 4 KiB
-// (the HTTP/2 server's chunk), not one each (docs/performance-history.md). Answers still leave only
-// after the check that covers them, and none waits for a later beat.
+// (the HTTP/2 server's chunk), not one each
+// (docs/performance-history.md). Answers still leave only after the check
+// that covers them, and none waits for a later beat.
 func answerBatch(conn connect.StreamingHandlerConn, aw *answerWriter, hb *cluster.Heartbeats, res *cluster.HeartbeatResult, out *beatAnswer, batch []*beat) (int, error) {
 	if aw != nil && len(batch) > 1 {
 		aw.hold()
@@ -367,10 +367,11 @@ func (s *Server) streamIdle() time.Duration {
 // nor the term's end reaches it: a write deadline on the stream cuts such
 // a Send off. Setting one is a message to the connection's serving
 // goroutine and a timer, so it is not set and cleared around every batch
-// of answers (docs/performance-history.md). A batch finds it 1.5 to 2 idle bounds
-// ahead, or sets it 2 bounds ahead; an idle tick, which comes every bound,
-// clears it once it is less than 1.5 bounds ahead, since a write deadline
-// that passes resets the stream even when nothing is being written. So it
+// of answers (docs/performance-history.md). A batch finds it 1.5 to 2
+// idle bounds ahead, or sets it 2 bounds ahead; an idle tick, which comes
+// every bound, clears it once it is less than 1.5 bounds ahead, since a
+// write deadline that passes resets the stream even when nothing is being
+// written. So it
 // never passes between batches, a Send that flow control holds is cut off
 // 1.5 to 2 bounds after its batch began, and a worker that beats steadily
 // has it set about once per half bound.
