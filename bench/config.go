@@ -60,6 +60,13 @@ type Config struct {
 	// closed loop (acquire, heartbeat, status, job-cycle, mixed,
 	// failover, fencing): what the client side of each operation costs.
 	CPUProfile string
+	// LeaderProfile, when set, is where the bench writes the leader's CPU
+	// profile over the measured window, read from its /debug/pprof/profile
+	// for the window's whole seconds (the servers need --pprof, and the
+	// bench an admin token): where the servers' side of an operation goes.
+	// For the workloads whose callers run in a closed loop against one
+	// leader (acquire, heartbeat, status, job-cycle, mixed, fencing).
+	LeaderProfile string
 	// Held is the number of leases heartbeated on schedule during mixed and
 	// failover. Default 10,000.
 	Held int
@@ -195,6 +202,8 @@ func (c *Config) validate() error {
 		return bad("Endpoints", c.Endpoints, "at least one")
 	case c.CPUProfile != "" && (c.Workload == "expiry" || c.Workload == "scale"):
 		return bad("CPUProfile", fmt.Sprintf("%q", c.CPUProfile), "not for expiry or scale, which run no callers in a closed loop")
+	case c.LeaderProfile != "" && (c.Workload == "expiry" || c.Workload == "scale" || c.Workload == "failover"):
+		return bad("LeaderProfile", fmt.Sprintf("%q", c.LeaderProfile), "not for expiry or scale, which run no callers in a closed loop, nor failover, which kills the leader")
 	}
 	if c.Workload == "failover" && c.Cluster == nil {
 		return fmt.Errorf("%w: failover kills the leader process with SIGKILL, so the bench must own the servers: run it with --start 3", ErrNeedsLocalCluster)

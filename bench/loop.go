@@ -140,6 +140,8 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 	}
 	a := e.mark(ctx)
 	from := time.Now()
+	lp := e.startLeaderProfile(ctx, a)
+	defer lp.stop() // a run that ended before the window's end
 	if hk.held != nil {
 		hk.held.setWindow(from, from.Add(e.cfg.Duration))
 	}
@@ -153,6 +155,9 @@ func (e *env) measure(ctx context.Context, callers []op, hk hooks) (*phase, wind
 		return nil, window{}, err
 	}
 	b := e.mark(ctx)
+	if err := lp.wait(); err != nil {
+		return nil, window{}, err
+	}
 	if ctx.Err() != nil {
 		return nil, window{}, ctx.Err()
 	}
@@ -210,4 +215,76 @@ func (p *cpuProfile) stop() error {
 		return fmt.Errorf("--cpu-profile: %w", err)
 	}
 	return nil
+}
+
+// checkLeaderProfile makes the leader's profile's file before anything
+// else, so a bad path fails the run before any load.
+func checkLeaderProfile(file string) error {
+	if file == "" {
+		return nil
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		return fmt.Errorf("--leader-profile: %w", err)
+	}
+	return f.Close()
+}
+
+// leaderProfile is the leader's CPU profile being read over a window; nil
+// when none was asked for.
+type leaderProfile struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// startLeaderProfile starts reading the CPU profile of the node leading at
+// the window's start (m) for the window's whole seconds, into the file
+// Config.LeaderProfile names.
+func (e *env) startLeaderProfile(ctx context.Context, m mark) *leaderProfile {
+	file := e.cfg.LeaderProfile
+	if file == "" {
+		return nil
+	}
+	lp := &leaderProfile{cancel: func() {}, done: make(chan struct{})}
+	leader := -1
+	for i, n := range m.nodes {
+		if n.ok && n.metrics.leader {
+			leader = i
+		}
+	}
+	if leader < 0 {
+		lp.err = errors.New("--leader-profile: no node led at the window's start")
+		close(lp.done)
+		return lp
+	}
+	secs := max(1, int(e.cfg.Duration/time.Second))
+	addr := e.cfg.Endpoints[leader]
+	ctx, lp.cancel = context.WithCancel(ctx)
+	go func() {
+		defer close(lp.done)
+		if _, err := e.probe.download(ctx, addr, fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs), file); err != nil {
+			lp.err = fmt.Errorf("--leader-profile: the leader's CPU profile (the servers need --pprof, and the bench an admin token): %w", err)
+			return
+		}
+		e.logf("the leader's (node%d) CPU profile over the window's first %d s is in %s", leader+1, secs, file)
+	}()
+	return lp
+}
+
+// wait waits for the profile to be written and says whether it was.
+func (lp *leaderProfile) wait() error {
+	if lp == nil {
+		return nil
+	}
+	<-lp.done
+	return lp.err
+}
+
+// stop gives up the profile and waits for its reader to end.
+func (lp *leaderProfile) stop() {
+	if lp != nil {
+		lp.cancel()
+		<-lp.done
+	}
 }

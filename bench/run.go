@@ -33,6 +33,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	defer prof.stop() // a run that ended before the window's end
+	if err := checkLeaderProfile(cfg.LeaderProfile); err != nil {
+		return nil, err
+	}
 	e, err := newEnv(ctx, &cfg)
 	if err != nil {
 		return nil, err

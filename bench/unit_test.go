@@ -250,17 +250,18 @@ func getKey(r *Result, k string) string {
 
 func TestConfigValidation(t *testing.T) {
 	for name, c := range map[string]Config{
-		"workload":    {Workload: "nope", Endpoints: []string{"a:1"}},
-		"target":      {Workload: "acquire", Target: "follower", Endpoints: []string{"a:1"}},
-		"leases":      {Workload: "acquire", Leases: 300, Endpoints: []string{"a:1"}},
-		"rounds":      {Workload: "fencing", Rounds: 1, Endpoints: []string{"a:1"}},
-		"failover":    {Workload: "failover", Endpoints: []string{"a:1"}},
-		"endpoints":   {Workload: "acquire"},
-		"duration":    {Workload: "acquire", Duration: time.Millisecond, Endpoints: []string{"a:1"}},
-		"kill-after":  {Workload: "failover", Duration: time.Second, KillAfter: 2 * time.Second, Endpoints: []string{"a:1"}},
-		"payload":     {Workload: "acquire", PayloadSize: 1 << 20, Endpoints: []string{"a:1"}},
-		"concurrency": {Workload: "acquire", Concurrency: -1, Endpoints: []string{"a:1"}},
-		"cpu-profile": {Workload: "expiry", CPUProfile: "cpu.prof", Endpoints: []string{"a:1"}},
+		"workload":       {Workload: "nope", Endpoints: []string{"a:1"}},
+		"target":         {Workload: "acquire", Target: "follower", Endpoints: []string{"a:1"}},
+		"leases":         {Workload: "acquire", Leases: 300, Endpoints: []string{"a:1"}},
+		"rounds":         {Workload: "fencing", Rounds: 1, Endpoints: []string{"a:1"}},
+		"failover":       {Workload: "failover", Endpoints: []string{"a:1"}},
+		"endpoints":      {Workload: "acquire"},
+		"duration":       {Workload: "acquire", Duration: time.Millisecond, Endpoints: []string{"a:1"}},
+		"kill-after":     {Workload: "failover", Duration: time.Second, KillAfter: 2 * time.Second, Endpoints: []string{"a:1"}},
+		"payload":        {Workload: "acquire", PayloadSize: 1 << 20, Endpoints: []string{"a:1"}},
+		"concurrency":    {Workload: "acquire", Concurrency: -1, Endpoints: []string{"a:1"}},
+		"cpu-profile":    {Workload: "expiry", CPUProfile: "cpu.prof", Endpoints: []string{"a:1"}},
+		"leader-profile": {Workload: "failover", LeaderProfile: "leader.prof", Endpoints: []string{"a:1"}},
 	} {
 		if _, err := c.withDefaults(); err == nil {
 			t.Errorf("%s: accepted %+v", name, c)

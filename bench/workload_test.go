@@ -232,6 +232,14 @@ func TestJobCycle(t *testing.T) {
 
 func TestStatus(t *testing.T) {
 	lc := startCluster(t)
+	// Servers that do not serve profiles fail a run asked for the
+	// leader's, after its window, naming the flag and what it needs.
+	ctx := testwait.Context(t, testBound)
+	_, err := bench.Run(ctx, bench.Config{Workload: "status", Cluster: lc, Duration: time.Second,
+		LeaderProfile: filepath.Join(t.TempDir(), "leader.prof"), Log: testLog{t}})
+	if err == nil || !strings.Contains(err.Error(), "--leader-profile") || !strings.Contains(err.Error(), "--pprof") {
+		t.Fatalf("the leader's profile from servers without --pprof: %v, want the run failed naming --leader-profile and --pprof", err)
+	}
 	kv := run(t, lc, bench.Config{Workload: "status"})
 	want(t, kv, "errs", 0)
 	if n(t, kv, "ops") == 0 {
@@ -247,6 +255,21 @@ func TestStatus(t *testing.T) {
 	if reqs, ops := n(t, kv, "wire_reqs"), n(t, kv, "ops"); reqs < ops {
 		t.Fatalf("wire_reqs=%d for %d calls", reqs, ops)
 	}
+}
+
+func TestLeaderProfile(t *testing.T) {
+	lc := startClusterWith(t, bench.ClusterOptions{Pprof: true})
+	// A profile that cannot be written fails the run before any load.
+	ctx := testwait.Context(t, testBound)
+	_, err := bench.Run(ctx, bench.Config{Workload: "status", Cluster: lc, Duration: time.Second, Warmup: time.Hour,
+		LeaderProfile: filepath.Join(t.TempDir(), "missing", "leader.prof"), Log: testLog{t}})
+	if err == nil || !strings.Contains(err.Error(), "--leader-profile") {
+		t.Fatalf("a leader's profile in a missing directory: %v, want the run refused naming --leader-profile", err)
+	}
+	profile := filepath.Join(t.TempDir(), "leader.prof")
+	kv := run(t, lc, bench.Config{Workload: "status", LeaderProfile: profile})
+	want(t, kv, "errs", 0)
+	checkCPUProfile(t, profile)
 }
 
 // checkCPUProfile checks that file holds a Go CPU profile: gzipped

@@ -65,6 +65,7 @@ func benchFlags() []cli.Flag {
 		&cli.IntFlag{Name: "leases", Value: 10, Usage: "leases each worker holds (heartbeat, acquire, held leases, scale)"},
 		&cli.IntFlag{Name: "workers", Value: 100000, Usage: "scale: simulated workers, each heartbeating once per renew"},
 		&cli.StringFlag{Name: "heap-profile", Usage: "scale: write the leader's heap profile after the window to this file (go tool pprof reads it)"},
+		&cli.StringFlag{Name: "leader-profile", Usage: "write the leader's CPU profile over the measured window's whole seconds to this file, read from its /debug/pprof/profile (acquire, heartbeat, status, job-cycle, mixed, fencing; with --start the nodes serve it, else they need --pprof and the bench an admin token): the servers' side"},
 		&cli.StringFlag{Name: "cpu-profile", Usage: "write the bench process's own CPU profile over the measured window to this file (acquire, heartbeat, status, job-cycle, mixed, failover, fencing): the client side's cost"},
 		&cli.IntFlag{Name: "held", Value: 10000, Usage: "mixed, failover: leases heartbeated on schedule"},
 		&cli.IntFlag{Name: "abandon", Value: 10000, Usage: "expiry: leases abandoned at once"},
@@ -102,7 +103,7 @@ func runBench(c *cli.Context, workload string) error {
 	cfg := bench.Config{
 		Workload: workload, Concurrency: c.Int("concurrency"), Duration: c.Duration("duration"),
 		Warmup: c.Duration("warmup"), Target: bench.Target(c.String("target")), PayloadSize: c.Int("payload-size"),
-		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), CPUProfile: c.String("cpu-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
+		Conns: c.Int("conns"), Leases: c.Int("leases"), Workers: c.Int("workers"), HeapProfile: c.String("heap-profile"), CPUProfile: c.String("cpu-profile"), LeaderProfile: c.String("leader-profile"), Held: c.Int("held"), Abandon: c.Int("abandon"),
 		Jobs: c.Int("jobs"), Submit: c.Bool("submit"), Unchained: c.Bool("unchained"), Unary: c.Bool("unary"), Shared: c.Bool("shared-streams"), Flood: c.Bool("flood"), Rounds: c.Int("rounds"), DrainTimeout: c.Duration("drain-timeout"),
 		KillAfter: c.Duration("kill-after"), CallTimeout: c.Duration("call-timeout"), Log: os.Stderr,
 	}
@@ -141,8 +142,9 @@ func runBench(c *cli.Context, workload string) error {
 			TolerationSeconds: toleration, LogLevel: c.String("node-log-level"),
 			Token: cfg.Token, LogStore: c.String("log-store"),
 			// scale reads the leader's heap from its profile, and runs the
-			// servers as deployed.
-			Pprof: workload == "scale" || c.Bool("pprof"), ServerRaftTimeouts: workload == "scale",
+			// servers as deployed; --leader-profile reads the leader's CPU
+			// profile.
+			Pprof: workload == "scale" || c.Bool("pprof") || cfg.LeaderProfile != "", ServerRaftTimeouts: workload == "scale",
 		})
 		if err != nil {
 			return err
