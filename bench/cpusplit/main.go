@@ -224,8 +224,13 @@ func hasAnyPrefix(s string, prefixes []string) bool {
 }
 
 // packageOf is the package path of a function's full name: the part
-// before the first dot after the last slash.
+// before the first dot after the last slash, a method's receiver and a
+// generic's type arguments (which hold slashes and dots of their own) cut
+// off first.
 func packageOf(fn string) string {
+	if cut := strings.IndexAny(fn, "[("); cut >= 0 {
+		fn = fn[:cut]
+	}
 	slash := strings.LastIndexByte(fn, '/')
 	if dot := strings.IndexByte(fn[slash+1:], '.'); dot >= 0 {
 		return fn[:slash+1+dot]

@@ -31,6 +31,8 @@ func TestCause(t *testing.T) {
 		// Any other package by its path.
 		{[]string{"runtime.memmove", "example.com/some/pkg.(*T).Do", "main.main"}, "example.com/some/pkg"},
 		{[]string{"main.burn"}, "main"},
+		{[]string{"github.com/benbjohnson/immutable.(*SortedMapIterator[go.shape.uint64,go.shape.struct { github.com/hashicorp/raft-wal/types.SegmentInfo }]).Next"}, "github.com/benbjohnson/immutable"},
+		{[]string{"unique.Handle[go.shape.struct { net/netip.isV6 bool }].Value"}, "unique"},
 		// Assembly routines count for their caller.
 		{[]string{"countbody", "strings.Count", "net/url.parseQuery"}, "net/http (HTTP/2)"},
 	} {
