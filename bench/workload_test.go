@@ -195,14 +195,7 @@ func countJobs(t *testing.T, cl *client.Client, req *pb.ListJobsRequest, pred fu
 
 func TestJobCycle(t *testing.T) {
 	lc := startCluster(t)
-	// A profile that cannot be written fails the run before any load: an
-	// hour's warmup would otherwise run out the test's bound.
-	ctx := testwait.Context(t, testBound)
-	_, err := bench.Run(ctx, bench.Config{Workload: "job-cycle", Cluster: lc, Duration: time.Second, Warmup: time.Hour,
-		CPUProfile: filepath.Join(t.TempDir(), "missing", "cpu.prof"), Log: testLog{t}})
-	if err == nil || !strings.Contains(err.Error(), "--cpu-profile") {
-		t.Fatalf("a CPU profile in a missing directory: %v, want the run refused naming --cpu-profile", err)
-	}
+	refusedBeforeLoad(t, lc, bench.Config{Workload: "job-cycle", CPUProfile: filepath.Join(t.TempDir(), "missing", "cpu.prof")}, "--cpu-profile")
 	profile := filepath.Join(t.TempDir(), "cpu.prof")
 	kv := run(t, lc, bench.Config{Workload: "job-cycle", CPUProfile: profile})
 	want(t, kv, "errs", 0)
@@ -259,17 +252,23 @@ func TestStatus(t *testing.T) {
 
 func TestLeaderProfile(t *testing.T) {
 	lc := startClusterWith(t, bench.ClusterOptions{Pprof: true})
-	// A profile that cannot be written fails the run before any load.
-	ctx := testwait.Context(t, testBound)
-	_, err := bench.Run(ctx, bench.Config{Workload: "status", Cluster: lc, Duration: time.Second, Warmup: time.Hour,
-		LeaderProfile: filepath.Join(t.TempDir(), "missing", "leader.prof"), Log: testLog{t}})
-	if err == nil || !strings.Contains(err.Error(), "--leader-profile") {
-		t.Fatalf("a leader's profile in a missing directory: %v, want the run refused naming --leader-profile", err)
-	}
+	refusedBeforeLoad(t, lc, bench.Config{Workload: "status", LeaderProfile: filepath.Join(t.TempDir(), "missing", "leader.prof")}, "--leader-profile")
 	profile := filepath.Join(t.TempDir(), "leader.prof")
 	kv := run(t, lc, bench.Config{Workload: "status", LeaderProfile: profile})
 	want(t, kv, "errs", 0)
 	checkCPUProfile(t, profile)
+}
+
+// refusedBeforeLoad checks that cfg, naming a profile's file that cannot be
+// written, fails before any load, with an error naming flag: an hour's
+// warmup would otherwise run out the test's bound.
+func refusedBeforeLoad(t *testing.T, lc *bench.LocalCluster, cfg bench.Config, flag string) {
+	t.Helper()
+	cfg.Cluster, cfg.Duration, cfg.Warmup, cfg.Log = lc, time.Second, time.Hour, testLog{t}
+	_, err := bench.Run(testwait.Context(t, testBound), cfg)
+	if err == nil || !strings.Contains(err.Error(), flag) {
+		t.Fatalf("a profile in a missing directory: %v, want the run refused naming %s", err, flag)
+	}
 }
 
 // checkCPUProfile checks that file holds a Go CPU profile: gzipped
