@@ -49,7 +49,7 @@ func main() {
 }
 
 func splitFile(w io.Writer, file string, top int) error {
-	raw, err := os.ReadFile(file)
+	raw, err := readProfile(file)
 	if err != nil {
 		return err
 	}

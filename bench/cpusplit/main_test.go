@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -140,5 +142,36 @@ func TestNotACPUProfile(t *testing.T) {
 	}
 	if _, err := parseProfile([]byte{0x0a, 0xff}); err == nil {
 		t.Fatal("a truncated message was read")
+	}
+}
+
+// TestProfileBound refuses a profile over the bound, as read from its
+// file and once unzipped.
+func TestProfileBound(t *testing.T) {
+	var cpu bytes.Buffer
+	if err := pprof.StartCPUProfile(&cpu); err != nil {
+		t.Fatal(err)
+	}
+	pprof.StopCPUProfile()
+	defer func(n int) { maxProfileBytes = n }(maxProfileBytes)
+	maxProfileBytes = cpu.Len() - 1
+	file := filepath.Join(t.TempDir(), "cpu.prof")
+	if err := os.WriteFile(file, cpu.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := splitFile(io.Discard, file, 16); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("a file over the bound: %v, want it refused", err)
+	}
+	z, err := gzip.NewReader(bytes.NewReader(cpu.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	unzipped, err := io.ReadAll(z)
+	if err != nil {
+		t.Fatal(err)
+	}
+	maxProfileBytes = len(unzipped) - 1
+	if _, err := parseProfile(cpu.Bytes()); err == nil || !strings.Contains(err.Error(), "unzipped") {
+		t.Fatalf("unzipped over the bound: %v, want it refused", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -49,9 +50,26 @@ const (
 	functionName = 2 // int64, an index into the string table
 )
 
-// maxProfileBytes bounds a profile once unzipped: a CPU profile of a
-// minute is a few MiB.
-const maxProfileBytes = 256 << 20
+// maxProfileBytes bounds a profile, as read and once unzipped: a CPU
+// profile of a minute is a few MiB. A variable for the tests.
+var maxProfileBytes = 256 << 20
+
+// readProfile reads a profile's file, refusing one over maxProfileBytes.
+func readProfile(file string) ([]byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, int64(maxProfileBytes)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxProfileBytes {
+		return nil, fmt.Errorf("%s: more than %d bytes", file, maxProfileBytes)
+	}
+	return raw, nil
+}
 
 // parseProfile reads a gzipped (or plain) pprof profile and keeps the
 // CPU time of each sample, in nanoseconds: the value whose type is "cpu".
@@ -61,11 +79,11 @@ func parseProfile(raw []byte) (*profile, error) {
 		if err != nil {
 			return nil, err
 		}
-		if raw, err = io.ReadAll(io.LimitReader(z, maxProfileBytes+1)); err != nil {
+		if raw, err = io.ReadAll(io.LimitReader(z, int64(maxProfileBytes)+1)); err != nil {
 			return nil, err
 		}
 		if len(raw) > maxProfileBytes {
-			return nil, errors.New("more than 256 MiB unzipped")
+			return nil, fmt.Errorf("more than %d bytes unzipped", maxProfileBytes)
 		}
 	}
 	var (
